@@ -1,0 +1,50 @@
+// Trainer: the one interface a site implements to train its own model under federation.
+//
+// The SDK calls Fit with the round's global model and the server's configuration; the trainer
+// returns its locally trained weights (same spec as the global model), the number of examples it
+// trained on (the FedAvg weight) and any metrics it wants the server to record. Evaluate measures
+// a model on the site's held-out data. A trainer is called from one thread at a time.
+#ifndef FL_CLIENT_TRAINER_H_
+#define FL_CLIENT_TRAINER_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "fl/common/model.h"
+
+namespace fl::client {
+
+struct FitConfig {
+  int32_t round = 0;
+  int32_t local_epochs = 1;
+  int32_t batch_size = 32;
+  float learning_rate = 0.01f;
+  std::map<std::string, double> extra;  // strategy-specific values from the server
+};
+
+struct FitResult {
+  Model model;                              // the locally trained weights
+  int64_t num_examples = 0;                 // > 0
+  std::map<std::string, double> metrics;    // e.g. {"loss": 0.41}
+};
+
+struct EvalResult {
+  double loss = 0;
+  int64_t num_examples = 0;
+  std::map<std::string, double> metrics;  // e.g. {"accuracy": 0.83}
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  // The spec of the model this trainer trains; the client refuses a task for another spec.
+  virtual ModelSpec spec() const = 0;
+  virtual absl::StatusOr<FitResult> Fit(const Model& global, const FitConfig& config) = 0;
+  virtual absl::StatusOr<EvalResult> Evaluate(const Model& model) = 0;
+};
+
+}  // namespace fl::client
+
+#endif  // FL_CLIENT_TRAINER_H_

@@ -1,0 +1,25 @@
+# fl_library(NAME SRCS ... DEPS ... [PUBLIC_INCLUDE dir])
+# Makes the static library fl_<NAME> with the alias fl::<NAME>, compiled with the project's warnings.
+function(fl_library NAME)
+  cmake_parse_arguments(ARG "" "PUBLIC_INCLUDE" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(fl_${NAME} STATIC ${ARG_SRCS})
+  add_library(fl::${NAME} ALIAS fl_${NAME})
+  if(ARG_PUBLIC_INCLUDE)
+    target_include_directories(fl_${NAME} PUBLIC
+      $<BUILD_INTERFACE:${ARG_PUBLIC_INCLUDE}> $<INSTALL_INTERFACE:include>)
+  endif()
+  target_include_directories(fl_${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(fl_${NAME} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  target_compile_options(fl_${NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  set_target_properties(fl_${NAME} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+endfunction()
+
+# fl_test(NAME SRCS ... DEPS ...): a GoogleTest executable registered with CTest.
+function(fl_test NAME)
+  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${NAME} ${ARG_SRCS})
+  target_include_directories(${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  target_compile_options(${NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  gtest_discover_tests(${NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+endfunction()

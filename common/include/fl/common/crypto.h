@@ -1,0 +1,79 @@
+// OpenSSL wrappers: SHA-256 and the X.509 material of a federation (CA, server and client
+// certificates), and the checks the server makes on a client's certificate.
+//
+// Every function returns a Status naming what failed (with OpenSSL's error text) instead of
+// throwing. Keys are ECDSA P-256. All functions are thread-safe.
+#ifndef FL_COMMON_CRYPTO_H_
+#define FL_COMMON_CRYPTO_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fl {
+
+// Incremental SHA-256. Not thread-safe; one object per stream.
+class Sha256 {
+ public:
+  Sha256();
+  ~Sha256();
+  Sha256(const Sha256&) = delete;
+  Sha256& operator=(const Sha256&) = delete;
+
+  void Update(std::span<const std::byte> data);
+  void Update(std::string_view data);
+  // Lowercase hex digest (64 characters). The object must not be used afterwards.
+  std::string FinishHex();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+std::string Sha256Hex(std::span<const std::byte> data);
+std::string Sha256Hex(std::string_view data);
+
+// A PEM certificate and its PEM private key.
+struct CertAndKey {
+  std::string cert_pem;
+  std::string key_pem;
+};
+
+// A self-signed CA certificate (CA:TRUE, keyCertSign) with the given common name, valid for
+// `valid_days`.
+absl::StatusOr<CertAndKey> MakeCertificateAuthority(std::string_view common_name, int valid_days);
+
+// A server certificate signed by `ca`, with the given common name and subjectAltNames
+// (each either a DNS name or an IPv4/IPv6 address), extendedKeyUsage serverAuth.
+absl::StatusOr<CertAndKey> MakeServerCertificate(const CertAndKey& ca, std::string_view common_name,
+                                                 const std::vector<std::string>& alt_names,
+                                                 int valid_days);
+
+// A client certificate signed by `ca` with the given common name (the site's name),
+// extendedKeyUsage clientAuth.
+absl::StatusOr<CertAndKey> MakeClientCertificate(const CertAndKey& ca, std::string_view common_name,
+                                                 int valid_days);
+
+// Lowercase hex SHA-256 of the certificate's DER encoding: a client's identity.
+// INVALID_ARGUMENT when `cert_pem` holds no certificate.
+absl::StatusOr<std::string> CertificateFingerprint(std::string_view cert_pem);
+
+// The subject's common name. INVALID_ARGUMENT when `cert_pem` holds no certificate.
+absl::StatusOr<std::string> CertificateCommonName(std::string_view cert_pem);
+
+// Verifies that `cert_pem` chains to `ca_pem`, is within its validity period, and is usable for
+// client authentication. UNAUTHENTICATED with the reason (e.g. "certificate is not signed by this
+// federation's CA", "certificate has expired") when not.
+absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view ca_pem);
+
+}  // namespace fl
+
+#endif  // FL_COMMON_CRYPTO_H_

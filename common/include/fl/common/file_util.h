@@ -1,0 +1,29 @@
+// Whole-file reads and crash-safe writes.
+#ifndef FL_COMMON_FILE_UTIL_H_
+#define FL_COMMON_FILE_UTIL_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace fl {
+
+// Reads a whole file. NOT_FOUND / PERMISSION_DENIED / INTERNAL, each naming the path.
+absl::StatusOr<std::string> ReadFile(const std::string& path);
+
+// Writes a whole file atomically: to a temporary name in the same directory, fsync, rename over
+// `path`, fsync of the directory. Either the old or the new contents survive a crash, never a
+// mix. `mode` is the new file's permission bits.
+absl::Status WriteFileAtomic(const std::string& path, std::string_view contents, int mode = 0644);
+
+// fsyncs a directory so that a rename inside it is durable.
+absl::Status SyncDirectory(const std::string& dir);
+
+// Creates `dir` and its parents if missing (mode 0700 for new ones).
+absl::Status MakeDirectories(const std::string& dir);
+
+}  // namespace fl
+
+#endif  // FL_COMMON_FILE_UTIL_H_

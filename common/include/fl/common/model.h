@@ -1,0 +1,95 @@
+// Model: named float32 tensors laid out back to back in one aligned buffer.
+//
+// The buffer's bytes (little-endian float32, tensors in spec order) are the model's payload: what
+// travels in chunks, what checkpoints hold and what SHA-256 fingerprints. A Model owns its buffer;
+// copies are explicit (Clone) because models can be gigabytes. Not thread-safe for writes.
+#ifndef FL_COMMON_MODEL_H_
+#define FL_COMMON_MODEL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fl {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  // Number of elements: the product of the shape (1 for a scalar).
+  int64_t NumElements() const;
+  bool operator==(const TensorSpec&) const = default;
+};
+
+class ModelSpec {
+ public:
+  ModelSpec() = default;
+  explicit ModelSpec(std::vector<TensorSpec> tensors);
+
+  // Checks names are non-empty and unique and every dimension is positive.
+  absl::Status Validate() const;
+
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  int64_t NumFloats() const;
+  int64_t NumBytes() const { return NumFloats() * static_cast<int64_t>(sizeof(float)); }
+  // Offset, in floats, of tensor `index` in the payload.
+  int64_t OffsetOf(size_t index) const;
+
+  // JSON text: [{"name": "w", "shape": [10, 784]}, ...]. Parse refuses malformed text with
+  // INVALID_ARGUMENT.
+  std::string ToJson() const;
+  static absl::StatusOr<ModelSpec> FromJson(std::string_view json);
+
+  bool operator==(const ModelSpec&) const = default;
+
+ private:
+  std::vector<TensorSpec> tensors_;
+};
+
+class Model {
+ public:
+  // A zero-filled model of the given (valid) spec.
+  explicit Model(ModelSpec spec);
+  Model(Model&&) noexcept = default;
+  Model& operator=(Model&&) noexcept = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  Model Clone() const;
+
+  const ModelSpec& spec() const { return spec_; }
+  std::span<float> data() { return {data_.get(), size_}; }
+  std::span<const float> data() const { return {data_.get(), size_}; }
+  std::span<const std::byte> bytes() const {
+    return std::as_bytes(std::span<const float>(data_.get(), size_));
+  }
+  int64_t NumBytes() const { return static_cast<int64_t>(size_ * sizeof(float)); }
+
+  std::span<float> tensor(size_t index);
+  std::span<const float> tensor(size_t index) const;
+  // NOT_FOUND when the model has no tensor of that name.
+  absl::StatusOr<std::span<float>> tensor(std::string_view name);
+
+  // Hex SHA-256 of the payload.
+  std::string Sha256Hex() const;
+
+ private:
+  struct FreeDeleter {
+    void operator()(float* p) const;
+  };
+  ModelSpec spec_;
+  size_t size_ = 0;
+  std::unique_ptr<float[], FreeDeleter> data_;
+};
+
+// Largest number of payload bytes in one chunk on the wire.
+inline constexpr int64_t kMaxChunkBytes = 1 << 20;
+
+}  // namespace fl
+
+#endif  // FL_COMMON_MODEL_H_

@@ -1,0 +1,164 @@
+// Store: the server's durable state in one SQLite file (WAL mode) plus checkpoint files.
+//
+// Layout under the data directory:
+//   federation.db             runs, rounds, clients, participations, evaluations, checkpoints,
+//                             audit_log, schema_version (migrations numbered, run at Open)
+//   checkpoints/<sha256>.ckpt one file per distinct global model, named by the SHA-256 of its
+//                             payload, written atomically before any row refers to it
+//
+// Times are milliseconds since the Unix epoch, passed in by the caller (the engine's clock), so
+// tests are exact. Every method is thread-safe (one connection, one mutex) and returns a Status
+// naming the table and the SQLite error on failure. Committing a round uses synchronous=FULL: once
+// CommitRound returns OK the round survives a crash or power loss.
+#ifndef FL_SERVER_STORE_H_
+#define FL_SERVER_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fl/common/model.h"
+
+namespace fl::server {
+
+enum class RunStatus { kRunning, kFinished, kFailed };
+enum class RoundStatus { kRunning, kCommitted, kAborted, kFailed };
+enum class ParticipationStatus { kAssigned, kAccepted, kRefused, kDropped };
+
+const char* ToString(RunStatus s);
+const char* ToString(RoundStatus s);
+const char* ToString(ParticipationStatus s);
+
+struct RunRecord {
+  int64_t run_id = 0;
+  std::string name;
+  std::string config_json;        // the run's configuration, as given
+  std::string model_spec_json;    // ModelSpec::ToJson()
+  std::string initial_checkpoint; // SHA-256 of the initial global model
+  RunStatus status = RunStatus::kRunning;
+  std::string reason;             // why it failed, if it did
+  int64_t created_at_ms = 0;
+  int64_t ended_at_ms = 0;        // 0 while running
+};
+
+struct RoundRecord {
+  int64_t run_id = 0;
+  int32_t round = 0;    // 1-based
+  int32_t attempt = 0;  // 0 for the first attempt of a round, 1 for its first retry, ...
+  RoundStatus status = RoundStatus::kRunning;
+  int64_t started_at_ms = 0;
+  int64_t ended_at_ms = 0;
+  int32_t num_sampled = 0;
+  int32_t num_reported = 0;
+  std::string checkpoint;    // SHA-256 of the aggregated model (committed rounds only)
+  std::string metrics_json;  // e.g. {"train_loss": 0.5, "test_accuracy": 0.8}
+  std::string reason;        // why it was aborted or failed
+};
+
+struct ParticipationRecord {
+  int64_t run_id = 0;
+  int32_t round = 0;
+  int32_t attempt = 0;
+  std::string client_id;
+  std::string task_id;
+  ParticipationStatus status = ParticipationStatus::kAssigned;
+  int64_t num_examples = 0;
+  int64_t bytes_received = 0;
+  std::string metrics_json;
+  std::string reason;  // why refused or dropped
+};
+
+struct ClientRecord {
+  std::string client_id;  // SHA-256 fingerprint of the client's certificate
+  std::string name;
+  int64_t enrolled_at_ms = 0;
+  int64_t revoked_at_ms = 0;  // 0 when not revoked
+  int64_t last_seen_ms = 0;
+};
+
+struct AuditRecord {
+  int64_t id = 0;
+  int64_t at_ms = 0;
+  std::string client_id;  // may be empty (e.g. a failed TLS handshake)
+  std::string event;      // short machine-readable kind, e.g. "update_refused"
+  std::string detail;     // the human-readable reason
+  int64_t run_id = 0;
+  int32_t round = 0;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) the store under `data_dir` and migrates it to the current schema.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& data_dir);
+  virtual ~Store() = default;
+
+  virtual std::string db_path() const = 0;
+  virtual std::string checkpoint_dir() const = 0;
+  virtual int schema_version() const = 0;
+
+  // --- runs
+  virtual absl::StatusOr<int64_t> CreateRun(const RunRecord& run) = 0;  // run_id is assigned
+  // The newest run whose status is running, if any.
+  virtual absl::StatusOr<std::optional<RunRecord>> ActiveRun() = 0;
+  virtual absl::StatusOr<RunRecord> GetRun(int64_t run_id) = 0;  // NOT_FOUND
+  virtual absl::Status FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
+                                 int64_t now_ms) = 0;
+
+  // --- rounds
+  // Inserts the row of a new attempt with status running. ALREADY_EXISTS if it exists.
+  virtual absl::Status BeginRound(const RoundRecord& round) = 0;
+  // Atomically (one transaction, synchronous=FULL) marks the attempt committed with the record's
+  // checkpoint, counts, metrics and end time, and writes the participations. The checkpoint must
+  // already be written. FAILED_PRECONDITION when the attempt is not running or another attempt of
+  // the same round is already committed.
+  virtual absl::Status CommitRound(const RoundRecord& round,
+                                   const std::vector<ParticipationRecord>& participations) = 0;
+  // Marks a running attempt aborted or failed, with its reason.
+  virtual absl::Status EndRound(int64_t run_id, int32_t round, int32_t attempt, RoundStatus status,
+                                const std::string& reason, int64_t now_ms) = 0;
+  // Marks every running attempt of the run aborted ("server restarted"); returns how many.
+  virtual absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) = 0;
+  virtual absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) = 0;  // by round, attempt
+  virtual absl::StatusOr<std::optional<RoundRecord>> LastCommittedRound(int64_t run_id) = 0;
+
+  // --- participations (insert or replace by run, round, attempt, client)
+  virtual absl::Status RecordParticipation(const ParticipationRecord& p) = 0;
+  virtual absl::StatusOr<std::vector<ParticipationRecord>> Participations(int64_t run_id,
+                                                                          int32_t round) = 0;
+
+  // --- clients
+  // Idempotent; re-enrolling a revoked client clears the revocation.
+  virtual absl::Status EnrollClient(const std::string& client_id, const std::string& name,
+                                    int64_t now_ms) = 0;
+  virtual absl::Status RevokeClient(const std::string& client_id, int64_t now_ms) = 0;  // NOT_FOUND
+  // Enrolled and not revoked.
+  virtual absl::StatusOr<bool> IsEnrolled(const std::string& client_id) = 0;
+  virtual absl::Status TouchClient(const std::string& client_id, int64_t now_ms) = 0;
+  virtual absl::StatusOr<std::vector<ClientRecord>> Clients() = 0;
+
+  // --- evaluations
+  virtual absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
+                                        double loss, double accuracy, int64_t num_examples,
+                                        int64_t now_ms) = 0;
+
+  // --- checkpoints
+  // Writes the model to checkpoints/<sha>.ckpt (temporary file, fsync, rename, fsync of the
+  // directory) unless it already exists, records it, and returns the SHA-256 of its payload.
+  virtual absl::StatusOr<std::string> WriteCheckpoint(const Model& model) = 0;
+  // Reads a checkpoint back; DATA_LOSS when the file's payload does not hash to `sha256`,
+  // NOT_FOUND when there is no such file.
+  virtual absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) = 0;
+
+  // --- audit log
+  virtual absl::Status Audit(const AuditRecord& record) = 0;  // id is assigned
+  // The newest `limit` records, oldest first.
+  virtual absl::StatusOr<std::vector<AuditRecord>> AuditLog(int limit) = 0;
+};
+
+}  // namespace fl::server
+
+#endif  // FL_SERVER_STORE_H_
