@@ -1,1 +1,113 @@
-// placeholder
+#include "fl/aggregation/fedavg.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace fl::aggregation {
+namespace {
+
+constexpr int64_t kStripeFloats = kMaxChunkBytes / static_cast<int64_t>(sizeof(float));
+
+class FedAvgAggregator final : public RoundAggregator {
+ public:
+  explicit FedAvgAggregator(ModelSpec spec)
+      : spec_(std::move(spec)),
+        sum_(static_cast<size_t>(spec_.NumFloats()), 0.0),
+        stripes_(static_cast<size_t>((spec_.NumFloats() + kStripeFloats - 1) / kStripeFloats)) {}
+
+  void Fold(int64_t offset, std::span<const float> values, double weight) override {
+    Add(offset, values, weight);
+  }
+  void Unfold(int64_t offset, std::span<const float> values, double weight) override {
+    Add(offset, values, -weight);
+  }
+
+  void Accept(double weight) override {
+    std::lock_guard<std::mutex> lock(weight_mu_);
+    total_weight_ += weight;
+    ++num_accepted_;
+  }
+
+  int num_accepted() const override {
+    std::lock_guard<std::mutex> lock(weight_mu_);
+    return num_accepted_;
+  }
+
+  absl::StatusOr<Model> Finish() override {
+    std::lock_guard<std::mutex> lock(weight_mu_);
+    if (num_accepted_ == 0 || total_weight_ <= 0) {
+      return absl::FailedPreconditionError("FedAvg: no update was accepted in this round");
+    }
+    Model out(spec_);
+    std::span<float> data = out.data();
+    const double inv = 1.0 / total_weight_;
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(sum_[i] * inv);
+    return out;
+  }
+
+ private:
+  // Adds weight * values to sum_[offset ...], holding each 1 MiB stripe's lock in turn.
+  void Add(int64_t offset, std::span<const float> values, double weight) {
+    int64_t end = offset + static_cast<int64_t>(values.size());
+    for (int64_t pos = offset; pos < end;) {
+      int64_t stripe = pos / kStripeFloats;
+      int64_t stop = std::min(end, (stripe + 1) * kStripeFloats);
+      std::lock_guard<std::mutex> lock(stripes_[stripe]);
+      double* sum = sum_.data() + pos;
+      const float* x = values.data() + (pos - offset);
+      for (int64_t i = 0; i < stop - pos; ++i) sum[i] += weight * static_cast<double>(x[i]);
+      pos = stop;
+    }
+  }
+
+  const ModelSpec spec_;
+  std::vector<double> sum_;
+  std::vector<std::mutex> stripes_;
+  mutable std::mutex weight_mu_;
+  double total_weight_ = 0;
+  int num_accepted_ = 0;
+};
+
+class FedAvg final : public Strategy {
+ public:
+  std::string name() const override { return "fedavg"; }
+  std::unique_ptr<RoundAggregator> BeginRound(const Model& global) override {
+    return std::make_unique<FedAvgAggregator>(global.spec());
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> MakeFedAvg() { return std::make_unique<FedAvg>(); }
+
+absl::StatusOr<Model> WeightedAverage(const std::vector<const Model*>& models,
+                                      const std::vector<double>& weights) {
+  if (models.empty() || models.size() != weights.size()) {
+    return absl::InvalidArgumentError("WeightedAverage needs as many weights as models, and some");
+  }
+  double total = 0;
+  for (size_t i = 0; i < models.size(); ++i) {
+    if (!(weights[i] > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat("weight ", i, " is not positive"));
+    }
+    if (!(models[i]->spec() == models[0]->spec())) {
+      return absl::InvalidArgumentError(absl::StrCat("model ", i, " has another spec"));
+    }
+    total += weights[i];
+  }
+  Model out(models[0]->spec());
+  std::span<float> data = out.data();
+  for (size_t j = 0; j < data.size(); ++j) {
+    double acc = 0;
+    for (size_t i = 0; i < models.size(); ++i) acc += weights[i] * models[i]->data()[j];
+    data[j] = static_cast<float>(acc / total);
+  }
+  return out;
+}
+
+}  // namespace fl::aggregation

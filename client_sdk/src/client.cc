@@ -1,1 +1,331 @@
-// placeholder
+#include "fl/client/client.h"
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "fl/common/chunking.h"
+#include "fl/common/crypto.h"
+#include "fl/common/file_util.h"
+#include "fl/common/logging.h"
+#include "fl/common/proto_serde.h"
+#include "fl/v1/federation.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace fl::client {
+namespace {
+
+constexpr char kClientNameHeader[] = "fl-client-name";
+
+bool IsRetryable(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+}
+
+bool IsLoopbackHost(const std::string& address) {
+  return absl::StartsWith(address, "127.") || absl::StartsWith(address, "localhost") ||
+         absl::StartsWith(address, "[::1]");
+}
+
+}  // namespace
+
+class Client::Impl {
+ public:
+  Impl(ClientOptions options, Trainer* trainer, std::shared_ptr<grpc::Channel> channel)
+      : options_(std::move(options)),
+        trainer_(trainer),
+        stub_(fl::v1::Federation::NewStub(channel)) {}
+
+  absl::Status Run();
+  void Stop() {
+    stopping_ = true;
+    std::lock_guard<std::mutex> lock(ctx_mu_);
+    if (active_ctx_ != nullptr) active_ctx_->TryCancel();
+  }
+
+  std::function<void(const TaskReport&)> on_task_;
+  mutable std::mutex id_mu_;
+  std::string client_id_;
+
+ private:
+  // A ClientContext registered so that Stop can cancel the call in flight.
+  class Call {
+   public:
+    Call(Impl* impl, absl::Duration timeout) : impl_(impl) {
+      if (impl_->options_.insecure_plaintext) {
+        ctx.AddMetadata(kClientNameHeader, impl_->options_.name);
+      }
+      if (timeout != absl::InfiniteDuration()) {
+        ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
+      }
+      std::lock_guard<std::mutex> lock(impl_->ctx_mu_);
+      impl_->active_ctx_ = &ctx;
+    }
+    ~Call() {
+      std::lock_guard<std::mutex> lock(impl_->ctx_mu_);
+      impl_->active_ctx_ = nullptr;
+    }
+    grpc::ClientContext ctx;
+
+   private:
+    Impl* impl_;
+  };
+
+  absl::Status Join();
+  absl::Status Poll(fl::v1::Task* task);
+  absl::Status Fit(const fl::v1::Task& task, TaskReport& report);
+  absl::StatusOr<Model> Download(const fl::v1::Task& task, const ModelSpec& spec);
+  absl::Status Submit(const fl::v1::Task& task, const FitResult& result);
+  // Sleeps `d` unless stopped; false when stopped.
+  bool Sleep(absl::Duration d) {
+    const absl::Time until = absl::Now() + d;
+    while (!stopping_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+    return !stopping_;
+  }
+
+  const ClientOptions options_;
+  Trainer* trainer_;
+  std::unique_ptr<fl::v1::Federation::Stub> stub_;
+  std::atomic<bool> stopping_{false};
+  std::mutex ctx_mu_;
+  grpc::ClientContext* active_ctx_ = nullptr;
+  int64_t run_id_ = 0;
+};
+
+absl::Status Client::Impl::Join() {
+  Call call(this, absl::Seconds(30));
+  fl::v1::JoinRequest req;
+  req.set_client_name(options_.name);
+  req.set_sdk_version("0.1.0");
+  req.add_capabilities("cpu");
+  req.add_capabilities("fp32");
+  fl::v1::JoinReply reply;
+  absl::Status s = FromGrpcStatus(stub_->Join(&call.ctx, req, &reply));
+  if (!s.ok()) return s;
+  run_id_ = reply.run_id();
+  std::lock_guard<std::mutex> lock(id_mu_);
+  client_id_ = reply.client_id();
+  return absl::OkStatus();
+}
+
+absl::Status Client::Impl::Poll(fl::v1::Task* task) {
+  Call call(this, options_.poll_wait + absl::Seconds(15));
+  fl::v1::PollRequest req;
+  req.set_run_id(run_id_);
+  req.set_wait_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.poll_wait)));
+  return FromGrpcStatus(stub_->PollTask(&call.ctx, req, task));
+}
+
+absl::StatusOr<Model> Client::Impl::Download(const fl::v1::Task& task, const ModelSpec& spec) {
+  Call call(this, absl::InfiniteDuration());
+  fl::v1::DownloadRequest req;
+  req.set_run_id(task.run_id());
+  req.set_round(task.round());
+  req.set_task_id(task.task_id());
+  Model model(spec);
+  if (model.NumBytes() != task.fit().model_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("task announces ", task.fit().model_bytes(),
+                                                   " model bytes but its spec has ",
+                                                   model.NumBytes()));
+  }
+  ChunkAssembler assembler(model.NumBytes());
+  auto* dst = reinterpret_cast<char*>(model.data().data());
+  std::unique_ptr<grpc::ClientReader<fl::v1::ModelChunk>> reader =
+      stub_->DownloadModel(&call.ctx, req);
+  fl::v1::ModelChunk chunk;
+  std::string last_sha;
+  while (reader->Read(&chunk)) {
+    if (absl::Status s = assembler.Add(chunk.offset(), chunk.data()); !s.ok()) return s;
+    std::memcpy(dst + chunk.offset(), chunk.data().data(), chunk.data().size());
+    if (!chunk.sha256().empty()) last_sha = chunk.sha256();
+  }
+  if (absl::Status s = FromGrpcStatus(reader->Finish()); !s.ok()) return s;
+  if (last_sha != task.fit().model_sha256()) {
+    return absl::DataLossError("downloaded model's final chunk names another SHA-256 than the task");
+  }
+  if (absl::Status s = assembler.Finish(task.fit().model_sha256()); !s.ok()) return s;
+  return model;
+}
+
+absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& result) {
+  Call call(this, absl::InfiniteDuration());
+  fl::v1::SubmitReply reply;
+  std::unique_ptr<grpc::ClientWriter<fl::v1::UpdatePart>> writer =
+      stub_->SubmitUpdate(&call.ctx, &reply);
+  fl::v1::UpdatePart part;
+  fl::v1::UpdateMetadata* meta = part.mutable_metadata();
+  meta->set_run_id(task.run_id());
+  meta->set_round(task.round());
+  meta->set_task_id(task.task_id());
+  meta->set_num_examples(result.num_examples);
+  for (const auto& [k, v] : result.metrics) (*meta->mutable_metrics())[k] = v;
+  meta->set_encoding(fl::v1::UpdateMetadata::FLOAT32);
+  meta->set_payload_bytes(result.model.NumBytes());
+  bool ok = writer->Write(part);
+  Sha256 sha;
+  if (ok) {
+    (void)ForEachChunk(result.model.bytes(), kMaxChunkBytes,
+                       [&](int64_t offset, std::span<const std::byte> bytes) {
+                         sha.Update(bytes);
+                         fl::v1::UpdatePart c;
+                         c.mutable_chunk()->set_offset(offset);
+                         c.mutable_chunk()->set_data(reinterpret_cast<const char*>(bytes.data()),
+                                                     bytes.size());
+                         ok = writer->Write(c);
+                         return ok ? absl::OkStatus() : absl::CancelledError();
+                       });
+  }
+  if (ok) {
+    part.Clear();
+    part.set_sha256(sha.FinishHex());
+    ok = writer->Write(part);
+  }
+  if (ok) writer->WritesDone();
+  return FromGrpcStatus(writer->Finish());
+}
+
+absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
+  absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
+  if (!spec.ok()) return spec.status();
+  if (!(*spec == trainer_->spec())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the server's model ", spec->ToJson(), " is not the model this site trains (",
+                     trainer_->spec().ToJson(), ")"));
+  }
+  absl::StatusOr<Model> global = Download(task, *spec);
+  if (!global.ok()) return global.status();
+  FitConfig config;
+  config.round = task.round();
+  config.local_epochs = task.fit().local_epochs();
+  config.batch_size = task.fit().batch_size();
+  config.learning_rate = task.fit().learning_rate();
+  config.extra.insert(task.fit().config().begin(), task.fit().config().end());
+  const absl::Time start = absl::Now();
+  absl::StatusOr<FitResult> result = trainer_->Fit(*global, config);
+  report.train_time = absl::Now() - start;
+  if (!result.ok()) return result.status();
+  if (!(result->model.spec() == *spec)) {
+    return absl::InternalError("the trainer returned a model of another spec than it was given");
+  }
+  report.num_examples = result->num_examples;
+  return Submit(task, *result);
+}
+
+absl::Status Client::Impl::Run() {
+  absl::Duration backoff = options_.initial_backoff;
+  absl::Time unreachable_since = absl::InfinitePast();
+  bool joined = false;
+  // Waits after a retryable failure; an error once the server has been unreachable too long.
+  auto retry = [&](const absl::Status& s) -> absl::Status {
+    const absl::Time now = absl::Now();
+    if (unreachable_since == absl::InfinitePast()) unreachable_since = now;
+    if (now - unreachable_since > options_.reconnect_timeout) {
+      std::string hint = options_.insecure_plaintext
+                             ? " (if the server requires TLS, give the CA, certificate and key)"
+                             : "";
+      return absl::UnavailableError(absl::StrCat("server ", options_.server_address,
+                                                 " unreachable for ",
+                                                 absl::FormatDuration(now - unreachable_since),
+                                                 ": ", s.message(), hint));
+    }
+    LogEvent(LogLevel::kDebug, "client_retry",
+             {{"name", options_.name}, {"error", std::string(s.message())},
+              {"backoff", absl::FormatDuration(backoff)}});
+    if (!Sleep(backoff)) return absl::CancelledError("client stopped");
+    backoff = std::min(backoff * 2, options_.max_backoff);
+    return absl::OkStatus();
+  };
+  while (!stopping_) {
+    absl::Status s = joined ? absl::OkStatus() : Join();
+    fl::v1::Task task;
+    if (s.ok()) {
+      joined = true;
+      s = Poll(&task);
+    }
+    if (stopping_) break;
+    if (!s.ok()) {
+      if (!IsRetryable(s)) return s;
+      if (absl::Status give_up = retry(s); !give_up.ok()) return give_up;
+      continue;
+    }
+    backoff = options_.initial_backoff;
+    unreachable_since = absl::InfinitePast();
+    run_id_ = task.run_id();
+    switch (task.kind()) {
+      case fl::v1::Task::DONE:
+        LogEvent(LogLevel::kInfo, "client_done", {{"name", options_.name}, {"why", task.message()}});
+        return absl::OkStatus();
+      case fl::v1::Task::FIT: {
+        TaskReport report;
+        report.round = task.round();
+        report.task_id = task.task_id();
+        report.status = Fit(task, report);
+        if (!report.status.ok()) {
+          LogEvent(LogLevel::kWarn, "fit_task_failed",
+                   {{"name", options_.name}, {"round", absl::StrCat(task.round())},
+                    {"error", report.status.ToString()}});
+        }
+        if (on_task_) on_task_(report);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return absl::CancelledError("client stopped");
+}
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Trainer* trainer) {
+  if (trainer == nullptr) return absl::InvalidArgumentError("a client needs a trainer");
+  std::shared_ptr<grpc::ChannelCredentials> creds;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  if (options.insecure_plaintext) {
+    if (!IsLoopbackHost(options.server_address)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plaintext is allowed only to a loopback address, not to ", options.server_address));
+    }
+    creds = grpc::InsecureChannelCredentials();
+  } else {
+    if (options.ca_cert_path.empty() || options.cert_path.empty() || options.key_path.empty()) {
+      return absl::InvalidArgumentError(
+          "mutual TLS needs the federation CA certificate, this site's certificate and its key");
+    }
+    grpc::SslCredentialsOptions ssl;
+    for (auto [path, out] : {std::pair{&options.ca_cert_path, &ssl.pem_root_certs},
+                             std::pair{&options.cert_path, &ssl.pem_cert_chain},
+                             std::pair{&options.key_path, &ssl.pem_private_key}}) {
+      absl::StatusOr<std::string> text = ReadFile(*path);
+      if (!text.ok()) return text.status();
+      *out = *std::move(text);
+    }
+    creds = grpc::SslCredentials(ssl);
+    if (!options.server_name_override.empty()) {
+      args.SetSslTargetNameOverride(options.server_name_override);
+    }
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.server_address, creds, args);
+  return std::make_unique<Client>(
+      std::make_unique<Impl>(std::move(options), trainer, std::move(channel)));
+}
+
+absl::Status Client::Run() { return impl_->Run(); }
+void Client::Stop() { impl_->Stop(); }
+void Client::set_on_task(std::function<void(const TaskReport&)> fn) {
+  impl_->on_task_ = std::move(fn);
+}
+std::string Client::client_id() const {
+  std::lock_guard<std::mutex> lock(impl_->id_mu_);
+  return impl_->client_id_;
+}
+
+}  // namespace fl::client

@@ -1,1 +1,60 @@
-// placeholder
+#include "fl/common/chunking.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace fl {
+
+absl::Status ChunkAssembler::Add(int64_t offset, std::string_view data) {
+  const int64_t n = static_cast<int64_t>(data.size());
+  if (offset != received_) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk at byte offset ", offset,
+                                                   " is out of order: expected offset ", received_));
+  }
+  if (n == 0) return absl::InvalidArgumentError(absl::StrCat("empty chunk at offset ", offset));
+  if (n > kMaxChunkBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " holds ", n,
+                                                   " bytes, more than the limit of ",
+                                                   kMaxChunkBytes));
+  }
+  if (n % static_cast<int64_t>(sizeof(float)) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk at offset ", offset, " holds ", n, " bytes, not a whole number of float32 values"));
+  }
+  if (offset + n > expected_) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " of ", n,
+                                                   " bytes runs past the payload size of ",
+                                                   expected_, " bytes"));
+  }
+  sha_.Update(data);
+  received_ += n;
+  return absl::OkStatus();
+}
+
+absl::Status ChunkAssembler::Finish(std::string_view expected_sha_hex) {
+  if (received_ != expected_) {
+    return absl::DataLossError(
+        absl::StrCat("payload truncated: received ", received_, " of ", expected_, " bytes"));
+  }
+  std::string actual = sha_.FinishHex();
+  if (actual != expected_sha_hex) {
+    return absl::InvalidArgumentError(absl::StrCat("payload SHA-256 mismatch: sender declared ",
+                                                   std::string(expected_sha_hex), ", received bytes hash to ",
+                                                   actual));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckFinite(std::span<const float> values, int64_t first_index) {
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (!std::isfinite(values[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("update holds a non-finite value (", std::isnan(values[i]) ? "nan" : "inf",
+                       ") at parameter ", first_index + static_cast<int64_t>(i)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fl

@@ -1,1 +1,82 @@
-// placeholder
+#include "fl/common/logging.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace fl {
+namespace {
+
+LogLevel LevelFromEnv() {
+  const char* env = std::getenv("FL_LOG_LEVEL");
+  if (env == nullptr) return LogLevel::kInfo;
+  if (std::strcmp(env, "debug") == 0) return LogLevel::kDebug;
+  if (std::strcmp(env, "warn") == 0) return LogLevel::kWarn;
+  if (std::strcmp(env, "error") == 0) return LogLevel::kError;
+  return LogLevel::kInfo;
+}
+
+std::atomic<int>& Level() {
+  static std::atomic<int> level{static_cast<int>(LevelFromEnv())};
+  return level;
+}
+
+const char* LevelName(LogLevel level) {
+  switch (level) {
+    case LogLevel::kDebug: return "debug";
+    case LogLevel::kInfo: return "info";
+    case LogLevel::kWarn: return "warn";
+    case LogLevel::kError: return "error";
+  }
+  return "info";
+}
+
+void AppendValue(std::string& line, std::string_view value) {
+  bool quote = value.empty() || value.find_first_of(" \"=\t\n") != std::string_view::npos;
+  if (!quote) {
+    line.append(value);
+    return;
+  }
+  line.push_back('"');
+  for (char c : value) {
+    if (c == '"' || c == '\\') line.push_back('\\');
+    if (c == '\n') {
+      line.append("\\n");
+      continue;
+    }
+    line.push_back(c);
+  }
+  line.push_back('"');
+}
+
+}  // namespace
+
+void SetLogLevel(LogLevel level) { Level().store(static_cast<int>(level)); }
+
+bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= Level().load(); }
+
+void LogEvent(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
+  if (!LogEnabled(level)) return;
+  std::string line = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+  line.push_back(' ');
+  line.append(LevelName(level));
+  line.push_back(' ');
+  line.append(event);
+  for (const LogField& f : fields) {
+    line.push_back(' ');
+    line.append(f.first);
+    line.push_back('=');
+    AppendValue(line, f.second);
+  }
+  line.push_back('\n');
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+}  // namespace fl

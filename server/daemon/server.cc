@@ -1,1 +1,218 @@
-// placeholder
+#include "fl/server/server.h"
+
+#include <arpa/inet.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "fl/aggregation/fedavg.h"
+#include "fl/common/crypto.h"
+#include "fl/common/file_util.h"
+#include "fl/common/logging.h"
+#include "grpc/support/log.h"
+#include "grpcpp/grpcpp.h"
+#include "server/service/federation_service.h"
+
+namespace fl::server {
+namespace {
+
+// gRPC reports TLS handshakes that fail before any call (a plaintext client, a client without a
+// certificate) only in its log. The serving engine, if any, audits them from there.
+std::mutex g_log_mu;
+RoundEngine* g_audit_engine = nullptr;
+
+void GrpcLogToAudit(gpr_log_func_args* args) {
+  const char* msg = args->message;
+  if (std::strstr(msg, "Handshake failed") != nullptr) {
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    if (g_audit_engine != nullptr) {
+      g_audit_engine->AuditRefusal(
+          "", "tls_handshake_refused",
+          absl::UnauthenticatedError(absl::StrCat(
+              "TLS handshake failed (a plaintext client, or no client certificate?): ", msg)));
+      return;
+    }
+  }
+  if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+    LogEvent(LogLevel::kWarn, "grpc", {{"file", args->file}, {"message", msg}});
+  }
+}
+
+class ServerImpl final : public Server {
+ public:
+  ~ServerImpl() override { Shutdown(); }
+
+  absl::Status Init(ServerOptions options, Model initial_model, EngineHooks hooks) {
+    options_ = std::move(options);
+    if (options_.insecure_plaintext && !IsLoopbackAddress(options_.listen_address)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plaintext is allowed only on a loopback address, not on ",
+                       options_.listen_address, "; give the CA, certificate and key for TLS"));
+    }
+    std::string ca_pem, cert_pem, key_pem;
+    if (!options_.insecure_plaintext) {
+      if (options_.ca_cert_path.empty() || options_.cert_path.empty() ||
+          options_.key_path.empty()) {
+        return absl::InvalidArgumentError(
+            "mutual TLS needs the federation CA certificate, the server certificate and its key "
+            "(or an explicit plaintext flag, on loopback only)");
+      }
+      for (auto [path, out] : {std::pair{&options_.ca_cert_path, &ca_pem},
+                               std::pair{&options_.cert_path, &cert_pem},
+                               std::pair{&options_.key_path, &key_pem}}) {
+        absl::StatusOr<std::string> text = ReadFile(*path);
+        if (!text.ok()) return text.status();
+        *out = *std::move(text);
+      }
+    }
+    if (absl::Status s = MakeDirectories(options_.data_dir); !s.ok()) return s;
+    if (options_.engine.spill_dir.empty()) options_.engine.spill_dir = options_.data_dir + "/spill";
+    if (absl::Status s = MakeDirectories(options_.engine.spill_dir); !s.ok()) return s;
+
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.data_dir);
+    if (!store.ok()) return store.status();
+    store_ = *std::move(store);
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    for (const std::string& path : options_.enroll_cert_paths) {
+      absl::StatusOr<std::string> pem = ReadFile(path);
+      if (!pem.ok()) return pem.status();
+      if (absl::Status s = VerifyClientCertificate(*pem, ca_pem);
+          !options_.insecure_plaintext && !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("cannot enroll ", path, ": ", s.message()));
+      }
+      absl::StatusOr<std::string> fp = CertificateFingerprint(*pem);
+      absl::StatusOr<std::string> cn = CertificateCommonName(*pem);
+      if (!fp.ok()) return fp.status();
+      if (absl::Status s = store_->EnrollClient(*fp, cn.ok() ? *cn : path, now_ms); !s.ok()) {
+        return s;
+      }
+    }
+
+    strategy_ = aggregation::MakeFedAvg();
+    absl::StatusOr<std::unique_ptr<RoundEngine>> engine =
+        RoundEngine::Create(options_.engine, store_.get(), strategy_.get(), Clock::Real(),
+                            std::move(initial_model), std::move(hooks));
+    if (!engine.ok()) return engine.status();
+    engine_ = *std::move(engine);
+
+    ServiceOptions service_options;
+    service_options.insecure_plaintext = options_.insecure_plaintext;
+    service_options.ca_pem = ca_pem;
+    service_options.max_poll_wait = options_.max_poll_wait;
+    service_ = MakeFederationService(service_options, engine_.get(), store_.get());
+
+    std::shared_ptr<grpc::ServerCredentials> creds;
+    if (options_.insecure_plaintext) {
+      creds = grpc::InsecureServerCredentials();
+    } else {
+      grpc::SslServerCredentialsOptions ssl(
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_BUT_DONT_VERIFY);
+      ssl.pem_root_certs = ca_pem;
+      ssl.pem_key_cert_pairs.push_back({key_pem, cert_pem});
+      creds = grpc::SslServerCredentials(ssl);
+      std::lock_guard<std::mutex> lock(g_log_mu);
+      g_audit_engine = engine_.get();
+      gpr_set_log_function(GrpcLogToAudit);
+    }
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(options_.listen_address, creds, &port_);
+    builder.RegisterService(service_.get());
+    builder.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
+    grpc_server_ = builder.BuildAndStart();
+    if (grpc_server_ == nullptr || port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options_.listen_address));
+    }
+    LogEvent(LogLevel::kInfo, "server_listening",
+             {{"address", options_.listen_address},
+              {"port", absl::StrCat(port_)},
+              {"tls", options_.insecure_plaintext ? "off (plaintext, loopback)" : "mutual"},
+              {"db", store_->db_path()}});
+    ticker_ = std::thread([this] { TickLoop(); });
+    return absl::OkStatus();
+  }
+
+  int port() const override { return port_; }
+  RoundEngine& engine() override { return *engine_; }
+  Store& store() override { return *store_; }
+
+  void WaitUntilFinished(absl::Duration grace) override {
+    uint64_t seen = 0;
+    while (!engine_->finished() && !stopping_.load()) {
+      seen = engine_->WaitForChange(seen, absl::Milliseconds(200));
+    }
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(grace), [this] { return stopping_.load(); });
+  }
+
+  void Shutdown() override {
+    if (shut_down_.exchange(true)) return;
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      stopping_ = true;
+    }
+    stop_cv_.notify_all();
+    if (ticker_.joinable()) ticker_.join();
+    if (grpc_server_ != nullptr) grpc_server_->Shutdown(std::chrono::system_clock::now() +
+                                                        std::chrono::seconds(2));
+    std::lock_guard<std::mutex> lock(g_log_mu);
+    if (g_audit_engine == engine_.get()) g_audit_engine = nullptr;
+  }
+
+ private:
+  void TickLoop() {
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    while (!stopping_.load()) {
+      lock.unlock();
+      engine_->Tick();
+      lock.lock();
+      stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.tick_interval),
+                        [this] { return stopping_.load(); });
+    }
+  }
+
+  ServerOptions options_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<aggregation::Strategy> strategy_;
+  std::unique_ptr<RoundEngine> engine_;
+  std::unique_ptr<fl::v1::Federation::Service> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  int port_ = 0;
+  std::thread ticker_;
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace
+
+bool IsLoopbackAddress(const std::string& address) {
+  std::string host = address;
+  if (absl::StartsWith(host, "[")) {
+    host = host.substr(1, host.find(']') - 1);
+  } else if (std::count(host.begin(), host.end(), ':') == 1) {
+    host = host.substr(0, host.find(':'));
+  }
+  if (host == "localhost" || host == "::1") return true;
+  in_addr v4{};
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  return false;
+}
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Model initial_model,
+                                                      EngineHooks hooks) {
+  auto server = std::make_unique<ServerImpl>();
+  if (absl::Status s = server->Init(std::move(options), std::move(initial_model), std::move(hooks));
+      !s.ok()) {
+    return s;
+  }
+  return server;
+}
+
+}  // namespace fl::server

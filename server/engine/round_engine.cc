@@ -1,1 +1,845 @@
-// placeholder
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "fl/common/chunking.h"
+#include "fl/common/logging.h"
+#include "fl/server/engine.h"
+#include "nlohmann/json.hpp"
+#include "server/engine/upload.h"
+
+namespace fl::server {
+namespace {
+
+using internal::RoundState;
+using internal::UploadState;
+using Phase = internal::UploadState::Phase;
+
+int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+class RealClock final : public Clock {
+ public:
+  absl::Time Now() override { return absl::Now(); }
+};
+
+std::string MetricsJson(const std::map<std::string, double>& metrics) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [k, v] : metrics) j[k] = v;
+  return j.dump();
+}
+
+class EngineImpl;
+
+class UploadImpl final : public Upload {
+ public:
+  UploadImpl(EngineImpl* engine, std::shared_ptr<RoundState> round,
+             std::shared_ptr<UploadState> state, int64_t payload_bytes)
+      : engine_(engine),
+        round_(std::move(round)),
+        state_(std::move(state)),
+        assembler_(payload_bytes),
+        buffer_(static_cast<size_t>(kMaxChunkBytes / sizeof(float))) {}
+  ~UploadImpl() override;
+
+  absl::Status AddChunk(int64_t offset, std::string_view data) override;
+  absl::Status Finish(std::string_view sha256_hex) override;
+  absl::Status Abandon() override {
+    return Refuse(absl::DataLossError(absl::StrCat("update stream ended after ",
+                                                   assembler_.received(), " of ",
+                                                   assembler_.expected(),
+                                                   " bytes, without its SHA-256")));
+  }
+  absl::Status Refuse(absl::Status why) override;
+
+ private:
+  // Refuses the update: folds it out and records why. Caller holds the gate shared.
+  absl::Status RefuseLocked(absl::Status why);
+
+  EngineImpl* engine_;
+  std::shared_ptr<RoundState> round_;
+  std::shared_ptr<UploadState> state_;
+  ChunkAssembler assembler_;
+  std::vector<float> buffer_;
+  bool done_ = false;
+};
+
+class EngineImpl final : public RoundEngine {
+ public:
+  EngineImpl(EngineOptions options, Store* store, aggregation::Strategy* strategy, Clock* clock,
+             EngineHooks hooks)
+      : options_(std::move(options)),
+        store_(store),
+        strategy_(strategy),
+        clock_(clock),
+        hooks_(std::move(hooks)) {}
+
+  absl::Status Init(Model initial_model);
+
+  absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ClientState& c = clients_[client_id];
+      c.name = name;
+      c.last_seen = clock_->Now();
+      (void)store_->TouchClient(client_id, ToMs(c.last_seen));
+      LogEvent(LogLevel::kInfo, "client_joined",
+               {{"client", client_id.substr(0, 16)}, {"name", name}});
+      MaybeAdvanceLocked();
+      BumpLocked();
+    }
+    FlushSummaries();
+    return run_.run_id;
+  }
+
+  Task Poll(const std::string& client_id) override {
+    Task task;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      clients_[client_id].last_seen = clock_->Now();
+      MaybeAdvanceLocked();
+      task = TaskForLocked(client_id);
+    }
+    FlushSummaries();
+    return task;
+  }
+
+  absl::StatusOr<GlobalModel> ModelForTask(const std::string& client_id, int64_t run_id,
+                                            int32_t round, const std::string& task_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (absl::Status s = CheckTaskLocked(client_id, run_id, round, task_id); !s.ok()) return s;
+    return GlobalModel{global_, global_sha_};
+  }
+
+  absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
+                                                      const UpdateMeta& meta) override;
+
+  void AuditRefusal(const std::string& client_id, const std::string& event,
+                    const absl::Status& status) override {
+    LogEvent(LogLevel::kWarn, event,
+             {{"client", client_id.substr(0, 16)}, {"reason", std::string(status.message())}});
+    AuditRecord rec;
+    rec.at_ms = ToMs(clock_->Now());
+    rec.client_id = client_id;
+    rec.event = event;
+    rec.detail = absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
+    rec.run_id = run_.run_id;
+    (void)store_->Audit(rec);
+  }
+
+  void Tick() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      MaybeAdvanceLocked();
+    }
+    FlushSummaries();
+  }
+
+  uint64_t WaitForChange(uint64_t seen_version, absl::Duration timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                 [&] { return version_ != seen_version; });
+    return version_;
+  }
+
+  uint64_t version() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return version_;
+  }
+  bool finished() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+  int64_t run_id() const override { return run_.run_id; }
+  int32_t committed_round() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return committed_round_;
+  }
+  std::shared_ptr<const Model> global_model() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return global_;
+  }
+
+  // Called by uploads, without the gate held, after they reached a final phase.
+  void OnUploadEnded(const std::shared_ptr<RoundState>& round, const UploadState& up,
+                     const absl::Status& refusal) {
+    if (!refusal.ok()) {
+      AuditRefusal(up.client_id, "update_refused", refusal);
+      ParticipationRecord p = ParticipationFor(*round, up);
+      (void)store_->RecordParticipation(p);
+    } else {
+      LogEvent(LogLevel::kInfo, "update_accepted",
+               {{"client", up.client_id.substr(0, 16)},
+                {"round", absl::StrCat(round->round)},
+                {"examples", absl::StrCat(up.num_examples)}});
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      MaybeAdvanceLocked();
+      BumpLocked();
+    }
+    FlushSummaries();
+  }
+
+ private:
+  struct ClientState {
+    std::string name;
+    absl::Time last_seen = absl::InfinitePast();
+  };
+
+  void BumpLocked() {
+    ++version_;
+    cv_.notify_all();
+  }
+
+  ParticipationRecord ParticipationFor(const RoundState& round, const UploadState& up) const {
+    ParticipationRecord p;
+    p.run_id = run_.run_id;
+    p.round = round.round;
+    p.attempt = round.attempt;
+    p.client_id = up.client_id;
+    p.task_id = up.task_id;
+    p.num_examples = up.num_examples;
+    p.bytes_received = up.bytes_folded;
+    p.metrics_json = MetricsJson(up.metrics);
+    p.reason = up.reason;
+    switch (up.phase) {
+      case Phase::kAccepted: p.status = ParticipationStatus::kAccepted; break;
+      case Phase::kRefused: p.status = ParticipationStatus::kRefused; break;
+      case Phase::kAborted: p.status = ParticipationStatus::kDropped; break;
+      case Phase::kStreaming: p.status = ParticipationStatus::kAssigned; break;
+    }
+    return p;
+  }
+
+  absl::Status CheckTaskLocked(const std::string& client_id, int64_t run_id, int32_t round,
+                               const std::string& task_id) const {
+    if (run_id != run_.run_id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("request is for run ", run_id, " but the active run is ", run_.run_id));
+    }
+    if (finished_) return absl::FailedPreconditionError("the run is over");
+    if (current_ == nullptr || current_->round != round) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "request is for round ", round, " but ",
+          current_ == nullptr ? std::string("no round is open")
+                              : absl::StrCat("the open round is ", current_->round)));
+    }
+    auto it = current_->task_of.find(client_id);
+    if (it == current_->task_of.end() || it->second != task_id) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("task '", task_id, "' is not this client's task in round ", round));
+    }
+    return absl::OkStatus();
+  }
+
+  Task TaskForLocked(const std::string& client_id) const {
+    Task t;
+    t.run_id = run_.run_id;
+    if (finished_) {
+      t.kind = Task::Kind::kDone;
+      t.message = absl::StrCat("run ", run_.run_id, " is ", ToString(run_.status),
+                               run_.reason.empty() ? "" : ": ", run_.reason);
+      return t;
+    }
+    if (current_ == nullptr) {
+      t.message = "waiting for clients to come online";
+      return t;
+    }
+    t.round = current_->round;
+    auto task = current_->task_of.find(client_id);
+    if (task == current_->task_of.end()) {
+      t.message = absl::StrCat("not sampled in round ", current_->round);
+      return t;
+    }
+    if (current_->uploads.count(client_id) != 0) {
+      t.message = absl::StrCat("update received; waiting for round ", current_->round, " to close");
+      return t;
+    }
+    t.kind = Task::Kind::kFit;
+    t.task_id = task->second;
+    t.fit = options_.fit;
+    t.spec = global_->spec();
+    t.model_bytes = global_->NumBytes();
+    t.model_sha256 = global_sha_;
+    return t;
+  }
+
+  void MaybeAdvanceLocked();
+  void StartRoundLocked(std::vector<std::string> online);
+  void CloseRoundLocked(const std::string& why);
+  void FailRunLocked(const std::string& reason);
+  void FinishRunLocked();
+
+  void FlushSummaries() {
+    std::lock_guard<std::mutex> deliver(deliver_mu_);
+    std::vector<RoundSummary> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batch.swap(pending_summaries_);
+    }
+    if (!hooks_.on_round_end) return;
+    for (const RoundSummary& s : batch) hooks_.on_round_end(s);
+  }
+
+  friend class UploadImpl;
+
+  EngineOptions options_;
+  Store* store_;
+  aggregation::Strategy* strategy_;
+  Clock* clock_;
+  EngineHooks hooks_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t version_ = 0;
+  RunRecord run_;
+  bool finished_ = false;
+  std::shared_ptr<const Model> global_;
+  std::string global_sha_;
+  int32_t committed_round_ = 0;
+  int32_t next_attempt_ = 0;
+  std::shared_ptr<RoundState> current_;
+  std::map<std::string, ClientState> clients_;
+  std::vector<RoundSummary> pending_summaries_;
+  std::mutex deliver_mu_;
+};
+
+absl::Status EngineImpl::Init(Model initial_model) {
+  absl::StatusOr<std::optional<RunRecord>> active = store_->ActiveRun();
+  if (!active.ok()) return active.status();
+  const int64_t now_ms = ToMs(clock_->Now());
+  if (active->has_value()) {
+    run_ = **active;
+    std::string spill_dir = options_.spill_dir;
+    absl::StatusOr<EngineOptions> stored = EngineOptions::FromJson(run_.config_json);
+    if (!stored.ok()) return stored.status();
+    options_ = *stored;
+    options_.spill_dir = spill_dir;
+    if (run_.model_spec_json != initial_model.spec().ToJson()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the unfinished run ", run_.run_id, " in this data directory trains a model of spec ",
+          run_.model_spec_json, ", not ", initial_model.spec().ToJson()));
+    }
+    absl::StatusOr<int> aborted = store_->AbortInFlightRounds(run_.run_id, now_ms);
+    if (!aborted.ok()) return aborted.status();
+    absl::StatusOr<std::optional<RoundRecord>> last = store_->LastCommittedRound(run_.run_id);
+    if (!last.ok()) return last.status();
+    std::string sha = run_.initial_checkpoint;
+    if (last->has_value()) {
+      committed_round_ = (*last)->round;
+      sha = (*last)->checkpoint;
+    }
+    absl::StatusOr<Model> model = store_->ReadCheckpoint(sha);
+    if (!model.ok()) return model.status();
+    global_ = std::make_shared<const Model>(*std::move(model));
+    global_sha_ = sha;
+    absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run_.run_id);
+    if (!rounds.ok()) return rounds.status();
+    for (const RoundRecord& r : *rounds) {
+      if (r.round == committed_round_ + 1) next_attempt_ = std::max(next_attempt_, r.attempt + 1);
+    }
+    LogEvent(LogLevel::kInfo, "run_resumed",
+             {{"run", absl::StrCat(run_.run_id)},
+              {"committed_round", absl::StrCat(committed_round_)},
+              {"aborted_in_flight", absl::StrCat(*aborted)}});
+    if (committed_round_ >= options_.num_rounds) FinishRunLocked();
+    return absl::OkStatus();
+  }
+  if (absl::Status s = initial_model.spec().Validate(); !s.ok()) return s;
+  absl::StatusOr<std::string> sha = store_->WriteCheckpoint(initial_model);
+  if (!sha.ok()) return sha.status();
+  run_.name = options_.run_name;
+  run_.config_json = options_.ToJson();
+  run_.model_spec_json = initial_model.spec().ToJson();
+  run_.initial_checkpoint = *sha;
+  run_.status = RunStatus::kRunning;
+  run_.created_at_ms = now_ms;
+  absl::StatusOr<int64_t> id = store_->CreateRun(run_);
+  if (!id.ok()) return id.status();
+  run_.run_id = *id;
+  global_ = std::make_shared<const Model>(std::move(initial_model));
+  global_sha_ = *sha;
+  LogEvent(LogLevel::kInfo, "run_created",
+           {{"run", absl::StrCat(run_.run_id)}, {"name", run_.name},
+            {"rounds", absl::StrCat(options_.num_rounds)},
+            {"parameters", absl::StrCat(global_->spec().NumFloats())}});
+  return absl::OkStatus();
+}
+
+void EngineImpl::MaybeAdvanceLocked() {
+  if (finished_) return;
+  const absl::Time now = clock_->Now();
+  if (current_ == nullptr) {
+    std::vector<std::string> online;
+    for (const auto& [id, c] : clients_) {
+      if (now - c.last_seen <= options_.client_timeout) online.push_back(id);
+    }
+    if (static_cast<int32_t>(online.size()) >= options_.min_clients) {
+      StartRoundLocked(std::move(online));
+    }
+    return;
+  }
+  bool all_final = true;
+  for (const std::string& id : current_->sampled) {
+    auto it = current_->uploads.find(id);
+    if (it == current_->uploads.end() || it->second->phase == Phase::kStreaming) {
+      all_final = false;
+      break;
+    }
+  }
+  if (all_final) {
+    CloseRoundLocked("every sampled client reported");
+  } else if (now >= current_->deadline) {
+    CloseRoundLocked("deadline reached");
+  }
+}
+
+void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
+  auto round = std::make_shared<RoundState>();
+  round->round = committed_round_ + 1;
+  round->attempt = next_attempt_;
+  round->started = clock_->Now();
+  round->deadline = round->started + options_.round_timeout;
+  std::sort(online.begin(), online.end());
+  std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(round->round) * 7919u +
+                      static_cast<uint64_t>(round->attempt));
+  std::shuffle(online.begin(), online.end(), rng);
+  const int32_t n = static_cast<int32_t>(online.size());
+  int32_t k = static_cast<int32_t>(std::ceil(options_.sample_fraction * n));
+  k = std::clamp(std::max(k, options_.min_fit_clients), 1, n);
+  online.resize(static_cast<size_t>(k));
+  std::sort(online.begin(), online.end());
+  round->sampled = online;
+  for (const std::string& id : round->sampled) {
+    round->task_of[id] = absl::StrFormat("r%d.a%d.%s", round->round, round->attempt, id.substr(0, 12));
+  }
+  round->aggregator = strategy_->BeginRound(*global_);
+
+  RoundRecord rec;
+  rec.run_id = run_.run_id;
+  rec.round = round->round;
+  rec.attempt = round->attempt;
+  rec.status = RoundStatus::kRunning;
+  rec.started_at_ms = ToMs(round->started);
+  rec.num_sampled = k;
+  if (absl::Status s = store_->BeginRound(rec); !s.ok()) {
+    LogEvent(LogLevel::kError, "round_begin_failed", {{"error", s.ToString()}});
+    return;
+  }
+  for (const std::string& id : round->sampled) {
+    ParticipationRecord p;
+    p.run_id = run_.run_id;
+    p.round = round->round;
+    p.attempt = round->attempt;
+    p.client_id = id;
+    p.task_id = round->task_of[id];
+    (void)store_->RecordParticipation(p);
+  }
+  LogEvent(LogLevel::kInfo, "round_started",
+           {{"run", absl::StrCat(run_.run_id)}, {"round", absl::StrCat(round->round)},
+            {"attempt", absl::StrCat(round->attempt)}, {"sampled", absl::StrCat(k)},
+            {"online", absl::StrCat(n)}});
+  current_ = std::move(round);
+  BumpLocked();
+}
+
+void EngineImpl::CloseRoundLocked(const std::string& why) {
+  std::shared_ptr<RoundState> round = std::move(current_);
+  current_ = nullptr;
+  const absl::Time now = clock_->Now();
+  std::vector<ParticipationRecord> participations;
+  std::map<std::string, double> metric_sums;
+  double metric_weight = 0;
+  {
+    std::unique_lock<std::shared_mutex> gate(round->gate);
+    for (auto& [id, up] : round->uploads) {
+      if (up->phase != Phase::kStreaming) continue;
+      up->phase = Phase::kAborted;
+      up->reason = absl::StrCat("round closed (", why, ") before the update was complete");
+      if (absl::Status s = up->FoldOut(*round->aggregator); !s.ok()) round->poisoned = true;
+    }
+    for (const std::string& id : round->sampled) {
+      auto it = round->uploads.find(id);
+      if (it == round->uploads.end()) {
+        ParticipationRecord p;
+        p.run_id = run_.run_id;
+        p.round = round->round;
+        p.attempt = round->attempt;
+        p.client_id = id;
+        p.task_id = round->task_of[id];
+        p.status = ParticipationStatus::kDropped;
+        p.reason = absl::StrCat("no update before the round closed (", why, ")");
+        participations.push_back(std::move(p));
+        continue;
+      }
+      const UploadState& up = *it->second;
+      participations.push_back(ParticipationFor(*round, up));
+      if (up.phase == Phase::kAccepted) {
+        for (const auto& [k, v] : up.metrics) metric_sums[k] += v * up.num_examples;
+        metric_weight += static_cast<double>(up.num_examples);
+      }
+    }
+  }
+  RoundSummary summary;
+  summary.run_id = run_.run_id;
+  summary.round = round->round;
+  summary.attempt = round->attempt;
+  summary.num_sampled = static_cast<int32_t>(round->sampled.size());
+  summary.num_accepted = round->aggregator->num_accepted();
+  summary.duration = now - round->started;
+  for (const auto& [k, v] : metric_sums) summary.metrics["train_" + k] = v / metric_weight;
+
+  std::string failure;
+  if (round->poisoned) {
+    failure = "a refused update could not be folded out of the aggregate (spill unreadable)";
+  } else if (summary.num_accepted < options_.min_fit_clients) {
+    failure = absl::StrCat("only ", summary.num_accepted, " of ", summary.num_sampled,
+                           " sampled clients delivered an accepted update (", why,
+                           "); min_fit_clients is ", options_.min_fit_clients);
+  }
+  absl::StatusOr<Model> next = failure.empty() ? round->aggregator->Finish()
+                                               : absl::StatusOr<Model>(absl::AbortedError(failure));
+  if (next.ok()) {
+    if (hooks_.evaluate) {
+      for (const auto& [k, v] : hooks_.evaluate(*next)) summary.metrics[k] = v;
+    }
+    RoundRecord rec;
+    rec.run_id = run_.run_id;
+    rec.round = round->round;
+    rec.attempt = round->attempt;
+    rec.status = RoundStatus::kCommitted;
+    rec.started_at_ms = ToMs(round->started);
+    rec.ended_at_ms = ToMs(now);
+    rec.num_sampled = summary.num_sampled;
+    rec.num_reported = summary.num_accepted;
+    rec.metrics_json = MetricsJson(summary.metrics);
+    absl::StatusOr<std::string> sha = store_->WriteCheckpoint(*next);
+    absl::Status committed = sha.ok() ? (rec.checkpoint = *sha, store_->CommitRound(rec, participations))
+                                      : sha.status();
+    if (committed.ok()) {
+      if (summary.metrics.count("test_accuracy") != 0) {
+        double loss = summary.metrics.count("test_loss") ? summary.metrics["test_loss"] : 0.0;
+        (void)store_->RecordEvaluation(run_.run_id, round->round, "server", loss,
+                                       summary.metrics["test_accuracy"], 0, ToMs(now));
+      }
+      summary.committed = true;
+      global_ = std::make_shared<const Model>(*std::move(next));
+      global_sha_ = *sha;
+      committed_round_ = round->round;
+      next_attempt_ = 0;
+      LogEvent(LogLevel::kInfo, "round_committed",
+               {{"run", absl::StrCat(run_.run_id)}, {"round", absl::StrCat(round->round)},
+                {"accepted", absl::StrCat(summary.num_accepted)},
+                {"checkpoint", global_sha_.substr(0, 16)}});
+      if (committed_round_ >= options_.num_rounds) FinishRunLocked();
+    } else {
+      failure = absl::StrCat("could not commit the round: ", committed.message());
+    }
+  } else if (failure.empty()) {
+    failure = std::string(next.status().message());
+  }
+  if (!summary.committed) {
+    summary.reason = failure;
+    (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kFailed, failure,
+                           ToMs(now));
+    for (const ParticipationRecord& p : participations) (void)store_->RecordParticipation(p);
+    LogEvent(LogLevel::kWarn, "round_failed",
+             {{"round", absl::StrCat(round->round)}, {"attempt", absl::StrCat(round->attempt)},
+              {"reason", failure}});
+    ++next_attempt_;
+    if (next_attempt_ > options_.max_round_retries) {
+      FailRunLocked(absl::StrCat("round ", round->round, " failed ", next_attempt_,
+                                 " times; last reason: ", failure));
+    }
+  }
+  pending_summaries_.push_back(std::move(summary));
+  BumpLocked();
+}
+
+void EngineImpl::FinishRunLocked() {
+  finished_ = true;
+  run_.status = RunStatus::kFinished;
+  (void)store_->FinishRun(run_.run_id, RunStatus::kFinished, "", ToMs(clock_->Now()));
+  LogEvent(LogLevel::kInfo, "run_finished",
+           {{"run", absl::StrCat(run_.run_id)}, {"rounds", absl::StrCat(committed_round_)}});
+  BumpLocked();
+}
+
+void EngineImpl::FailRunLocked(const std::string& reason) {
+  finished_ = true;
+  run_.status = RunStatus::kFailed;
+  run_.reason = reason;
+  (void)store_->FinishRun(run_.run_id, RunStatus::kFailed, reason, ToMs(clock_->Now()));
+  LogEvent(LogLevel::kError, "run_failed", {{"run", absl::StrCat(run_.run_id)}, {"reason", reason}});
+  BumpLocked();
+}
+
+absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::string& client_id,
+                                                                 const UpdateMeta& meta) {
+  absl::Status refusal;
+  std::shared_ptr<RoundState> round;
+  auto state = std::make_shared<UploadState>();
+  state->client_id = client_id;
+  state->task_id = meta.task_id;
+  state->num_examples = meta.num_examples;
+  state->metrics = meta.metrics;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    clients_[client_id].last_seen = clock_->Now();
+    refusal = CheckTaskLocked(client_id, meta.run_id, meta.round, meta.task_id);
+    if (refusal.ok()) {
+      round = current_;
+      auto existing = round->uploads.find(client_id);
+      if (existing != round->uploads.end()) {
+        refusal = absl::AlreadyExistsError(absl::StrCat(
+            "an update for task '", meta.task_id, "' was already received in round ", meta.round));
+        round = nullptr;  // the first upload keeps its place
+      }
+    }
+    if (refusal.ok()) {
+      const int64_t expected = global_->NumBytes();
+      if (meta.payload_bytes != expected) {
+        refusal = absl::InvalidArgumentError(absl::StrCat(
+            "update payload is ", meta.payload_bytes, " bytes but the model has ",
+            global_->spec().NumFloats(), " float32 parameters (", expected, " bytes)"));
+      } else if (meta.num_examples <= 0) {
+        refusal = absl::InvalidArgumentError(
+            absl::StrCat("update claims ", meta.num_examples, " examples; it must be at least 1"));
+      } else {
+        for (const auto& [k, v] : meta.metrics) {
+          if (!std::isfinite(v)) {
+            refusal = absl::InvalidArgumentError(
+                absl::StrCat("update metric '", k, "' is not a finite number"));
+            break;
+          }
+        }
+      }
+      if (refusal.ok()) {
+        state->spill_path = absl::StrCat(options_.spill_dir, "/", run_.run_id, "-", round->round,
+                                         "-", round->attempt, "-", client_id.substr(0, 16),
+                                         ".part");
+        state->spill_fd = ::open(state->spill_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
+                                 0600);
+        if (state->spill_fd < 0) {
+          refusal = absl::InternalError(absl::StrCat("cannot create spill file ",
+                                                     state->spill_path, ": ",
+                                                     std::strerror(errno)));
+          state->spill_path.clear();
+        }
+      }
+      if (!refusal.ok()) {
+        // The client's one update for this task is spent; the round need not wait for it.
+        state->phase = Phase::kRefused;
+        state->reason = std::string(refusal.message());
+      }
+      round->uploads[client_id] = state;
+    }
+  }
+  if (!refusal.ok()) {
+    if (round != nullptr) {
+      OnUploadEnded(round, *state, refusal);
+    } else {
+      AuditRefusal(client_id, "update_refused", refusal);
+    }
+    return refusal;
+  }
+  return std::make_unique<UploadImpl>(this, std::move(round), std::move(state), meta.payload_bytes);
+}
+
+UploadImpl::~UploadImpl() {
+  if (!done_) (void)Abandon();
+}
+
+absl::Status UploadImpl::Refuse(absl::Status why) {
+  {
+    std::shared_lock<std::shared_mutex> gate(round_->gate);
+    done_ = true;
+    if (state_->phase != Phase::kStreaming) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("update no longer accepted: ", state_->reason));
+    }
+    (void)RefuseLocked(why);
+  }
+  engine_->OnUploadEnded(round_, *state_, why);
+  return why;
+}
+
+absl::Status UploadImpl::RefuseLocked(absl::Status why) {
+  state_->phase = Phase::kRefused;
+  state_->reason = std::string(why.message());
+  if (!state_->FoldOut(*round_->aggregator).ok()) round_->poisoned = true;
+  done_ = true;
+  return why;
+}
+
+absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
+  absl::Status why;
+  {
+    std::shared_lock<std::shared_mutex> gate(round_->gate);
+    if (state_->phase != Phase::kStreaming) {
+      done_ = true;
+      return absl::FailedPreconditionError(
+          absl::StrCat("update no longer accepted: ", state_->reason));
+    }
+    why = assembler_.Add(offset, data);
+    const int64_t first = offset / static_cast<int64_t>(sizeof(float));
+    std::span<float> values(buffer_.data(), data.size() / sizeof(float));
+    if (why.ok()) {
+      std::memcpy(values.data(), data.data(), data.size());
+      why = CheckFinite(values, first);
+    }
+    if (why.ok()) {
+      ssize_t written = ::pwrite(state_->spill_fd, data.data(), data.size(), offset);
+      if (written != static_cast<ssize_t>(data.size())) {
+        why = absl::InternalError(absl::StrCat("cannot stage the update in ", state_->spill_path,
+                                               ": ", std::strerror(errno)));
+      }
+    }
+    if (why.ok()) {
+      round_->aggregator->Fold(first, values, static_cast<double>(state_->num_examples));
+      state_->bytes_folded += static_cast<int64_t>(data.size());
+      return absl::OkStatus();
+    }
+    (void)RefuseLocked(why);
+  }
+  engine_->OnUploadEnded(round_, *state_, why);
+  return why;
+}
+
+absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
+  absl::Status why;
+  {
+    std::shared_lock<std::shared_mutex> gate(round_->gate);
+    done_ = true;
+    if (state_->phase != Phase::kStreaming) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("update no longer accepted: ", state_->reason));
+    }
+    why = assembler_.Finish(sha256_hex);
+    if (why.ok()) {
+      round_->aggregator->Accept(static_cast<double>(state_->num_examples));
+      state_->phase = Phase::kAccepted;
+      state_->RemoveSpill();
+    } else {
+      (void)RefuseLocked(why);
+    }
+  }
+  engine_->OnUploadEnded(round_, *state_, why);
+  return why;
+}
+
+}  // namespace
+
+namespace internal {
+
+UploadState::~UploadState() { RemoveSpill(); }
+
+void UploadState::RemoveSpill() {
+  if (spill_fd >= 0) ::close(spill_fd);
+  spill_fd = -1;
+  if (!spill_path.empty()) ::unlink(spill_path.c_str());
+  spill_path.clear();
+}
+
+absl::Status UploadState::FoldOut(aggregation::RoundAggregator& aggregator) {
+  std::vector<float> buf(static_cast<size_t>(kMaxChunkBytes / sizeof(float)));
+  absl::Status result;
+  for (int64_t off = 0; off < bytes_folded;) {
+    size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, bytes_folded - off));
+    ssize_t got = ::pread(spill_fd, buf.data(), n, off);
+    if (got != static_cast<ssize_t>(n)) {
+      result = absl::DataLossError(absl::StrCat("cannot read back spill ", spill_path));
+      break;
+    }
+    aggregator.Unfold(off / static_cast<int64_t>(sizeof(float)),
+                      std::span<const float>(buf.data(), n / sizeof(float)),
+                      static_cast<double>(num_examples));
+    off += static_cast<int64_t>(n);
+  }
+  bytes_folded = 0;
+  RemoveSpill();
+  return result;
+}
+
+}  // namespace internal
+
+Clock* Clock::Real() {
+  static RealClock clock;
+  return &clock;
+}
+
+std::string EngineOptions::ToJson() const {
+  nlohmann::json j = {
+      {"run_name", run_name},
+      {"num_rounds", num_rounds},
+      {"min_clients", min_clients},
+      {"min_fit_clients", min_fit_clients},
+      {"sample_fraction", sample_fraction},
+      {"round_timeout_ms", absl::ToInt64Milliseconds(round_timeout)},
+      {"client_timeout_ms", absl::ToInt64Milliseconds(client_timeout)},
+      {"max_round_retries", max_round_retries},
+      {"seed", seed},
+      {"local_epochs", fit.local_epochs},
+      {"batch_size", fit.batch_size},
+      {"learning_rate", fit.learning_rate},
+  };
+  return j.dump();
+}
+
+absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError("run configuration is not a JSON object");
+  }
+  EngineOptions o;
+  try {
+    o.run_name = j.at("run_name").get<std::string>();
+    o.num_rounds = j.at("num_rounds").get<int32_t>();
+    o.min_clients = j.at("min_clients").get<int32_t>();
+    o.min_fit_clients = j.at("min_fit_clients").get<int32_t>();
+    o.sample_fraction = j.at("sample_fraction").get<double>();
+    o.round_timeout = absl::Milliseconds(j.at("round_timeout_ms").get<int64_t>());
+    o.client_timeout = absl::Milliseconds(j.at("client_timeout_ms").get<int64_t>());
+    o.max_round_retries = j.at("max_round_retries").get<int32_t>();
+    o.seed = j.at("seed").get<uint64_t>();
+    o.fit.local_epochs = j.at("local_epochs").get<int32_t>();
+    o.fit.batch_size = j.at("batch_size").get<int32_t>();
+    o.fit.learning_rate = j.at("learning_rate").get<float>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));
+  }
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions options,
+                                                                 Store* store,
+                                                                 aggregation::Strategy* strategy,
+                                                                 Clock* clock, Model initial_model,
+                                                                 EngineHooks hooks) {
+  if (options.min_fit_clients < 1 || options.min_clients < options.min_fit_clients) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "need 1 <= min_fit_clients <= min_clients; got min_fit_clients=", options.min_fit_clients,
+        ", min_clients=", options.min_clients));
+  }
+  if (options.num_rounds < 1) return absl::InvalidArgumentError("num_rounds must be at least 1");
+  if (!(options.sample_fraction > 0 && options.sample_fraction <= 1)) {
+    return absl::InvalidArgumentError("sample_fraction must be in (0, 1]");
+  }
+  if (options.spill_dir.empty()) return absl::InvalidArgumentError("spill_dir is not set");
+  auto engine = std::make_unique<EngineImpl>(std::move(options), store, strategy, clock,
+                                             std::move(hooks));
+  if (absl::Status s = engine->Init(std::move(initial_model)); !s.ok()) return s;
+  return engine;
+}
+
+}  // namespace fl::server

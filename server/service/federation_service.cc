@@ -1,1 +1,204 @@
-// placeholder
+#include "server/service/federation_service.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "fl/common/crypto.h"
+#include "fl/common/proto_serde.h"
+#include "grpcpp/grpcpp.h"
+
+namespace fl::server {
+namespace {
+
+constexpr char kClientNameHeader[] = "fl-client-name";
+
+class FederationService final : public fl::v1::Federation::Service {
+ public:
+  FederationService(ServiceOptions options, RoundEngine* engine, Store* store)
+      : options_(std::move(options)), engine_(engine), store_(store) {}
+
+  grpc::Status Join(grpc::ServerContext* ctx, const fl::v1::JoinRequest* req,
+                    fl::v1::JoinReply* reply) override {
+    absl::StatusOr<std::string> id = Identify(ctx);
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    absl::StatusOr<int64_t> run = engine_->Join(*id, req->client_name());
+    if (!run.ok()) return ToGrpcStatus(run.status());
+    reply->set_client_id(*id);
+    reply->set_run_id(*run);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PollTask(grpc::ServerContext* ctx, const fl::v1::PollRequest* req,
+                        fl::v1::Task* reply) override {
+    absl::StatusOr<std::string> id = Identify(ctx);
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    absl::Duration wait = std::min(absl::Milliseconds(std::max(0, req->wait_ms())),
+                                   options_.max_poll_wait);
+    const absl::Time deadline = absl::Now() + wait;
+    Task task;
+    while (true) {
+      uint64_t seen = engine_->version();
+      task = engine_->Poll(*id);
+      absl::Duration left = deadline - absl::Now();
+      if (task.kind != Task::Kind::kWait || left <= absl::ZeroDuration() || ctx->IsCancelled()) {
+        break;
+      }
+      engine_->WaitForChange(seen, std::min(left, absl::Seconds(1)));
+    }
+    reply->set_run_id(task.run_id);
+    reply->set_round(task.round);
+    reply->set_task_id(task.task_id);
+    reply->set_message(task.message);
+    switch (task.kind) {
+      case Task::Kind::kWait: reply->set_kind(fl::v1::Task::WAIT); break;
+      case Task::Kind::kDone: reply->set_kind(fl::v1::Task::DONE); break;
+      case Task::Kind::kFit: {
+        reply->set_kind(fl::v1::Task::FIT);
+        fl::v1::FitTask* fit = reply->mutable_fit();
+        fit->set_local_epochs(task.fit.local_epochs);
+        fit->set_batch_size(task.fit.batch_size);
+        fit->set_learning_rate(task.fit.learning_rate);
+        ToProto(task.spec, fit->mutable_model_spec());
+        fit->set_model_bytes(task.model_bytes);
+        fit->set_model_sha256(task.model_sha256);
+        break;
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status DownloadModel(grpc::ServerContext* ctx, const fl::v1::DownloadRequest* req,
+                             grpc::ServerWriter<fl::v1::ModelChunk>* writer) override {
+    absl::StatusOr<std::string> id = Identify(ctx);
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    absl::StatusOr<GlobalModel> global =
+        engine_->ModelForTask(*id, req->run_id(), req->round(), req->task_id());
+    if (!global.ok()) {
+      engine_->AuditRefusal(*id, "download_refused", global.status());
+      return ToGrpcStatus(global.status());
+    }
+    std::span<const std::byte> payload = global->model->bytes();
+    fl::v1::ModelChunk chunk;
+    for (int64_t offset = 0; offset < static_cast<int64_t>(payload.size());
+         offset += kMaxChunkBytes) {
+      const int64_t n =
+          std::min<int64_t>(kMaxChunkBytes, static_cast<int64_t>(payload.size()) - offset);
+      chunk.set_offset(offset);
+      chunk.set_data(reinterpret_cast<const char*>(payload.data()) + offset,
+                     static_cast<size_t>(n));
+      if (offset + n == static_cast<int64_t>(payload.size())) chunk.set_sha256(global->sha256);
+      if (!writer->Write(chunk)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away during the download");
+      }
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SubmitUpdate(grpc::ServerContext* ctx,
+                            grpc::ServerReader<fl::v1::UpdatePart>* reader,
+                            fl::v1::SubmitReply* reply) override {
+    absl::StatusOr<std::string> id = Identify(ctx);
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    fl::v1::UpdatePart part;
+    if (!reader->Read(&part) || !part.has_metadata()) {
+      absl::Status s = absl::InvalidArgumentError(
+          "the first message of an update must carry its metadata");
+      engine_->AuditRefusal(*id, "update_refused", s);
+      return ToGrpcStatus(s);
+    }
+    const fl::v1::UpdateMetadata& m = part.metadata();
+    UpdateMeta meta;
+    meta.run_id = m.run_id();
+    meta.round = m.round();
+    meta.task_id = m.task_id();
+    meta.num_examples = m.num_examples();
+    meta.metrics.insert(m.metrics().begin(), m.metrics().end());
+    meta.payload_bytes = m.payload_bytes();
+    if (m.encoding() != fl::v1::UpdateMetadata::FLOAT32) {
+      absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+          "update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
+          " is not supported; this run takes FLOAT32"));
+      engine_->AuditRefusal(*id, "update_refused", s);
+      return ToGrpcStatus(s);
+    }
+    absl::StatusOr<std::unique_ptr<Upload>> upload = engine_->BeginUpload(*id, meta);
+    if (!upload.ok()) return ToGrpcStatus(upload.status());
+    while (reader->Read(&part)) {
+      switch (part.part_case()) {
+        case fl::v1::UpdatePart::kChunk: {
+          absl::Status s = (*upload)->AddChunk(part.chunk().offset(), part.chunk().data());
+          if (!s.ok()) return ToGrpcStatus(s);
+          break;
+        }
+        case fl::v1::UpdatePart::kSha256: {
+          absl::Status s = (*upload)->Finish(part.sha256());
+          if (!s.ok()) return ToGrpcStatus(s);
+          reply->set_accepted(true);
+          reply->set_message(absl::StrCat("update accepted for round ", meta.round));
+          return grpc::Status::OK;
+        }
+        default:
+          return ToGrpcStatus((*upload)->Refuse(absl::InvalidArgumentError(
+              "an update's metadata may only come first, once")));
+      }
+    }
+    return ToGrpcStatus((*upload)->Abandon());
+  }
+
+ private:
+  // The caller's identity: the fingerprint of its verified, enrolled certificate (or, in
+  // plaintext mode, the name it sends). Refusals are audited here.
+  absl::StatusOr<std::string> Identify(grpc::ServerContext* ctx) {
+    if (options_.insecure_plaintext) {
+      auto it = ctx->client_metadata().find(kClientNameHeader);
+      if (it == ctx->client_metadata().end() || it->second.empty()) {
+        return absl::UnauthenticatedError(
+            "plaintext mode: send the client's name in the fl-client-name metadata");
+      }
+      return absl::StrCat("plain:", std::string(it->second.data(), it->second.size()));
+    }
+    std::vector<grpc::string_ref> certs = ctx->auth_context()->FindPropertyValues("x509_pem_cert");
+    if (certs.empty()) {
+      absl::Status s = absl::UnauthenticatedError("no client certificate was presented");
+      engine_->AuditRefusal("", "client_refused", s);
+      return s;
+    }
+    std::string pem(certs.front().data(), certs.front().size());
+    absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pem);
+    if (!fingerprint.ok()) {
+      absl::Status s = absl::UnauthenticatedError(
+          absl::StrCat("unreadable client certificate: ", fingerprint.status().message()));
+      engine_->AuditRefusal("", "client_refused", s);
+      return s;
+    }
+    if (absl::Status s = VerifyClientCertificate(pem, options_.ca_pem); !s.ok()) {
+      engine_->AuditRefusal(*fingerprint, "client_refused", s);
+      return s;
+    }
+    absl::StatusOr<bool> enrolled = store_->IsEnrolled(*fingerprint);
+    if (!enrolled.ok()) return enrolled.status();
+    if (!*enrolled) {
+      absl::StatusOr<std::string> cn = CertificateCommonName(pem);
+      absl::Status s = absl::PermissionDeniedError(absl::StrCat(
+          "client certificate ", fingerprint->substr(0, 16), " (CN=", cn.ok() ? *cn : "?",
+          ") is not enrolled in this federation"));
+      engine_->AuditRefusal(*fingerprint, "client_refused", s);
+      return s;
+    }
+    return *fingerprint;
+  }
+
+  const ServiceOptions options_;
+  RoundEngine* engine_;
+  Store* store_;
+};
+
+}  // namespace
+
+std::unique_ptr<fl::v1::Federation::Service> MakeFederationService(ServiceOptions options,
+                                                                   RoundEngine* engine,
+                                                                   Store* store) {
+  return std::make_unique<FederationService>(std::move(options), engine, store);
+}
+
+}  // namespace fl::server

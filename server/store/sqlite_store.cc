@@ -1,1 +1,486 @@
-// placeholder
+// Store on SQLite: one connection in WAL mode behind one mutex, plus checkpoint files.
+#include <chrono>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "fl/common/file_util.h"
+#include "fl/server/store.h"
+#include "server/store/checkpoint_file.h"
+#include "server/store/migrations.h"
+#include "server/store/records.h"
+#include "server/store/sqlite_util.h"
+
+namespace fl::server {
+namespace {
+
+using sqlite::Statement;
+using sqlite::Transaction;
+
+constexpr char kDbFile[] = "federation.db";
+constexpr char kCheckpointSubdir[] = "checkpoints";
+
+std::string RoundName(int64_t run_id, int32_t round, int32_t attempt) {
+  return absl::StrCat("round ", round, " attempt ", attempt, " of run ", run_id);
+}
+
+int64_t WallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Removes temporary checkpoint files a crash left behind; they never have a row.
+void RemoveStaleTempFiles(const std::string& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (absl::StrContains(entry.path().filename().string(), ".tmp.")) {
+      std::filesystem::remove(entry.path(), ec);
+    }
+  }
+}
+
+class SqliteStore final : public Store {
+ public:
+  SqliteStore(std::string data_dir, sqlite::DbPtr db, int version)
+      : data_dir_(std::move(data_dir)), schema_version_(version), db_(std::move(db)) {}
+
+  std::string db_path() const override { return absl::StrCat(data_dir_, "/", kDbFile); }
+  std::string checkpoint_dir() const override {
+    return absl::StrCat(data_dir_, "/", kCheckpointSubdir);
+  }
+  int schema_version() const override { return schema_version_; }
+
+  absl::StatusOr<int64_t> CreateRun(const RunRecord& run) override;
+  absl::StatusOr<std::optional<RunRecord>> ActiveRun() override;
+  absl::StatusOr<RunRecord> GetRun(int64_t run_id) override;
+  absl::Status FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
+                         int64_t now_ms) override;
+  absl::Status BeginRound(const RoundRecord& round) override;
+  absl::Status CommitRound(const RoundRecord& round,
+                           const std::vector<ParticipationRecord>& participations) override;
+  absl::Status EndRound(int64_t run_id, int32_t round, int32_t attempt, RoundStatus status,
+                        const std::string& reason, int64_t now_ms) override;
+  absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) override;
+  absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) override;
+  absl::StatusOr<std::optional<RoundRecord>> LastCommittedRound(int64_t run_id) override;
+  absl::Status RecordParticipation(const ParticipationRecord& p) override;
+  absl::StatusOr<std::vector<ParticipationRecord>> Participations(int64_t run_id,
+                                                                  int32_t round) override;
+  absl::Status EnrollClient(const std::string& client_id, const std::string& name,
+                            int64_t now_ms) override;
+  absl::Status RevokeClient(const std::string& client_id, int64_t now_ms) override;
+  absl::StatusOr<bool> IsEnrolled(const std::string& client_id) override;
+  absl::Status TouchClient(const std::string& client_id, int64_t now_ms) override;
+  absl::StatusOr<std::vector<ClientRecord>> Clients() override;
+  absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
+                                double loss, double accuracy, int64_t num_examples,
+                                int64_t now_ms) override;
+  absl::StatusOr<std::string> WriteCheckpoint(const Model& model) override;
+  absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) override;
+  absl::Status Audit(const AuditRecord& record) override;
+  absl::StatusOr<std::vector<AuditRecord>> AuditLog(int limit) override;
+
+ private:
+  absl::StatusOr<Statement> Prepare(absl::string_view sql, absl::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return Statement::Prepare(db_.get(), sql, what);
+  }
+  // The status of one attempt, or nullopt when there is no such attempt.
+  absl::StatusOr<std::optional<RoundStatus>> AttemptStatus(int64_t run_id, int32_t round,
+                                                           int32_t attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CommitRoundLocked(const RoundRecord& round,
+                                 const std::vector<ParticipationRecord>& participations)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string data_dir_;
+  const int schema_version_;
+  std::mutex mu_;
+  sqlite::DbPtr db_ ABSL_GUARDED_BY(mu_);
+};
+
+absl::StatusOr<int64_t> SqliteStore::CreateRun(const RunRecord& run) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "INSERT INTO runs(name, config_json, model_spec_json, initial_checkpoint, status, reason, "
+      "created_at_ms, ended_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+      "insert into runs");
+  if (!st.ok()) return st.status();
+  if (absl::Status s =
+          st->Bind(run.name, run.config_json, run.model_spec_json, run.initial_checkpoint,
+                   ToString(run.status), run.reason, run.created_at_ms, run.ended_at_ms)
+              .Run();
+      !s.ok()) {
+    return s;
+  }
+  return sqlite3_last_insert_rowid(db_.get());
+}
+
+absl::StatusOr<std::optional<RunRecord>> SqliteStore::ActiveRun() {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectRuns, "WHERE status = 'running' ORDER BY run_id DESC LIMIT 1"),
+              "select active run from runs");
+  if (!st.ok()) return st.status();
+  return sqlite::First(*st, ReadRun);
+}
+
+absl::StatusOr<RunRecord> SqliteStore::GetRun(int64_t run_id) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectRuns, "WHERE run_id = ?"), "select from runs");
+  if (!st.ok()) return st.status();
+  absl::StatusOr<std::optional<RunRecord>> run = sqlite::First(st->Bind(run_id), ReadRun);
+  if (!run.ok()) return run.status();
+  if (!run->has_value()) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
+  return **std::move(run);
+}
+
+absl::Status SqliteStore::FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
+                                    int64_t now_ms) {
+  if (status == RunStatus::kRunning) {
+    return absl::InvalidArgumentError("FinishRun needs a final status, not running");
+  }
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "UPDATE runs SET status = ?, reason = ?, ended_at_ms = ? "
+      "WHERE run_id = ? AND status = 'running'",
+      "update runs");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(ToString(status), reason, now_ms, run_id).Run(); !s.ok()) return s;
+  if (sqlite3_changes(db_.get()) == 1) return absl::OkStatus();
+  absl::StatusOr<Statement> exists =
+      Prepare("SELECT status FROM runs WHERE run_id = ?", "select from runs");
+  if (!exists.ok()) return exists.status();
+  absl::StatusOr<bool> row = exists->Bind(run_id).Step();
+  if (!row.ok()) return row.status();
+  if (!*row) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("run ", run_id, " is already ", exists->Text(0)));
+}
+
+absl::Status SqliteStore::BeginRound(const RoundRecord& round) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "INSERT INTO rounds(run_id, round, attempt, status, started_at_ms, num_sampled, "
+      "metrics_json) VALUES (?, ?, ?, 'running', ?, ?, ?)",
+      absl::StrCat("insert ", RoundName(round.run_id, round.round, round.attempt), " into rounds"));
+  if (!st.ok()) return st.status();
+  return st
+      ->Bind(round.run_id, round.round, round.attempt, round.started_at_ms, round.num_sampled,
+             round.metrics_json)
+      .Run();
+}
+
+absl::StatusOr<std::optional<RoundStatus>> SqliteStore::AttemptStatus(int64_t run_id, int32_t round,
+                                                                      int32_t attempt) {
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectRounds, "WHERE run_id = ? AND round = ? AND attempt = ?"),
+              "select from rounds");
+  if (!st.ok()) return st.status();
+  absl::StatusOr<std::optional<RoundRecord>> r =
+      sqlite::First(st->Bind(run_id, round, attempt), ReadRound);
+  if (!r.ok()) return r.status();
+  if (!r->has_value()) return std::nullopt;
+  return (*r)->status;
+}
+
+absl::Status SqliteStore::CommitRound(const RoundRecord& round,
+                                      const std::vector<ParticipationRecord>& participations) {
+  for (const ParticipationRecord& p : participations) {
+    if (p.run_id != round.run_id || p.round != round.round || p.attempt != round.attempt) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "participation of ", p.client_id, " belongs to ", RoundName(p.run_id, p.round, p.attempt),
+          ", not to ", RoundName(round.run_id, round.round, round.attempt)));
+    }
+  }
+  std::lock_guard lock(mu_);
+  if (absl::Status s = sqlite::Exec(db_.get(), "PRAGMA synchronous = FULL",
+                                    "commit round (set synchronous=FULL)");
+      !s.ok()) {
+    return s;
+  }
+  absl::Status status = CommitRoundLocked(round, participations);
+  // Failing to go back to NORMAL only costs speed (FULL is the safer mode), and the commit's
+  // outcome is already decided, so it is not reported as the commit's failure.
+  sqlite::Exec(db_.get(), "PRAGMA synchronous = NORMAL", "restore synchronous=NORMAL")
+      .IgnoreError();
+  return status;
+}
+
+absl::Status SqliteStore::CommitRoundLocked(
+    const RoundRecord& round, const std::vector<ParticipationRecord>& participations) {
+  const std::string name = RoundName(round.run_id, round.round, round.attempt);
+  Transaction tx(db_.get(), absl::StrCat("commit ", name));
+  if (!tx.status().ok()) return tx.status();
+
+  absl::StatusOr<std::optional<RoundStatus>> current =
+      AttemptStatus(round.run_id, round.round, round.attempt);
+  if (!current.ok()) return current.status();
+  if (!current->has_value()) return absl::NotFoundError(absl::StrCat(name, " not found"));
+  if (**current != RoundStatus::kRunning) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot commit ", name, ": it is ", ToString(**current), ", not running"));
+  }
+  absl::StatusOr<Statement> committed =
+      Prepare("SELECT attempt FROM rounds WHERE run_id = ? AND round = ? AND status = 'committed'",
+              "select committed attempt from rounds");
+  if (!committed.ok()) return committed.status();
+  absl::StatusOr<bool> row = committed->Bind(round.run_id, round.round).Step();
+  if (!row.ok()) return row.status();
+  if (*row) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot commit ", name, ": attempt ",
+                                                      committed->Int(0),
+                                                      " of that round is already committed"));
+  }
+  absl::StatusOr<Statement> ckpt =
+      Prepare("SELECT 1 FROM checkpoints WHERE sha256 = ?", "select from checkpoints");
+  if (!ckpt.ok()) return ckpt.status();
+  row = ckpt->Bind(round.checkpoint).Step();
+  if (!row.ok()) return row.status();
+  if (!*row) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot commit ", name, ": checkpoint '",
+                                                      round.checkpoint, "' has not been written"));
+  }
+
+  absl::StatusOr<Statement> update = Prepare(
+      "UPDATE rounds SET status = 'committed', ended_at_ms = ?, num_sampled = ?, "
+      "num_reported = ?, checkpoint = ?, metrics_json = ?, reason = ? "
+      "WHERE run_id = ? AND round = ? AND attempt = ?",
+      absl::StrCat("update rounds to commit ", name));
+  if (!update.ok()) return update.status();
+  if (absl::Status s =
+          update
+              ->Bind(round.ended_at_ms, round.num_sampled, round.num_reported, round.checkpoint,
+                     round.metrics_json, round.reason, round.run_id, round.round, round.attempt)
+              .Run();
+      !s.ok()) {
+    return s;
+  }
+  for (const ParticipationRecord& p : participations) {
+    if (absl::Status s = InsertParticipation(db_.get(), p); !s.ok()) return s;
+  }
+  return tx.Commit();
+}
+
+absl::Status SqliteStore::EndRound(int64_t run_id, int32_t round, int32_t attempt,
+                                   RoundStatus status, const std::string& reason, int64_t now_ms) {
+  if (status != RoundStatus::kAborted && status != RoundStatus::kFailed) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EndRound takes aborted or failed, not ", ToString(status)));
+  }
+  const std::string name = RoundName(run_id, round, attempt);
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "UPDATE rounds SET status = ?, reason = ?, ended_at_ms = ? "
+      "WHERE run_id = ? AND round = ? AND attempt = ? AND status = 'running'",
+      absl::StrCat("update rounds to end ", name));
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(ToString(status), reason, now_ms, run_id, round, attempt).Run();
+      !s.ok()) {
+    return s;
+  }
+  if (sqlite3_changes(db_.get()) == 1) return absl::OkStatus();
+  absl::StatusOr<std::optional<RoundStatus>> current = AttemptStatus(run_id, round, attempt);
+  if (!current.ok()) return current.status();
+  if (!current->has_value()) return absl::NotFoundError(absl::StrCat(name, " not found"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot end ", name, ": it is already ", ToString(**current)));
+}
+
+absl::StatusOr<int> SqliteStore::AbortInFlightRounds(int64_t run_id, int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "UPDATE rounds SET status = 'aborted', reason = 'server restarted', ended_at_ms = ? "
+      "WHERE run_id = ? AND status = 'running'",
+      "update rounds to abort those in flight");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(now_ms, run_id).Run(); !s.ok()) return s;
+  return sqlite3_changes(db_.get());
+}
+
+absl::StatusOr<std::vector<RoundRecord>> SqliteStore::Rounds(int64_t run_id) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectRounds, "WHERE run_id = ? ORDER BY round, attempt"),
+              "select from rounds");
+  if (!st.ok()) return st.status();
+  return sqlite::Collect(st->Bind(run_id), ReadRound);
+}
+
+absl::StatusOr<std::optional<RoundRecord>> SqliteStore::LastCommittedRound(int64_t run_id) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectRounds,
+                           "WHERE run_id = ? AND status = 'committed' ORDER BY round DESC LIMIT 1"),
+              "select last committed round from rounds");
+  if (!st.ok()) return st.status();
+  return sqlite::First(st->Bind(run_id), ReadRound);
+}
+
+absl::Status SqliteStore::RecordParticipation(const ParticipationRecord& p) {
+  std::lock_guard lock(mu_);
+  return InsertParticipation(db_.get(), p);
+}
+
+absl::StatusOr<std::vector<ParticipationRecord>> SqliteStore::Participations(int64_t run_id,
+                                                                             int32_t round) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectParticipations,
+                           "WHERE run_id = ? AND round = ? ORDER BY attempt, client_id"),
+              "select from participations");
+  if (!st.ok()) return st.status();
+  return sqlite::Collect(st->Bind(run_id, round), ReadParticipation);
+}
+
+absl::Status SqliteStore::EnrollClient(const std::string& client_id, const std::string& name,
+                                       int64_t now_ms) {
+  if (client_id.empty()) return absl::InvalidArgumentError("cannot enroll an empty client id");
+  std::lock_guard lock(mu_);
+  // A client already enrolled keeps its enrollment time; a revoked one is enrolled anew.
+  absl::StatusOr<Statement> st = Prepare(
+      "INSERT INTO clients(client_id, name, enrolled_at_ms) VALUES (?, ?, ?) "
+      "ON CONFLICT(client_id) DO UPDATE SET name = excluded.name, "
+      "enrolled_at_ms = CASE WHEN revoked_at_ms != 0 THEN excluded.enrolled_at_ms "
+      "ELSE enrolled_at_ms END, revoked_at_ms = 0",
+      "insert into clients");
+  if (!st.ok()) return st.status();
+  return st->Bind(client_id, name, now_ms).Run();
+}
+
+absl::Status SqliteStore::RevokeClient(const std::string& client_id, int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "UPDATE clients SET revoked_at_ms = CASE WHEN revoked_at_ms = 0 THEN ? "
+      "ELSE revoked_at_ms END WHERE client_id = ?",
+      "update clients to revoke");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(now_ms, client_id).Run(); !s.ok()) return s;
+  if (sqlite3_changes(db_.get()) == 0) {
+    return absl::NotFoundError(absl::StrCat("client ", client_id, " is not enrolled"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> SqliteStore::IsEnrolled(const std::string& client_id) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare("SELECT revoked_at_ms FROM clients WHERE client_id = ?", "select from clients");
+  if (!st.ok()) return st.status();
+  absl::StatusOr<bool> row = st->Bind(client_id).Step();
+  if (!row.ok()) return row.status();
+  return *row && st->Int(0) == 0;
+}
+
+absl::Status SqliteStore::TouchClient(const std::string& client_id, int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare("UPDATE clients SET last_seen_ms = MAX(last_seen_ms, ?) WHERE client_id = ?",
+              "update clients to touch");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(now_ms, client_id).Run(); !s.ok()) return s;
+  if (sqlite3_changes(db_.get()) == 0) {
+    return absl::NotFoundError(absl::StrCat("client ", client_id, " is not enrolled"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ClientRecord>> SqliteStore::Clients() {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      absl::StrCat(kSelectClients, "ORDER BY enrolled_at_ms, client_id"), "select from clients");
+  if (!st.ok()) return st.status();
+  return sqlite::Collect(*st, ReadClient);
+}
+
+absl::Status SqliteStore::RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
+                                           double loss, double accuracy, int64_t num_examples,
+                                           int64_t now_ms) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "INSERT INTO evaluations(run_id, round, source, loss, accuracy, num_examples, at_ms) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?)",
+      "insert into evaluations");
+  if (!st.ok()) return st.status();
+  return st->Bind(run_id, round, source, loss, accuracy, num_examples, now_ms).Run();
+}
+
+absl::StatusOr<std::string> SqliteStore::WriteCheckpoint(const Model& model) {
+  const std::string sha = model.Sha256Hex();
+  const std::string relative = absl::StrCat(kCheckpointSubdir, "/", sha, ".ckpt");
+  const std::string path = absl::StrCat(data_dir_, "/", relative);
+  const int64_t bytes = CheckpointFileSize(model);
+  // The file is only ever renamed into place complete, so one of the right size is this model.
+  std::error_code ec;
+  if (std::filesystem::file_size(path, ec) != static_cast<uintmax_t>(bytes) || ec) {
+    if (absl::Status s = WriteCheckpointFile(path, model); !s.ok()) return s;
+  }
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "INSERT OR IGNORE INTO checkpoints(sha256, path, bytes, created_at_ms) "
+      "VALUES (?, ?, ?, ?)",
+      "insert into checkpoints");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(sha, relative, bytes, WallClockMs()).Run(); !s.ok()) return s;
+  return sha;
+}
+
+absl::StatusOr<Model> SqliteStore::ReadCheckpoint(const std::string& sha256) {
+  if (!IsSha256Hex(sha256)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", sha256, "' is not a checkpoint name (64 lowercase hex digits)"));
+  }
+  return ReadCheckpointFile(absl::StrCat(checkpoint_dir(), "/", sha256, ".ckpt"), sha256);
+}
+
+absl::Status SqliteStore::Audit(const AuditRecord& record) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "INSERT INTO audit_log(at_ms, client_id, event, detail, run_id, round) "
+      "VALUES (?, ?, ?, ?, ?, ?)",
+      "insert into audit_log");
+  if (!st.ok()) return st.status();
+  return st
+      ->Bind(record.at_ms, record.client_id, record.event, record.detail, record.run_id,
+             record.round)
+      .Run();
+}
+
+absl::StatusOr<std::vector<AuditRecord>> SqliteStore::AuditLog(int limit) {
+  if (limit < 0) return absl::InvalidArgumentError("AuditLog limit must not be negative");
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectAudit,
+                           "WHERE id IN (SELECT id FROM audit_log ORDER BY id DESC LIMIT ?) "
+                           "ORDER BY id"),
+              "select from audit_log");
+  if (!st.ok()) return st.status();
+  return sqlite::Collect(st->Bind(limit), ReadAudit);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) {
+  const std::string checkpoints = absl::StrCat(data_dir, "/", kCheckpointSubdir);
+  if (absl::Status s = MakeDirectories(checkpoints); !s.ok()) return s;
+  RemoveStaleTempFiles(checkpoints);
+  absl::StatusOr<sqlite::DbPtr> db = sqlite::OpenDatabase(absl::StrCat(data_dir, "/", kDbFile));
+  if (!db.ok()) return db.status();
+  absl::StatusOr<int> version = sqlite::Migrate(db->get());
+  if (!version.ok()) return version.status();
+  return std::make_unique<SqliteStore>(data_dir, *std::move(db), *version);
+}
+
+}  // namespace fl::server

@@ -1,1 +1,158 @@
-// placeholder
+#include "fl/simulation/simulation.h"
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "fl/client/client.h"
+#include "fl/client/dataset.h"
+#include "fl/client/softmax_trainer.h"
+#include "fl/common/file_util.h"
+#include "fl/common/logging.h"
+#include "fl/common/provision.h"
+#include "fl/server/server.h"
+#include "fl/simulation/partition.h"
+
+namespace fl::simulation {
+
+absl::StatusOr<SimulationResult> RunSimulation(
+    const SimulationOptions& options, std::function<void(const server::RoundSummary&)> on_round) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<client::Dataset> train =
+      client::LoadIdx(options.dataset_dir + "/train-images-idx3-ubyte.gz",
+                      options.dataset_dir + "/train-labels-idx1-ubyte.gz");
+  if (!train.ok()) return train.status();
+  absl::StatusOr<client::Dataset> test =
+      client::LoadIdx(options.dataset_dir + "/t10k-images-idx3-ubyte.gz",
+                      options.dataset_dir + "/t10k-labels-idx1-ubyte.gz");
+  if (!test.ok()) return test.status();
+
+  absl::StatusOr<std::vector<std::vector<int64_t>>> parts =
+      options.partition == "iid"
+          ? PartitionIid(train->num_examples(), options.num_clients, options.seed)
+      : options.partition == "dirichlet"
+          ? PartitionDirichlet(train->labels, train->num_classes, options.num_clients,
+                               options.dirichlet_beta, options.seed)
+          : absl::StatusOr<std::vector<std::vector<int64_t>>>(absl::InvalidArgumentError(
+                absl::StrCat("unknown partition '", options.partition,
+                             "'; choose iid or dirichlet")));
+  if (!parts.ok()) return parts.status();
+
+  if (absl::Status s = MakeDirectories(options.work_dir); !s.ok()) return s;
+  ProvisionOptions provision;
+  provision.out_dir = options.work_dir + "/certs";
+  for (int32_t i = 0; i < options.num_clients; ++i) {
+    provision.client_names.push_back(absl::StrCat("site-", i));
+  }
+  ProvisionedFiles files;
+  if (options.tls) {
+    absl::StatusOr<ProvisionedFiles> made = ProvisionFederation(provision);
+    if (!made.ok()) return made.status();
+    files = *std::move(made);
+  }
+
+  server::ServerOptions server_options;
+  server_options.listen_address = "127.0.0.1:0";
+  server_options.data_dir = options.work_dir + "/server";
+  server_options.insecure_plaintext = !options.tls;
+  server_options.ca_cert_path = files.ca_cert;
+  server_options.cert_path = files.server_cert;
+  server_options.key_path = files.server_key;
+  server_options.enroll_cert_paths = files.client_certs;
+  server::EngineOptions& engine = server_options.engine;
+  engine.run_name = "fashion-mnist-softmax";
+  engine.num_rounds = options.num_rounds;
+  engine.min_clients = options.num_clients;
+  engine.min_fit_clients = std::max(1, static_cast<int32_t>(options.num_clients *
+                                                            options.sample_fraction));
+  engine.sample_fraction = options.sample_fraction;
+  engine.round_timeout = options.round_timeout;
+  engine.seed = options.seed;
+  engine.fit = options.fit;
+
+  SimulationResult result;
+  std::mutex result_mu;
+  server::EngineHooks hooks;
+  const client::Dataset& test_set = *test;
+  hooks.evaluate = [&test_set](const Model& model) -> std::map<std::string, double> {
+    absl::StatusOr<client::EvalResult> eval = client::EvaluateSoftmaxRegression(model, test_set);
+    if (!eval.ok()) return {};
+    return {{"test_loss", eval->loss}, {"test_accuracy", eval->metrics["accuracy"]}};
+  };
+  hooks.on_round_end = [&](const server::RoundSummary& summary) {
+    {
+      std::lock_guard<std::mutex> lock(result_mu);
+      result.rounds.push_back(summary);
+    }
+    if (on_round) on_round(summary);
+  };
+  Model initial(client::SoftmaxRegressionSpec(train->num_features, train->num_classes));
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(server_options, std::move(initial), hooks);
+  if (!server.ok()) return server.status();
+  result.run_id = (*server)->engine().run_id();
+  result.db_path = (*server)->store().db_path();
+
+  std::vector<std::unique_ptr<client::Trainer>> trainers;
+  std::vector<std::unique_ptr<client::Client>> clients;
+  for (int32_t i = 0; i < options.num_clients; ++i) {
+    client::SoftmaxTrainerOptions trainer_options;
+    trainer_options.seed = options.seed * 1000 + static_cast<uint64_t>(i);
+    trainers.push_back(client::MakeSoftmaxRegressionTrainer(train->Subset((*parts)[i]),
+                                                            client::Dataset{}, trainer_options));
+    client::ClientOptions client_options;
+    client_options.server_address = absl::StrCat("127.0.0.1:", (*server)->port());
+    client_options.name = provision.client_names[i];
+    client_options.insecure_plaintext = !options.tls;
+    if (options.tls) {
+      client_options.ca_cert_path = files.ca_cert;
+      client_options.cert_path = files.client_certs[i];
+      client_options.key_path = files.client_keys[i];
+    }
+    absl::StatusOr<std::unique_ptr<client::Client>> c =
+        client::Client::Create(client_options, trainers.back().get());
+    if (!c.ok()) return c.status();
+    clients.push_back(*std::move(c));
+  }
+  std::vector<absl::Status> client_status(clients.size());
+  std::vector<std::thread> threads;
+  std::atomic<int> clients_done{0};
+  for (size_t i = 0; i < clients.size(); ++i) {
+    threads.emplace_back([&, i] {
+      client_status[i] = clients[i]->Run();
+      ++clients_done;
+    });
+  }
+  (*server)->WaitUntilFinished(absl::ZeroDuration());
+  // Clients hear DONE at their next poll; give them a moment, then stop the stragglers.
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (clients_done.load() < options.num_clients && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (auto& c : clients) c->Stop();
+  for (std::thread& t : threads) t.join();
+  (*server)->Shutdown();
+
+  absl::StatusOr<server::RunRecord> run = (*server)->store().GetRun(result.run_id);
+  if (!run.ok()) return run.status();
+  if (run->status != server::RunStatus::kFinished) {
+    return absl::AbortedError(absl::StrCat("run ", result.run_id, " ended ",
+                                           server::ToString(run->status), ": ", run->reason));
+  }
+  for (size_t i = 0; i < client_status.size(); ++i) {
+    if (!client_status[i].ok() && !absl::IsCancelled(client_status[i])) {
+      return absl::InternalError(absl::StrCat("client ", provision.client_names[i],
+                                              " failed: ", client_status[i].ToString()));
+    }
+  }
+  for (const server::RoundSummary& r : result.rounds) {
+    if (r.committed && r.metrics.count("test_accuracy")) {
+      result.final_test_accuracy = r.metrics.at("test_accuracy");
+    }
+  }
+  result.wall_time = absl::Now() - start;
+  return result;
+}
+
+}  // namespace fl::simulation

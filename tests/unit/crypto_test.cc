@@ -1,1 +1,230 @@
-// placeholder
+#include "fl/common/crypto.h"
+
+#include <openssl/bio.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+struct X509Free {
+  void operator()(X509* x) const { X509_free(x); }
+};
+struct PkeyFree {
+  void operator()(EVP_PKEY* k) const { EVP_PKEY_free(k); }
+};
+struct BioFree {
+  void operator()(BIO* b) const { BIO_free_all(b); }
+};
+using X509Ptr = std::unique_ptr<X509, X509Free>;
+using PkeyPtr = std::unique_ptr<EVP_PKEY, PkeyFree>;
+using BioPtr = std::unique_ptr<BIO, BioFree>;
+
+X509Ptr ParseCert(const std::string& pem) {
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return X509Ptr(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+}
+
+PkeyPtr ParseKey(const std::string& pem) {
+  BioPtr bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  return PkeyPtr(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+}
+
+std::string ToPem(X509* cert) {
+  BioPtr bio(BIO_new(BIO_s_mem()));
+  PEM_write_bio_X509(bio.get(), cert);
+  char* data = nullptr;
+  long size = BIO_get_mem_data(bio.get(), &data);
+  return std::string(data, static_cast<size_t>(size));
+}
+
+TEST(Sha256Test, KnownVectors) {
+  EXPECT_EQ(Sha256Hex(std::string_view()),
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(Sha256Hex(std::string_view("abc")),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+TEST(Sha256Test, IncrementalMatchesOneShot) {
+  std::string input;
+  for (int i = 0; i < 100000; ++i) input.push_back(static_cast<char>(i * 31 + 7));
+  Sha256 sha;
+  // Uneven chunks, including an empty one and one through the byte-span overload.
+  sha.Update(std::string_view(input).substr(0, 1));
+  sha.Update(std::string_view(input).substr(1, 0));
+  sha.Update(std::string_view(input).substr(1, 4095));
+  std::string_view rest = std::string_view(input).substr(4096);
+  sha.Update(std::as_bytes(std::span<const char>(rest.data(), 50000)));
+  sha.Update(rest.substr(50000));
+  EXPECT_EQ(sha.FinishHex(), Sha256Hex(input));
+  EXPECT_EQ(Sha256Hex(std::as_bytes(std::span<const char>(input.data(), input.size()))),
+            Sha256Hex(input));
+}
+
+class CryptoTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    auto ca = MakeCertificateAuthority("fl-ca", 30);
+    ASSERT_TRUE(ca.ok()) << ca.status();
+    ca_ = *std::move(ca);
+  }
+  static void TearDownTestSuite() { ca_.reset(); }
+  static const CertAndKey& ca() { return *ca_; }
+
+ private:
+  static inline std::optional<CertAndKey> ca_;
+};
+
+TEST_F(CryptoTest, GeneratesCaServerAndClientWithDistinctFingerprints) {
+  auto server = MakeServerCertificate(ca(), "localhost", {"localhost", "127.0.0.1", "::1"}, 30);
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto client = MakeClientCertificate(ca(), "site-a", 30);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_THAT(ca().cert_pem, HasSubstr("-----BEGIN CERTIFICATE-----"));
+  EXPECT_THAT(client->key_pem, HasSubstr("-----BEGIN PRIVATE KEY-----"));
+
+  auto ca_fp = CertificateFingerprint(ca().cert_pem);
+  auto server_fp = CertificateFingerprint(server->cert_pem);
+  auto client_fp = CertificateFingerprint(client->cert_pem);
+  ASSERT_TRUE(ca_fp.ok() && server_fp.ok() && client_fp.ok());
+  EXPECT_THAT(*client_fp, MatchesRegex("[0-9a-f]{64}"));
+  EXPECT_NE(*ca_fp, *server_fp);
+  EXPECT_NE(*server_fp, *client_fp);
+  EXPECT_NE(*ca_fp, *client_fp);
+  EXPECT_EQ(*CertificateFingerprint(client->cert_pem), *client_fp);
+
+  // Same name, new key and serial: a different identity.
+  auto again = MakeClientCertificate(ca(), "site-a", 30);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(*CertificateFingerprint(again->cert_pem), *client_fp);
+
+  // The CA is a CA; the leaves are not, and they are signed by the CA's key.
+  X509Ptr ca_cert = ParseCert(ca().cert_pem);
+  X509Ptr client_cert = ParseCert(client->cert_pem);
+  EXPECT_EQ(X509_check_ca(ca_cert.get()), 1);
+  EXPECT_EQ(X509_check_ca(client_cert.get()), 0);
+  EXPECT_EQ(X509_verify(client_cert.get(), X509_get0_pubkey(ca_cert.get())), 1);
+  PkeyPtr client_key = ParseKey(client->key_pem);
+  ASSERT_NE(client_key, nullptr);
+  EXPECT_EQ(X509_check_private_key(client_cert.get(), client_key.get()), 1);
+  EXPECT_EQ(EVP_PKEY_get_base_id(client_key.get()), EVP_PKEY_EC);
+}
+
+TEST_F(CryptoTest, CommonNameRoundTrip) {
+  auto client = MakeClientCertificate(ca(), "hospital-7.example", 30);
+  ASSERT_TRUE(client.ok()) << client.status();
+  auto name = CertificateCommonName(client->cert_pem);
+  ASSERT_TRUE(name.ok()) << name.status();
+  EXPECT_EQ(*name, "hospital-7.example");
+  EXPECT_EQ(*CertificateCommonName(ca().cert_pem), "fl-ca");
+}
+
+TEST_F(CryptoTest, ServerCertificateHasAltNames) {
+  auto server = MakeServerCertificate(ca(), "fl-server", {"localhost", "127.0.0.1", "::1"}, 30);
+  ASSERT_TRUE(server.ok()) << server.status();
+  X509Ptr cert = ParseCert(server->cert_pem);
+  ASSERT_NE(cert, nullptr);
+  EXPECT_EQ(X509_check_ip_asc(cert.get(), "127.0.0.1", 0), 1);
+  EXPECT_EQ(X509_check_ip_asc(cert.get(), "::1", 0), 1);
+  EXPECT_EQ(X509_check_ip_asc(cert.get(), "10.0.0.1", 0), 0);
+  EXPECT_EQ(X509_check_host(cert.get(), "localhost", 0, 0, nullptr), 1);
+  EXPECT_EQ(X509_check_host(cert.get(), "evil.example", 0, 0, nullptr), 0);
+  // An IP SAN is not also a DNS name, and the CN is not a host name once SANs exist.
+  EXPECT_EQ(X509_check_host(cert.get(), "fl-server", 0, 0, nullptr), 0);
+  EXPECT_EQ(X509_check_purpose(cert.get(), X509_PURPOSE_SSL_SERVER, 0), 1);
+  EXPECT_EQ(X509_check_purpose(cert.get(), X509_PURPOSE_SSL_CLIENT, 0), 0);
+}
+
+TEST_F(CryptoTest, ClientFromFederationCaVerifies) {
+  auto client = MakeClientCertificate(ca(), "site-a", 30);
+  ASSERT_TRUE(client.ok()) << client.status();
+  EXPECT_TRUE(VerifyClientCertificate(client->cert_pem, ca().cert_pem).ok());
+}
+
+TEST_F(CryptoTest, ClientFromAnotherCaIsRefused) {
+  // Same CA name as the federation's, so only the keys tell them apart.
+  auto other_ca = MakeCertificateAuthority("fl-ca", 30);
+  ASSERT_TRUE(other_ca.ok()) << other_ca.status();
+  auto intruder = MakeClientCertificate(*other_ca, "mallory", 30);
+  ASSERT_TRUE(intruder.ok()) << intruder.status();
+  absl::Status status = VerifyClientCertificate(intruder->cert_pem, ca().cert_pem);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(status.message(), HasSubstr("not signed by this federation's CA"));
+  EXPECT_THAT(status.message(), HasSubstr("CN=mallory"));
+
+  // A self-signed certificate is refused the same way.
+  status = VerifyClientCertificate(other_ca->cert_pem, ca().cert_pem);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(status.message(), HasSubstr("not signed by this federation's CA"));
+}
+
+TEST_F(CryptoTest, ExpiredClientIsRefused) {
+  auto client = MakeClientCertificate(ca(), "site-old", 30);
+  ASSERT_TRUE(client.ok()) << client.status();
+  // Backdate the validity period and re-sign with the CA's key.
+  X509Ptr cert = ParseCert(client->cert_pem);
+  PkeyPtr ca_key = ParseKey(ca().key_pem);
+  ASSERT_NE(X509_gmtime_adj(X509_getm_notBefore(cert.get()), -3 * 24 * 3600), nullptr);
+  ASSERT_NE(X509_gmtime_adj(X509_getm_notAfter(cert.get()), -24 * 3600), nullptr);
+  ASSERT_GT(X509_sign(cert.get(), ca_key.get(), EVP_sha256()), 0);
+  absl::Status status = VerifyClientCertificate(ToPem(cert.get()), ca().cert_pem);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(status.message(), HasSubstr("client certificate has expired"));
+  EXPECT_THAT(status.message(), HasSubstr("CN=site-old"));
+}
+
+TEST_F(CryptoTest, ServerCertificateIsNotAClientCertificate) {
+  auto server = MakeServerCertificate(ca(), "localhost", {"localhost"}, 30);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::Status status = VerifyClientCertificate(server->cert_pem, ca().cert_pem);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(status.message(), HasSubstr("client authentication"));
+}
+
+TEST_F(CryptoTest, GarbagePemIsInvalidArgument) {
+  const std::string garbage =
+      "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n";
+  EXPECT_EQ(CertificateFingerprint(garbage).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CertificateFingerprint("").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CertificateCommonName("hello").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(VerifyClientCertificate(garbage, ca().cert_pem).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(VerifyClientCertificate(ca().cert_pem, garbage).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeClientCertificate(CertAndKey{garbage, ca().key_pem}, "x", 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CryptoTest, RejectsBadArguments) {
+  EXPECT_EQ(MakeCertificateAuthority("", 30).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeCertificateAuthority("ca", 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MakeClientCertificate(ca(), std::string(65, 'x'), 30).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A CA whose key is not its own, and a leaf used as a CA.
+  auto other_ca = MakeCertificateAuthority("other", 30);
+  ASSERT_TRUE(other_ca.ok());
+  absl::Status mismatch =
+      MakeClientCertificate(CertAndKey{ca().cert_pem, other_ca->key_pem}, "x", 30).status();
+  EXPECT_EQ(mismatch.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(mismatch.message(), HasSubstr("does not match"));
+  auto leaf = MakeClientCertificate(ca(), "leaf", 30);
+  ASSERT_TRUE(leaf.ok());
+  EXPECT_EQ(MakeClientCertificate(*leaf, "x", 30).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fl

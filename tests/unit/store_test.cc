@@ -1,1 +1,528 @@
-// placeholder
+#include "fl/server/store.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <cstring>
+#include <iostream>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "fl/common/model.h"
+#include "gtest/gtest.h"
+
+namespace fl::server {
+namespace {
+
+struct DbCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+struct StmtFinalizer {
+  void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
+};
+
+// A second connection to the store's database, as another process would have.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    sqlite3* raw = nullptr;
+    rc_ = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr);
+    db_.reset(raw);
+  }
+  bool ok() const { return rc_ == SQLITE_OK; }
+  // The first column of the first row of `sql`, as text ("" when there is no row).
+  std::string QueryText(const char* sql) {
+    sqlite3_stmt* raw = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db_.get(), sql, -1, &raw, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db_.get());
+    std::unique_ptr<sqlite3_stmt, StmtFinalizer> stmt(raw);
+    if (stmt == nullptr || sqlite3_step(stmt.get()) != SQLITE_ROW) return "";
+    const unsigned char* text = sqlite3_column_text(stmt.get(), 0);
+    return text == nullptr ? "" : reinterpret_cast<const char*>(text);
+  }
+  int Exec(const char* sql) { return sqlite3_exec(db_.get(), sql, nullptr, nullptr, nullptr); }
+
+ private:
+  int rc_ = SQLITE_ERROR;
+  std::unique_ptr<sqlite3, DbCloser> db_;
+};
+
+ParticipationRecord Participation(int64_t run_id, int32_t round, int32_t attempt,
+                                  const std::string& client_id) {
+  ParticipationRecord p;
+  p.run_id = run_id;
+  p.round = round;
+  p.attempt = attempt;
+  p.client_id = client_id;
+  return p;
+}
+
+AuditRecord Event(int64_t at_ms, const std::string& client_id, const std::string& detail,
+                  int32_t round) {
+  AuditRecord r;
+  r.at_ms = at_ms;
+  r.client_id = client_id;
+  r.event = "update_refused";
+  r.detail = detail;
+  r.run_id = 1;
+  r.round = round;
+  return r;
+}
+
+Model MakeModel(int64_t hidden, float seed) {
+  Model model(ModelSpec({TensorSpec{"w", {hidden, 3}}, TensorSpec{"b", {3}}}));
+  std::span<float> data = model.data();
+  for (size_t i = 0; i < data.size(); ++i) data[i] = seed + 0.25f * static_cast<float>(i % 1000);
+  return model;
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (std::filesystem::temp_directory_path() / "store_test.XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    Reopen();
+  }
+
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Closes the store (as a restart would) and opens it again.
+  void Reopen() {
+    store_.reset();
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+  }
+
+  int64_t NewRun(const std::string& name, int64_t now_ms) {
+    RunRecord run;
+    run.name = name;
+    run.config_json = R"({"rounds": 3})";
+    run.model_spec_json = "[]";
+    run.initial_checkpoint = "init";
+    run.created_at_ms = now_ms;
+    absl::StatusOr<int64_t> id = store_->CreateRun(run);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or(0);
+  }
+
+  std::string NewCheckpoint(float seed) {
+    absl::StatusOr<std::string> sha = store_->WriteCheckpoint(MakeModel(4, seed));
+    EXPECT_TRUE(sha.ok()) << sha.status();
+    return sha.value_or("");
+  }
+
+  RoundRecord Round(int64_t run_id, int32_t round, int32_t attempt) {
+    RoundRecord r;
+    r.run_id = run_id;
+    r.round = round;
+    r.attempt = attempt;
+    r.started_at_ms = 100 * round + attempt;
+    r.num_sampled = 2;
+    return r;
+  }
+
+  // Commits round `round` (attempt `attempt`) with two accepted participations.
+  absl::Status Commit(int64_t run_id, int32_t round, int32_t attempt, const std::string& sha) {
+    RoundRecord r = Round(run_id, round, attempt);
+    r.ended_at_ms = r.started_at_ms + 50;
+    r.num_reported = 2;
+    r.checkpoint = sha;
+    r.metrics_json = R"({"train_loss": 0.5})";
+    std::vector<ParticipationRecord> ps;
+    for (const char* client : {"alice", "bob"}) {
+      ParticipationRecord p = Participation(run_id, round, attempt, client);
+      p.task_id = absl::StrCat("t-", client);
+      p.status = ParticipationStatus::kAccepted;
+      p.num_examples = 10;
+      p.bytes_received = 1234;
+      ps.push_back(std::move(p));
+    }
+    return store_->CommitRound(r, ps);
+  }
+
+  std::string dir_;
+  std::unique_ptr<Store> store_;
+};
+
+TEST_F(StoreTest, CreatesSchemaAtVersionOneAndReopensIdempotently) {
+  EXPECT_EQ(store_->schema_version(), 1);
+  EXPECT_EQ(store_->db_path(), dir_ + "/federation.db");
+  EXPECT_TRUE(std::filesystem::is_directory(store_->checkpoint_dir()));
+  Reopen();
+  Reopen();
+  EXPECT_EQ(store_->schema_version(), 1);
+  RawDb db(store_->db_path());
+  ASSERT_TRUE(db.ok());
+  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1");
+  EXPECT_EQ(db.QueryText("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
+                         "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
+            "audit_log,checkpoints,clients,evaluations,participations,rounds,runs,schema_version");
+}
+
+TEST_F(StoreTest, DatabaseIsInWalModeWithForeignKeys) {
+  RawDb db(store_->db_path());
+  ASSERT_TRUE(db.ok());
+  EXPECT_EQ(db.QueryText("PRAGMA journal_mode"), "wal");
+  // A participation of a round that does not exist violates the foreign key.
+  absl::Status s = store_->RecordParticipation(Participation(7, 1, 0, "x"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("participations"), absl::string_view::npos) << s;
+}
+
+TEST_F(StoreTest, CreateActiveAndFinishRuns) {
+  absl::StatusOr<std::optional<RunRecord>> active = store_->ActiveRun();
+  ASSERT_TRUE(active.ok()) << active.status();
+  EXPECT_FALSE(active->has_value());
+
+  int64_t first = NewRun("first", 1000);
+  int64_t second = NewRun("second", 2000);
+  EXPECT_LT(first, second);
+  active = store_->ActiveRun();
+  ASSERT_TRUE(active.ok() && active->has_value());
+  EXPECT_EQ((*active)->run_id, second);
+  EXPECT_EQ((*active)->name, "second");
+  EXPECT_EQ((*active)->config_json, R"({"rounds": 3})");
+  EXPECT_EQ((*active)->initial_checkpoint, "init");
+  EXPECT_EQ((*active)->status, RunStatus::kRunning);
+  EXPECT_EQ((*active)->created_at_ms, 2000);
+
+  ASSERT_TRUE(store_->FinishRun(second, RunStatus::kFailed, "diverged", 3000).ok());
+  active = store_->ActiveRun();
+  ASSERT_TRUE(active.ok() && active->has_value());
+  EXPECT_EQ((*active)->run_id, first);
+  absl::StatusOr<RunRecord> run = store_->GetRun(second);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->status, RunStatus::kFailed);
+  EXPECT_EQ(run->reason, "diverged");
+  EXPECT_EQ(run->ended_at_ms, 3000);
+
+  EXPECT_EQ(store_->FinishRun(second, RunStatus::kFinished, "", 4000).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->FinishRun(99, RunStatus::kFinished, "", 4000).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->FinishRun(first, RunStatus::kRunning, "", 4000).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->GetRun(99).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(StoreTest, BeginRoundTwiceIsAlreadyExists) {
+  int64_t run = NewRun("r", 1);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  absl::Status s = store_->BeginRound(Round(run, 1, 0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_NE(s.message().find("rounds"), absl::string_view::npos) << s;
+  EXPECT_TRUE(store_->BeginRound(Round(run, 1, 1)).ok());
+  EXPECT_EQ(store_->BeginRound(Round(run + 1, 1, 0)).code(),
+            absl::StatusCode::kFailedPrecondition);  // no such run
+}
+
+TEST_F(StoreTest, CommitRoundWritesRoundAndParticipationsAtomically) {
+  int64_t run = NewRun("r", 1);
+  std::string sha = NewCheckpoint(1.0f);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+
+  // A fault in the middle of the transaction (the second participation) leaves nothing behind.
+  RawDb db(store_->db_path());
+  ASSERT_EQ(db.Exec("CREATE TRIGGER poison BEFORE INSERT ON participations "
+                    "WHEN NEW.client_id = 'bob' BEGIN SELECT RAISE(ABORT, 'injected'); END"),
+            SQLITE_OK);
+  absl::Status s = Commit(run, 1, 0, sha);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("injected"), absl::string_view::npos) << s;
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run);
+  ASSERT_TRUE(rounds.ok() && rounds->size() == 1);
+  EXPECT_EQ((*rounds)[0].status, RoundStatus::kRunning);
+  EXPECT_TRUE(store_->Participations(run, 1)->empty());
+
+  ASSERT_EQ(db.Exec("DROP TRIGGER poison"), SQLITE_OK);
+  ASSERT_TRUE(Commit(run, 1, 0, sha).ok());
+  rounds = store_->Rounds(run);
+  ASSERT_TRUE(rounds.ok() && rounds->size() == 1);
+  const RoundRecord& r = (*rounds)[0];
+  EXPECT_EQ(r.status, RoundStatus::kCommitted);
+  EXPECT_EQ(r.checkpoint, sha);
+  EXPECT_EQ(r.num_sampled, 2);
+  EXPECT_EQ(r.num_reported, 2);
+  EXPECT_EQ(r.started_at_ms, 100);
+  EXPECT_EQ(r.ended_at_ms, 150);
+  EXPECT_EQ(r.metrics_json, R"({"train_loss": 0.5})");
+  absl::StatusOr<std::vector<ParticipationRecord>> ps = store_->Participations(run, 1);
+  ASSERT_TRUE(ps.ok() && ps->size() == 2);
+  EXPECT_EQ((*ps)[0].client_id, "alice");
+  EXPECT_EQ((*ps)[0].task_id, "t-alice");
+  EXPECT_EQ((*ps)[0].status, ParticipationStatus::kAccepted);
+  EXPECT_EQ((*ps)[1].bytes_received, 1234);
+}
+
+TEST_F(StoreTest, CommitRoundRefusesSecondCommittedAttemptAndUnwrittenCheckpoint) {
+  int64_t run = NewRun("r", 1);
+  std::string sha = NewCheckpoint(1.0f);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 1)).ok());
+  EXPECT_EQ(Commit(run, 1, 0, std::string(64, 'a')).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Commit(run, 1, 0, sha).ok());
+  EXPECT_EQ(Commit(run, 1, 0, sha).code(), absl::StatusCode::kFailedPrecondition);
+  absl::Status s = Commit(run, 1, 1, sha);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_EQ(Commit(run, 2, 0, sha).code(), absl::StatusCode::kNotFound);
+
+  // The schema itself refuses a second committed attempt, whoever writes it.
+  RawDb db(store_->db_path());
+  EXPECT_EQ(db.Exec("UPDATE rounds SET status = 'committed' WHERE attempt = 1") & 0xff,
+            SQLITE_CONSTRAINT);
+  RoundRecord bad = Round(run, 1, 0);
+  bad.round = 2;
+  std::vector<ParticipationRecord> wrong_round = {Participation(run, 1, 0, "c")};
+  ASSERT_TRUE(store_->BeginRound(bad).ok());
+  EXPECT_EQ(store_->CommitRound(bad, wrong_round).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreTest, AbortInFlightRoundsAfterRestartKeepsCommittedRounds) {
+  int64_t run = NewRun("r", 1);
+  std::string sha = NewCheckpoint(1.0f);
+  absl::StatusOr<std::optional<RoundRecord>> last = store_->LastCommittedRound(run);
+  ASSERT_TRUE(last.ok());
+  EXPECT_FALSE(last->has_value());
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  ASSERT_TRUE(Commit(run, 1, 0, sha).ok());
+  ASSERT_TRUE(store_->BeginRound(Round(run, 2, 0)).ok());
+
+  Reopen();  // the server restarts with round 2 in flight
+  absl::StatusOr<int> aborted = store_->AbortInFlightRounds(run, 9000);
+  ASSERT_TRUE(aborted.ok()) << aborted.status();
+  EXPECT_EQ(*aborted, 1);
+  EXPECT_EQ(*store_->AbortInFlightRounds(run, 9001), 0);
+
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run);
+  ASSERT_TRUE(rounds.ok() && rounds->size() == 2);
+  EXPECT_EQ((*rounds)[0].status, RoundStatus::kCommitted);
+  EXPECT_EQ((*rounds)[0].checkpoint, sha);
+  EXPECT_EQ((*rounds)[0].ended_at_ms, 150);
+  EXPECT_EQ((*rounds)[1].status, RoundStatus::kAborted);
+  EXPECT_EQ((*rounds)[1].reason, "server restarted");
+  EXPECT_EQ((*rounds)[1].ended_at_ms, 9000);
+  EXPECT_EQ(store_->Participations(run, 1)->size(), 2u);
+
+  last = store_->LastCommittedRound(run);
+  ASSERT_TRUE(last.ok() && last->has_value());
+  EXPECT_EQ((*last)->round, 1);
+  // The aborted round runs again as a new attempt.
+  ASSERT_TRUE(store_->BeginRound(Round(run, 2, 1)).ok());
+  ASSERT_TRUE(Commit(run, 2, 1, sha).ok());
+  last = store_->LastCommittedRound(run);
+  ASSERT_TRUE(last.ok() && last->has_value());
+  EXPECT_EQ((*last)->round, 2);
+  EXPECT_EQ((*last)->attempt, 1);
+}
+
+TEST_F(StoreTest, EndRoundMarksOnlyRunningAttempts) {
+  int64_t run = NewRun("r", 1);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  ASSERT_TRUE(store_->EndRound(run, 1, 0, RoundStatus::kFailed, "too few clients", 500).ok());
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run);
+  ASSERT_TRUE(rounds.ok() && rounds->size() == 1);
+  EXPECT_EQ((*rounds)[0].status, RoundStatus::kFailed);
+  EXPECT_EQ((*rounds)[0].reason, "too few clients");
+  EXPECT_EQ(store_->EndRound(run, 1, 0, RoundStatus::kAborted, "", 600).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->EndRound(run, 5, 0, RoundStatus::kAborted, "", 600).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->EndRound(run, 1, 0, RoundStatus::kCommitted, "", 600).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreTest, RecordParticipationReplacesByKey) {
+  int64_t run = NewRun("r", 1);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  ParticipationRecord p = Participation(run, 1, 0, "alice");
+  p.task_id = "t1";
+  ASSERT_TRUE(store_->RecordParticipation(p).ok());
+  p.status = ParticipationStatus::kDropped;
+  p.reason = "deadline";
+  ASSERT_TRUE(store_->RecordParticipation(p).ok());
+  absl::StatusOr<std::vector<ParticipationRecord>> ps = store_->Participations(run, 1);
+  ASSERT_TRUE(ps.ok() && ps->size() == 1);
+  EXPECT_EQ((*ps)[0].status, ParticipationStatus::kDropped);
+  EXPECT_EQ((*ps)[0].reason, "deadline");
+  EXPECT_TRUE(store_->RecordEvaluation(run, 1, "server", 0.7, 0.8, 100, 700).ok());
+  RawDb db(store_->db_path());
+  EXPECT_EQ(db.QueryText("SELECT source || ':' || accuracy FROM evaluations"), "server:0.8");
+}
+
+TEST_F(StoreTest, EnrollRevokeTouchAndListClients) {
+  ASSERT_TRUE(store_->EnrollClient("fp-a", "site-a", 10).ok());
+  ASSERT_TRUE(store_->EnrollClient("fp-b", "site-b", 20).ok());
+  ASSERT_TRUE(store_->EnrollClient("fp-a", "site-a", 30).ok());  // idempotent
+  EXPECT_TRUE(*store_->IsEnrolled("fp-a"));
+  EXPECT_FALSE(*store_->IsEnrolled("fp-unknown"));
+
+  ASSERT_TRUE(store_->RevokeClient("fp-a", 40).ok());
+  EXPECT_FALSE(*store_->IsEnrolled("fp-a"));
+  EXPECT_EQ(store_->RevokeClient("fp-unknown", 40).code(), absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE(store_->TouchClient("fp-b", 50).ok());
+  ASSERT_TRUE(store_->TouchClient("fp-b", 45).ok());  // never goes back in time
+  EXPECT_EQ(store_->TouchClient("fp-unknown", 50).code(), absl::StatusCode::kNotFound);
+
+  absl::StatusOr<std::vector<ClientRecord>> clients = store_->Clients();
+  ASSERT_TRUE(clients.ok() && clients->size() == 2);
+  EXPECT_EQ((*clients)[0].client_id, "fp-a");
+  EXPECT_EQ((*clients)[0].enrolled_at_ms, 10);
+  EXPECT_EQ((*clients)[0].revoked_at_ms, 40);
+  EXPECT_EQ((*clients)[1].name, "site-b");
+  EXPECT_EQ((*clients)[1].last_seen_ms, 50);
+
+  ASSERT_TRUE(store_->EnrollClient("fp-a", "site-a", 60).ok());  // re-enrollment
+  EXPECT_TRUE(*store_->IsEnrolled("fp-a"));
+  clients = store_->Clients();
+  ASSERT_TRUE(clients.ok() && clients->size() == 2);
+  EXPECT_EQ((*clients)[1].client_id, "fp-a");
+  EXPECT_EQ((*clients)[1].revoked_at_ms, 0);
+  EXPECT_EQ((*clients)[1].enrolled_at_ms, 60);
+}
+
+TEST_F(StoreTest, AuditLogReturnsTheNewestOldestFirst) {
+  for (int i = 1; i <= 5; ++i) {
+    ASSERT_TRUE(
+        store_->Audit(Event(100 * i, i % 2 ? "fp-a" : "", absl::StrCat("reason ", i), i)).ok());
+  }
+  absl::StatusOr<std::vector<AuditRecord>> log = store_->AuditLog(3);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_EQ(log->size(), 3u);
+  EXPECT_EQ((*log)[0].round, 3);
+  EXPECT_EQ((*log)[1].round, 4);
+  EXPECT_EQ((*log)[2].round, 5);
+  EXPECT_LT((*log)[0].id, (*log)[2].id);
+  EXPECT_EQ((*log)[2].at_ms, 500);
+  EXPECT_EQ((*log)[2].client_id, "fp-a");
+  EXPECT_EQ((*log)[2].detail, "reason 5");
+  EXPECT_EQ(store_->AuditLog(100)->size(), 5u);
+  EXPECT_TRUE(store_->AuditLog(0)->empty());
+  EXPECT_EQ(store_->AuditLog(-1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(StoreTest, ConcurrentWritersAreSerialized) {
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([this, t] {
+      for (int i = 0; i < 25; ++i) {
+        EXPECT_TRUE(store_->Audit(Event(i, "", "tick", t)).ok());
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(store_->AuditLog(1000)->size(), 100u);
+}
+
+TEST_F(StoreTest, CheckpointRoundTripsBitForBit) {
+  // Big enough that reading and writing take several chunks.
+  Model model = MakeModel(600'000, -3.5f);
+  absl::StatusOr<std::string> sha = store_->WriteCheckpoint(model);
+  ASSERT_TRUE(sha.ok()) << sha.status();
+  EXPECT_EQ(*sha, model.Sha256Hex());
+  const std::string path = store_->checkpoint_dir() + "/" + *sha + ".ckpt";
+  ASSERT_TRUE(std::filesystem::exists(path));
+  const std::string spec = model.spec().ToJson();
+  EXPECT_EQ(std::filesystem::file_size(path), 16 + spec.size() + model.NumBytes());
+  std::ifstream in(path, std::ios::binary);
+  std::string header(16, '\0');
+  in.read(header.data(), 16);
+  EXPECT_EQ(header.substr(0, 8), "FLCKPT01");
+  EXPECT_EQ(static_cast<unsigned char>(header[8]), spec.size() & 0xff);
+
+  absl::StatusOr<Model> back = store_->ReadCheckpoint(*sha);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->spec(), model.spec());
+  ASSERT_EQ(back->NumBytes(), model.NumBytes());
+  EXPECT_EQ(std::memcmp(back->bytes().data(), model.bytes().data(), model.NumBytes()), 0);
+
+  absl::StatusOr<std::string> again = store_->WriteCheckpoint(model);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *sha);
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(store_->checkpoint_dir())) {
+    ++files;
+    EXPECT_EQ(entry.path().filename().string(), *sha + ".ckpt");
+  }
+  EXPECT_EQ(files, 1);
+  RawDb db(store_->db_path());
+  EXPECT_EQ(db.QueryText("SELECT count(*) FROM checkpoints"), "1");
+  EXPECT_EQ(db.QueryText("SELECT path FROM checkpoints"), "checkpoints/" + *sha + ".ckpt");
+}
+
+TEST_F(StoreTest, CorruptCheckpointIsDataLoss) {
+  std::string sha = NewCheckpoint(2.0f);
+  const std::string path = store_->checkpoint_dir() + "/" + sha + ".ckpt";
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-5, std::ios::end);
+    char c = 0;
+    f.read(&c, 1);
+    f.seekp(-5, std::ios::end);
+    c = static_cast<char>(c ^ 0x01);
+    f.write(&c, 1);
+  }
+  absl::Status s = store_->ReadCheckpoint(sha).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find(sha + ".ckpt"), absl::string_view::npos) << s;
+
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 4);
+  s = store_->ReadCheckpoint(sha).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+
+  std::ofstream(path, std::ios::binary) << "NOTACKPT and some more bytes";
+  s = store_->ReadCheckpoint(sha).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+}
+
+TEST_F(StoreTest, MissingCheckpointIsNotFound) {
+  absl::Status s = store_->ReadCheckpoint(std::string(64, '0')).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_EQ(store_->ReadCheckpoint("../federation.db").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace fl::server
+namespace fl::server {
+namespace {
+TEST_F(StoreTest, ZzPrintMessages) {
+  int64_t run = NewRun("r", 1);
+  std::string sha = NewCheckpoint(1.0f);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  std::cout << store_->BeginRound(Round(run, 1, 0)) << "\n";
+  std::cout << store_->BeginRound(Round(run + 5, 1, 0)) << "\n";
+  std::cout << Commit(run, 1, 0, "nope") << "\n";
+  ASSERT_TRUE(Commit(run, 1, 0, sha).ok());
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 1)).ok());
+  std::cout << Commit(run, 1, 1, sha) << "\n";
+  std::cout << Commit(run, 1, 0, sha) << "\n";
+  std::cout << store_->RecordParticipation(Participation(7, 1, 0, "x")) << "\n";
+  std::cout << store_->FinishRun(run + 9, RunStatus::kFailed, "", 1) << "\n";
+  std::cout << store_->ReadCheckpoint(std::string(64, '0')).status() << "\n";
+  const std::string path = store_->checkpoint_dir() + "/" + sha + ".ckpt";
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 4);
+  std::cout << store_->ReadCheckpoint(sha).status() << "\n";
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) + 4);
+  std::cout << store_->ReadCheckpoint(sha).status() << "\n";
+  std::ofstream(path, std::ios::binary) << "NOTACKPT and some more bytes";
+  std::cout << store_->ReadCheckpoint(sha).status() << "\n";
+  std::filesystem::permissions(store_->checkpoint_dir(), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  std::cout << store_->WriteCheckpoint(MakeModel(5, 9.0f)).status() << "\n";
+  std::filesystem::permissions(store_->checkpoint_dir(), std::filesystem::perms::owner_all);
+}
+}
+}

@@ -49,10 +49,17 @@ struct CertAndKey {
 
 // A self-signed CA certificate (CA:TRUE, keyCertSign) with the given common name, valid for
 // `valid_days`.
+//
+// For all three Make* functions: validity starts one hour in the past (clock skew); the serial is
+// 128 random bits; the key PEM is unencrypted PKCS#8. INVALID_ARGUMENT for an empty or over-long
+// (> 64 characters) common name, `valid_days` < 1, or a `ca` whose PEMs do not parse, whose
+// certificate is not a CA, or whose key does not match its certificate.
 absl::StatusOr<CertAndKey> MakeCertificateAuthority(std::string_view common_name, int valid_days);
 
 // A server certificate signed by `ca`, with the given common name and subjectAltNames
-// (each either a DNS name or an IPv4/IPv6 address), extendedKeyUsage serverAuth.
+// (each either a DNS name or an IPv4/IPv6 address), extendedKeyUsage serverAuth. TLS clients
+// (gRPC included) match the target host against the subjectAltNames only, never the common name;
+// when `alt_names` is empty the common name is used as the single DNS name.
 absl::StatusOr<CertAndKey> MakeServerCertificate(const CertAndKey& ca, std::string_view common_name,
                                                  const std::vector<std::string>& alt_names,
                                                  int valid_days);
@@ -66,12 +73,14 @@ absl::StatusOr<CertAndKey> MakeClientCertificate(const CertAndKey& ca, std::stri
 // INVALID_ARGUMENT when `cert_pem` holds no certificate.
 absl::StatusOr<std::string> CertificateFingerprint(std::string_view cert_pem);
 
-// The subject's common name. INVALID_ARGUMENT when `cert_pem` holds no certificate.
+// The subject's common name. INVALID_ARGUMENT when `cert_pem` holds no certificate or the subject
+// has no common name.
 absl::StatusOr<std::string> CertificateCommonName(std::string_view cert_pem);
 
 // Verifies that `cert_pem` chains to `ca_pem`, is within its validity period, and is usable for
 // client authentication. UNAUTHENTICATED with the reason (e.g. "certificate is not signed by this
-// federation's CA", "certificate has expired") when not.
+// federation's CA", "certificate has expired") when not; INVALID_ARGUMENT when either PEM holds no
+// certificate.
 absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view ca_pem);
 
 }  // namespace fl

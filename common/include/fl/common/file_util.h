@@ -15,13 +15,16 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // Writes a whole file atomically: to a temporary name in the same directory, fsync, rename over
 // `path`, fsync of the directory. Either the old or the new contents survive a crash, never a
-// mix. `mode` is the new file's permission bits.
+// mix. `mode` is the new file's permission bits, applied exactly (not masked by the umask);
+// INVALID_ARGUMENT when it has bits outside 07777. The temporary file is
+// "<path>.tmp.<pid>.<random>" and is removed on failure.
 absl::Status WriteFileAtomic(const std::string& path, std::string_view contents, int mode = 0644);
 
 // fsyncs a directory so that a rename inside it is durable.
 absl::Status SyncDirectory(const std::string& dir);
 
-// Creates `dir` and its parents if missing (mode 0700 for new ones).
+// Creates `dir` and its parents if missing (mode 0700 for new ones; existing ones keep theirs).
+// An error names the component that could not be created.
 absl::Status MakeDirectories(const std::string& dir);
 
 }  // namespace fl

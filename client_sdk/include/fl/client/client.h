@@ -1,0 +1,83 @@
+// Client: what a site runs to take part in a federation.
+//
+// It dials out to the server (mutual TLS with the site's certificate by default), joins, and then
+// loops: poll for a task, download the round's global model in chunks (checking its SHA-256),
+// train it with the site's Trainer, and stream the result back in chunks with its SHA-256. It
+// returns when the server says the run is over. When the server is unreachable (restarting, a
+// network drop) it retries with exponential backoff for up to `reconnect_timeout`, then gives up.
+//
+// Example:
+//   fl::client::ClientOptions options;
+//   options.server_address = "fl.example.org:7443";
+//   options.ca_cert_path = "ca.pem"; options.cert_path = "site.pem"; options.key_path = "site.key";
+//   auto client = fl::client::Client::Create(options, &my_trainer);
+//   if (client.ok()) absl::Status done = (*client)->Run();
+#ifndef FL_CLIENT_CLIENT_H_
+#define FL_CLIENT_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "fl/client/trainer.h"
+
+namespace fl::client {
+
+struct ClientOptions {
+  std::string server_address = "127.0.0.1:7443";
+  // Mutual TLS (PEM file paths): the federation CA, this site's certificate and its key.
+  std::string ca_cert_path;
+  std::string cert_path;
+  std::string key_path;
+  // Overrides the host name checked against the server certificate (default: the address's host).
+  std::string server_name_override;
+  // Plaintext, for simulation and tests on loopback only; `name` then identifies the client.
+  bool insecure_plaintext = false;
+  std::string name = "site";
+  absl::Duration poll_wait = absl::Seconds(15);
+  absl::Duration reconnect_timeout = absl::Minutes(2);
+  absl::Duration initial_backoff = absl::Milliseconds(100);
+  absl::Duration max_backoff = absl::Seconds(5);
+};
+
+// What happened to one fit task, for progress displays.
+struct TaskReport {
+  int32_t round = 0;
+  std::string task_id;
+  absl::Status status;  // OK when the server accepted the update
+  int64_t num_examples = 0;
+  absl::Duration train_time;
+};
+
+class Client {
+ public:
+  // Reads the certificates and builds the channel; refuses missing files or plaintext to a
+  // non-loopback address. `trainer` is not owned and must outlive the client.
+  static absl::StatusOr<std::unique_ptr<Client>> Create(ClientOptions options, Trainer* trainer);
+  ~Client();
+
+  // Runs until the server ends the run (OK), Stop is called (CANCELLED), the server refuses this
+  // client (UNAUTHENTICATED / PERMISSION_DENIED, with the server's reason), or the server stays
+  // unreachable past reconnect_timeout (UNAVAILABLE).
+  absl::Status Run();
+  // Makes Run return soon. Thread-safe.
+  void Stop();
+  // Called after every fit task, from Run's thread. Set before Run.
+  void set_on_task(std::function<void(const TaskReport&)> fn);
+
+  // The identity the server knows this client by (empty before joining).
+  std::string client_id() const;
+
+  class Impl;
+  explicit Client(std::unique_ptr<Impl> impl);  // use Create
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fl::client
+
+#endif  // FL_CLIENT_CLIENT_H_

@@ -1,0 +1,38 @@
+// Provisioning: the files an operator creates once for a federation and hands out, like NVFlare's
+// startup kits. Layout under the output directory:
+//   ca.pem, ca.key                  the federation CA (keep ca.key offline)
+//   server.pem, server.key          the aggregation server's certificate
+//   clients/<name>.pem, <name>.key  one certificate per site
+// Keys are written with mode 0600, certificates 0644, each atomically.
+#ifndef FL_COMMON_PROVISION_H_
+#define FL_COMMON_PROVISION_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace fl {
+
+struct ProvisionOptions {
+  std::string out_dir;
+  std::string federation_name = "fl-federation";
+  // Names (DNS) and addresses (IP) the server certificate is valid for.
+  std::vector<std::string> server_names = {"localhost", "127.0.0.1", "::1"};
+  std::vector<std::string> client_names;  // e.g. {"hospital-a", "hospital-b"}
+  int valid_days = 365;
+};
+
+struct ProvisionedFiles {
+  std::string ca_cert, ca_key, server_cert, server_key;
+  std::vector<std::string> client_certs, client_keys;  // in client_names order
+};
+
+// Creates the CA, the server certificate and the client certificates. Refuses (ALREADY_EXISTS) to
+// overwrite an existing ca.key, so that a federation's CA is never replaced by accident;
+// INVALID_ARGUMENT for a client name that is empty or not a plain file name.
+absl::StatusOr<ProvisionedFiles> ProvisionFederation(const ProvisionOptions& options);
+
+}  // namespace fl
+
+#endif  // FL_COMMON_PROVISION_H_

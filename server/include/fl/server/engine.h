@@ -1,0 +1,180 @@
+// RoundEngine: the server's round state machine.
+//
+// A run is a sequence of rounds. A round waits until `min_clients` clients are online, samples
+// some of them, hands each a fit task, folds their updates into the strategy's aggregator as the
+// chunks arrive, and closes when every sampled client reported or the deadline passed. It commits
+// (checkpoint file first, then the round's row, synchronous) if at least `min_fit_clients`
+// updates were accepted; otherwise the attempt fails and the round is retried up to
+// `max_round_retries` times before the run fails.
+//
+// The engine never sleeps and never reads the wall clock: time comes from the injected Clock and
+// advances only through calls (Tick, Poll, upload events), so tests drive it step by step with a
+// fake clock. The gRPC service only translates to and from these calls. Thread-safe.
+//
+// Refusals return a Status whose code maps one to one onto gRPC's: FAILED_PRECONDITION for a
+// stale or foreign round or task, ALREADY_EXISTS for a second update, INVALID_ARGUMENT for a
+// malformed one, DATA_LOSS for a truncated one. Each refusal is written to the audit log and the
+// participation table, and the round goes on with the other clients.
+#ifndef FL_SERVER_ENGINE_H_
+#define FL_SERVER_ENGINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "fl/aggregation/strategy.h"
+#include "fl/common/model.h"
+#include "fl/server/store.h"
+
+namespace fl::server {
+
+class Clock {
+ public:
+  virtual ~Clock() = default;
+  virtual absl::Time Now() = 0;
+  static Clock* Real();  // the process-wide wall clock
+};
+
+// What a client is asked to do in a fit task.
+struct FitSettings {
+  int32_t local_epochs = 1;
+  int32_t batch_size = 32;
+  float learning_rate = 0.05f;
+};
+
+struct EngineOptions {
+  std::string run_name = "default";
+  int32_t num_rounds = 10;
+  int32_t min_clients = 2;      // clients online before a round starts
+  int32_t min_fit_clients = 2;  // accepted updates needed to commit a round
+  double sample_fraction = 1.0; // of the online clients, at least min_fit_clients
+  absl::Duration round_timeout = absl::Minutes(10);
+  absl::Duration client_timeout = absl::Seconds(90);  // unseen this long: offline
+  int32_t max_round_retries = 3;
+  uint64_t seed = 0;  // sampling
+  FitSettings fit;
+  // Where partly received updates are staged so a refused one can be folded out again.
+  std::string spill_dir;
+
+  std::string ToJson() const;
+  // Reads back what ToJson wrote (spill_dir is not part of a run's configuration).
+  static absl::StatusOr<EngineOptions> FromJson(std::string_view json);
+};
+
+struct Task {
+  enum class Kind { kWait, kFit, kDone };
+  Kind kind = Kind::kWait;
+  int64_t run_id = 0;
+  int32_t round = 0;
+  std::string task_id;
+  FitSettings fit;
+  ModelSpec spec;
+  int64_t model_bytes = 0;
+  std::string model_sha256;
+  std::string message;
+};
+
+struct UpdateMeta {
+  int64_t run_id = 0;
+  int32_t round = 0;
+  std::string task_id;
+  int64_t num_examples = 0;
+  std::map<std::string, double> metrics;
+  int64_t payload_bytes = 0;
+};
+
+// What the engine reports when a round ends, for progress displays.
+struct RoundSummary {
+  int64_t run_id = 0;
+  int32_t round = 0;
+  int32_t attempt = 0;
+  bool committed = false;
+  int32_t num_sampled = 0;
+  int32_t num_accepted = 0;
+  std::map<std::string, double> metrics;  // weighted client metrics ("train_loss") + evaluation
+  absl::Duration duration;
+  std::string reason;  // why the attempt failed
+};
+
+struct EngineHooks {
+  // Server-side evaluation of a new global model before its round commits; its metrics are stored
+  // with the round. May be empty.
+  std::function<std::map<std::string, double>(const Model&)> evaluate;
+  // Called after every round attempt ends (outside the engine's lock). May be empty.
+  std::function<void(const RoundSummary&)> on_round_end;
+};
+
+// One client's update while its chunks stream in. Destroying it before Finish refuses it as
+// truncated. Not thread-safe: one stream, one thread.
+class Upload {
+ public:
+  virtual ~Upload() = default;
+  // Validates and folds one chunk. On error the whole update is refused and folded out.
+  virtual absl::Status AddChunk(int64_t offset, std::string_view data) = 0;
+  // Checks completeness and the SHA-256, then accepts the update into the round.
+  virtual absl::Status Finish(std::string_view sha256_hex) = 0;
+  // The stream ended before Finish: refuses the update as truncated (DATA_LOSS) and returns why.
+  virtual absl::Status Abandon() = 0;
+  // Refuses the update for a reason found outside the engine (e.g. a protocol violation) and
+  // returns `why`.
+  virtual absl::Status Refuse(absl::Status why) = 0;
+};
+
+// The global model of the open round, as handed to the clients sampled in it.
+struct GlobalModel {
+  std::shared_ptr<const Model> model;
+  std::string sha256;  // of the payload
+};
+
+class RoundEngine {
+ public:
+  // Opens the engine over `store`, resuming its unfinished run (from the last committed round,
+  // the rounds in flight marked aborted) or starting a new one from `initial_model`. None of the
+  // pointers is owned; all must outlive the engine.
+  static absl::StatusOr<std::unique_ptr<RoundEngine>> Create(EngineOptions options, Store* store,
+                                                             aggregation::Strategy* strategy,
+                                                             Clock* clock, Model initial_model,
+                                                             EngineHooks hooks = {});
+  virtual ~RoundEngine() = default;
+
+  // A client announces itself (the service already checked its certificate and enrollment).
+  // Returns the run id.
+  virtual absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) = 0;
+  // The client's next task; kWait when there is none yet. Marks the client as seen.
+  virtual Task Poll(const std::string& client_id) = 0;
+  // The global model a fit task trains from. FAILED_PRECONDITION for a task that is not this
+  // client's current one.
+  virtual absl::StatusOr<GlobalModel> ModelForTask(
+      const std::string& client_id, int64_t run_id, int32_t round,
+      const std::string& task_id) = 0;
+  // Starts receiving an update; refusals as described above.
+  virtual absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
+                                                              const UpdateMeta& meta) = 0;
+  // Records a refusal made before the engine saw the request (e.g. a bad certificate).
+  virtual void AuditRefusal(const std::string& client_id, const std::string& event,
+                            const absl::Status& status) = 0;
+
+  // Advances time-driven transitions: starts a round when enough clients are online, closes one
+  // whose deadline passed.
+  virtual void Tick() = 0;
+  // Blocks until the engine's state changed since `seen_version` or `timeout` passed; returns the
+  // current version. For long polls; the only blocking call.
+  virtual uint64_t WaitForChange(uint64_t seen_version, absl::Duration timeout) = 0;
+  virtual uint64_t version() const = 0;
+
+  virtual bool finished() const = 0;
+  virtual int64_t run_id() const = 0;
+  // The last committed round (0 before the first commit).
+  virtual int32_t committed_round() const = 0;
+  virtual std::shared_ptr<const Model> global_model() const = 0;
+};
+
+}  // namespace fl::server
+
+#endif  // FL_SERVER_ENGINE_H_

@@ -1,0 +1,64 @@
+// Server: the aggregation server as one object — store, round engine, gRPC service over mutual
+// TLS, and the thread that drives the engine's clock.
+//
+// Start refuses plaintext unless `insecure_plaintext` is set and the listen address is loopback.
+// With TLS, the server asks every client for a certificate, then checks in each call that it
+// chains to the federation's CA and that its fingerprint is enrolled; each refusal names the
+// reason to the caller (UNAUTHENTICATED or PERMISSION_DENIED) and lands in the audit log. TLS
+// handshakes that fail before any call (a plaintext client, no client certificate) are audited
+// from gRPC's log.
+#ifndef FL_SERVER_SERVER_H_
+#define FL_SERVER_SERVER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "fl/common/model.h"
+#include "fl/server/engine.h"
+#include "fl/server/store.h"
+
+namespace fl::server {
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:7443";  // port 0 picks a free port
+  std::string data_dir = "fl-data";
+  // Mutual TLS: the federation CA, and this server's certificate and key (PEM file paths).
+  std::string ca_cert_path;
+  std::string cert_path;
+  std::string key_path;
+  // Plaintext: only for simulation and tests, and only on a loopback address. Clients are then
+  // identified by the name they send, and enrollment is not checked.
+  bool insecure_plaintext = false;
+  // Client certificates (PEM file paths) enrolled at start, in addition to those already enrolled.
+  std::vector<std::string> enroll_cert_paths;
+  EngineOptions engine;  // spill_dir defaults to <data_dir>/spill
+  absl::Duration max_poll_wait = absl::Seconds(20);
+  absl::Duration tick_interval = absl::Milliseconds(50);
+};
+
+class Server {
+ public:
+  // Opens the store, resumes or creates the run, and starts serving. `initial_model` seeds a new
+  // run (ignored, but its spec checked, when resuming).
+  static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options, Model initial_model,
+                                                       EngineHooks hooks = {});
+  virtual ~Server() = default;
+
+  virtual int port() const = 0;
+  virtual RoundEngine& engine() = 0;
+  virtual Store& store() = 0;
+  // Blocks until the run is over, then serves `grace` longer so that clients hear DONE.
+  virtual void WaitUntilFinished(absl::Duration grace) = 0;
+  // Stops serving (in-flight calls are cancelled) and the engine's clock thread. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+// True for 127.0.0.0/8, ::1 and "localhost" (with or without a port).
+bool IsLoopbackAddress(const std::string& address);
+
+}  // namespace fl::server
+
+#endif  // FL_SERVER_SERVER_H_

@@ -1,0 +1,28 @@
+// The gRPC face of the round engine: a thin, final service that identifies the caller, translates
+// protobuf to domain types, calls the engine and maps its Status onto the gRPC status one to one.
+#ifndef FL_SERVER_SERVICE_FEDERATION_SERVICE_H_
+#define FL_SERVER_SERVICE_FEDERATION_SERVICE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "fl/server/engine.h"
+#include "fl/server/store.h"
+#include "fl/v1/federation.grpc.pb.h"
+
+namespace fl::server {
+
+struct ServiceOptions {
+  bool insecure_plaintext = false;
+  std::string ca_pem;  // the federation CA that client certificates must chain to
+  absl::Duration max_poll_wait = absl::Seconds(20);
+};
+
+std::unique_ptr<fl::v1::Federation::Service> MakeFederationService(ServiceOptions options,
+                                                                   RoundEngine* engine,
+                                                                   Store* store);
+
+}  // namespace fl::server
+
+#endif  // FL_SERVER_SERVICE_FEDERATION_SERVICE_H_

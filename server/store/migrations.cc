@@ -1,0 +1,141 @@
+#include "server/store/migrations.h"
+
+#include <array>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "server/store/sqlite_util.h"
+
+namespace fl::server::sqlite {
+namespace {
+
+// kMigrations[i] takes the schema from version i to version i + 1.
+constexpr std::array<const char*, 1> kMigrations = {
+    // 1: the initial schema.
+    R"sql(
+CREATE TABLE runs(
+  run_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  config_json TEXT NOT NULL,
+  model_spec_json TEXT NOT NULL,
+  initial_checkpoint TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('running', 'finished', 'failed')),
+  reason TEXT NOT NULL DEFAULT '',
+  created_at_ms INTEGER NOT NULL,
+  ended_at_ms INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX runs_by_status ON runs(status, run_id);
+
+CREATE TABLE rounds(
+  run_id INTEGER NOT NULL REFERENCES runs(run_id),
+  round INTEGER NOT NULL CHECK (round >= 1),
+  attempt INTEGER NOT NULL CHECK (attempt >= 0),
+  status TEXT NOT NULL CHECK (status IN ('running', 'committed', 'aborted', 'failed')),
+  started_at_ms INTEGER NOT NULL,
+  ended_at_ms INTEGER NOT NULL DEFAULT 0,
+  num_sampled INTEGER NOT NULL DEFAULT 0,
+  num_reported INTEGER NOT NULL DEFAULT 0,
+  checkpoint TEXT NOT NULL DEFAULT '',
+  metrics_json TEXT NOT NULL DEFAULT '',
+  reason TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, round, attempt));
+-- At most one committed attempt per round, whatever the code above does.
+CREATE UNIQUE INDEX rounds_one_commit ON rounds(run_id, round) WHERE status = 'committed';
+CREATE INDEX rounds_by_status ON rounds(status, run_id);
+
+CREATE TABLE clients(
+  client_id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  enrolled_at_ms INTEGER NOT NULL,
+  revoked_at_ms INTEGER NOT NULL DEFAULT 0,
+  last_seen_ms INTEGER NOT NULL DEFAULT 0);
+
+CREATE TABLE participations(
+  run_id INTEGER NOT NULL,
+  round INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  client_id TEXT NOT NULL,
+  task_id TEXT NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('assigned', 'accepted', 'refused', 'dropped')),
+  num_examples INTEGER NOT NULL DEFAULT 0,
+  bytes_received INTEGER NOT NULL DEFAULT 0,
+  metrics_json TEXT NOT NULL DEFAULT '',
+  reason TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (run_id, round, attempt, client_id),
+  FOREIGN KEY (run_id, round, attempt) REFERENCES rounds(run_id, round, attempt));
+CREATE INDEX participations_by_client ON participations(client_id, run_id);
+
+CREATE TABLE evaluations(
+  id INTEGER PRIMARY KEY,
+  run_id INTEGER NOT NULL REFERENCES runs(run_id),
+  round INTEGER NOT NULL,
+  source TEXT NOT NULL,
+  loss REAL NOT NULL,
+  accuracy REAL NOT NULL,
+  num_examples INTEGER NOT NULL,
+  at_ms INTEGER NOT NULL);
+CREATE INDEX evaluations_by_round ON evaluations(run_id, round);
+
+CREATE TABLE checkpoints(
+  sha256 TEXT PRIMARY KEY,
+  path TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  created_at_ms INTEGER NOT NULL);
+
+CREATE TABLE audit_log(
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  at_ms INTEGER NOT NULL,
+  client_id TEXT NOT NULL DEFAULT '',
+  event TEXT NOT NULL,
+  detail TEXT NOT NULL DEFAULT '',
+  run_id INTEGER NOT NULL DEFAULT 0,
+  round INTEGER NOT NULL DEFAULT 0);
+CREATE INDEX audit_by_client ON audit_log(client_id, id);
+CREATE INDEX audit_by_event ON audit_log(event, id);
+)sql",
+};
+
+absl::StatusOr<int> CurrentVersion(sqlite3* db) {
+  absl::StatusOr<Statement> st = Statement::Prepare(
+      db, "SELECT COALESCE(MAX(version), 0) FROM schema_version", "read schema_version");
+  if (!st.ok()) return st.status();
+  absl::StatusOr<bool> row = st->Step();
+  if (!row.ok()) return row.status();
+  return *row ? static_cast<int>(st->Int(0)) : 0;
+}
+
+}  // namespace
+
+int LatestSchemaVersion() { return static_cast<int>(kMigrations.size()); }
+
+absl::StatusOr<int> Migrate(sqlite3* db) {
+  Transaction tx(db, "migrate schema");
+  if (!tx.status().ok()) return tx.status();
+  if (absl::Status s =
+          Exec(db, "CREATE TABLE IF NOT EXISTS schema_version(version INTEGER NOT NULL)",
+               "create schema_version");
+      !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<int> current = CurrentVersion(db);
+  if (!current.ok()) return current.status();
+  if (*current > LatestSchemaVersion()) {
+    return absl::FailedPreconditionError(absl::StrCat("database schema version ", *current,
+                                                      " is newer than this server's (",
+                                                      LatestSchemaVersion(), ")"));
+  }
+  for (int version = *current + 1; version <= LatestSchemaVersion(); ++version) {
+    if (absl::Status s =
+            Exec(db, kMigrations[version - 1], absl::StrCat("apply schema migration ", version));
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<Statement> record = Statement::Prepare(
+        db, "INSERT INTO schema_version(version) VALUES (?)", "record schema_version");
+    if (!record.ok()) return record.status();
+    if (absl::Status s = record->Bind(version).Run(); !s.ok()) return s;
+  }
+  if (absl::Status s = tx.Commit(); !s.ok()) return s;
+  return LatestSchemaVersion();
+}
+
+}  // namespace fl::server::sqlite

@@ -1,0 +1,22 @@
+// The store's schema as numbered migrations, applied in order at Open and recorded in
+// schema_version. Migrations are append-only: a released one is never edited, a change is a new
+// one.
+#ifndef FL_SERVER_STORE_MIGRATIONS_H_
+#define FL_SERVER_STORE_MIGRATIONS_H_
+
+#include <sqlite3.h>
+
+#include "absl/status/statusor.h"
+
+namespace fl::server::sqlite {
+
+// The newest schema version this build knows.
+int LatestSchemaVersion();
+
+// Brings the database up to LatestSchemaVersion() in one transaction (all or nothing) and returns
+// the version it is now at. FAILED_PRECONDITION when the database is newer than this build.
+absl::StatusOr<int> Migrate(sqlite3* db);
+
+}  // namespace fl::server::sqlite
+
+#endif  // FL_SERVER_STORE_MIGRATIONS_H_

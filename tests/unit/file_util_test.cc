@@ -1,0 +1,99 @@
+#include "fl/common/file_util.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fl {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FileUtilTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("fl_file_util_test_", ::getpid(), "_", info->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Path(std::string_view name) const { return (dir_ / name).string(); }
+
+  static int Mode(const std::string& path) {
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) return -1;
+    return static_cast<int>(st.st_mode & 07777);
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(FileUtilTest, WriteFileAtomicThenReadFileRoundTrips) {
+  const std::string path = Path("state.bin");
+  std::string contents = "first";
+  ASSERT_TRUE(WriteFileAtomic(path, contents, 0600).ok());
+  EXPECT_EQ(*ReadFile(path), contents);
+  EXPECT_EQ(Mode(path), 0600);
+
+  // Overwrite with binary data larger than one read buffer, and a different mode.
+  contents.clear();
+  for (int i = 0; i < 200000; ++i) contents.push_back(static_cast<char>(i % 251));
+  ASSERT_TRUE(WriteFileAtomic(path, contents, 0640).ok());
+  auto read = ReadFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, contents);
+  EXPECT_EQ(Mode(path), 0640);
+
+  ASSERT_TRUE(WriteFileAtomic(path, "", 0644).ok());
+  EXPECT_EQ(*ReadFile(path), "");
+
+  // No temporary files are left behind.
+  int entries = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir_)) ++entries;
+  EXPECT_EQ(entries, 1);
+}
+
+TEST_F(FileUtilTest, ReadFileOfMissingPathIsNotFound) {
+  const std::string path = Path("missing.txt");
+  auto read = ReadFile(path);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(read.status().message(), HasSubstr(path));
+}
+
+TEST_F(FileUtilTest, WriteFileAtomicIntoMissingDirectoryFails) {
+  const std::string path = Path("no/such/dir/file");
+  absl::Status status = WriteFileAtomic(path, "x");
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(Path("no/such/dir")));
+  EXPECT_EQ(WriteFileAtomic(Path("f"), "x", 010000).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(FileUtilTest, MakeDirectoriesCreatesPrivateParents) {
+  const std::string nested = Path("a/b/c");
+  ASSERT_TRUE(MakeDirectories(nested).ok());
+  EXPECT_TRUE(std::filesystem::is_directory(nested));
+  EXPECT_EQ(Mode(Path("a")), 0700);
+  EXPECT_EQ(Mode(nested), 0700);
+  // Existing directories are fine and keep their mode.
+  const int parent_mode = Mode(dir_.string());
+  ASSERT_TRUE(MakeDirectories(nested + "/").ok());
+  EXPECT_EQ(Mode(dir_.string()), parent_mode);
+  EXPECT_TRUE(SyncDirectory(nested).ok());
+
+  ASSERT_TRUE(WriteFileAtomic(Path("file"), "x").ok());
+  EXPECT_FALSE(MakeDirectories(Path("file/sub")).ok());
+  EXPECT_EQ(SyncDirectory(Path("missing")).code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace fl
