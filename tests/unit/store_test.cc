@@ -4,7 +4,6 @@
 #include <stdlib.h>
 
 #include <cstring>
-#include <iostream>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -497,32 +496,3 @@ TEST_F(StoreTest, MissingCheckpointIsNotFound) {
 
 }  // namespace
 }  // namespace fl::server
-namespace fl::server {
-namespace {
-TEST_F(StoreTest, ZzPrintMessages) {
-  int64_t run = NewRun("r", 1);
-  std::string sha = NewCheckpoint(1.0f);
-  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
-  std::cout << store_->BeginRound(Round(run, 1, 0)) << "\n";
-  std::cout << store_->BeginRound(Round(run + 5, 1, 0)) << "\n";
-  std::cout << Commit(run, 1, 0, "nope") << "\n";
-  ASSERT_TRUE(Commit(run, 1, 0, sha).ok());
-  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 1)).ok());
-  std::cout << Commit(run, 1, 1, sha) << "\n";
-  std::cout << Commit(run, 1, 0, sha) << "\n";
-  std::cout << store_->RecordParticipation(Participation(7, 1, 0, "x")) << "\n";
-  std::cout << store_->FinishRun(run + 9, RunStatus::kFailed, "", 1) << "\n";
-  std::cout << store_->ReadCheckpoint(std::string(64, '0')).status() << "\n";
-  const std::string path = store_->checkpoint_dir() + "/" + sha + ".ckpt";
-  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 4);
-  std::cout << store_->ReadCheckpoint(sha).status() << "\n";
-  std::filesystem::resize_file(path, std::filesystem::file_size(path) + 4);
-  std::cout << store_->ReadCheckpoint(sha).status() << "\n";
-  std::ofstream(path, std::ios::binary) << "NOTACKPT and some more bytes";
-  std::cout << store_->ReadCheckpoint(sha).status() << "\n";
-  std::filesystem::permissions(store_->checkpoint_dir(), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
-  std::cout << store_->WriteCheckpoint(MakeModel(5, 9.0f)).status() << "\n";
-  std::filesystem::permissions(store_->checkpoint_dir(), std::filesystem::perms::owner_all);
-}
-}
-}

@@ -105,19 +105,25 @@ class Store {
   // The newest run whose status is running, if any.
   virtual absl::StatusOr<std::optional<RunRecord>> ActiveRun() = 0;
   virtual absl::StatusOr<RunRecord> GetRun(int64_t run_id) = 0;  // NOT_FOUND
+  // Ends a running run with `status` (finished or failed, else INVALID_ARGUMENT). NOT_FOUND for an
+  // unknown run, FAILED_PRECONDITION for one already ended.
   virtual absl::Status FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
                                  int64_t now_ms) = 0;
 
   // --- rounds
-  // Inserts the row of a new attempt with status running. ALREADY_EXISTS if it exists.
+  // Inserts the row of a new attempt with status running. ALREADY_EXISTS if it exists,
+  // FAILED_PRECONDITION if the run does not.
   virtual absl::Status BeginRound(const RoundRecord& round) = 0;
   // Atomically (one transaction, synchronous=FULL) marks the attempt committed with the record's
   // checkpoint, counts, metrics and end time, and writes the participations. The checkpoint must
-  // already be written. FAILED_PRECONDITION when the attempt is not running or another attempt of
-  // the same round is already committed.
+  // already be written. FAILED_PRECONDITION when the attempt is not running, another attempt of
+  // the same round is already committed, or the checkpoint has no row (WriteCheckpoint first);
+  // NOT_FOUND when there is no such attempt; INVALID_ARGUMENT when a participation names another
+  // attempt. On any error nothing is written.
   virtual absl::Status CommitRound(const RoundRecord& round,
                                    const std::vector<ParticipationRecord>& participations) = 0;
-  // Marks a running attempt aborted or failed, with its reason.
+  // Marks a running attempt aborted or failed (else INVALID_ARGUMENT), with its reason. NOT_FOUND
+  // for an unknown attempt, FAILED_PRECONDITION for one that is not running.
   virtual absl::Status EndRound(int64_t run_id, int32_t round, int32_t attempt, RoundStatus status,
                                 const std::string& reason, int64_t now_ms) = 0;
   // Marks every running attempt of the run aborted ("server restarted"); returns how many.
@@ -125,7 +131,9 @@ class Store {
   virtual absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) = 0;  // by round, attempt
   virtual absl::StatusOr<std::optional<RoundRecord>> LastCommittedRound(int64_t run_id) = 0;
 
-  // --- participations (insert or replace by run, round, attempt, client)
+  // --- participations (insert or replace by run, round, attempt, client; FAILED_PRECONDITION when
+  // the attempt does not exist). Participations(run, round) lists every attempt's, by attempt, then
+  // client.
   virtual absl::Status RecordParticipation(const ParticipationRecord& p) = 0;
   virtual absl::StatusOr<std::vector<ParticipationRecord>> Participations(int64_t run_id,
                                                                           int32_t round) = 0;
@@ -137,7 +145,9 @@ class Store {
   virtual absl::Status RevokeClient(const std::string& client_id, int64_t now_ms) = 0;  // NOT_FOUND
   // Enrolled and not revoked.
   virtual absl::StatusOr<bool> IsEnrolled(const std::string& client_id) = 0;
+  // Records that the client was seen (last_seen_ms never moves backwards). NOT_FOUND if unknown.
   virtual absl::Status TouchClient(const std::string& client_id, int64_t now_ms) = 0;
+  // Every client, revoked ones included, by enrollment time.
   virtual absl::StatusOr<std::vector<ClientRecord>> Clients() = 0;
 
   // --- evaluations
@@ -150,12 +160,13 @@ class Store {
   // directory) unless it already exists, records it, and returns the SHA-256 of its payload.
   virtual absl::StatusOr<std::string> WriteCheckpoint(const Model& model) = 0;
   // Reads a checkpoint back; DATA_LOSS when the file's payload does not hash to `sha256`,
-  // NOT_FOUND when there is no such file.
+  // NOT_FOUND when there is no such file, INVALID_ARGUMENT when `sha256` is not 64 lowercase hex
+  // digits.
   virtual absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) = 0;
 
   // --- audit log
   virtual absl::Status Audit(const AuditRecord& record) = 0;  // id is assigned
-  // The newest `limit` records, oldest first.
+  // The newest `limit` records, oldest first. INVALID_ARGUMENT when `limit` is negative.
   virtual absl::StatusOr<std::vector<AuditRecord>> AuditLog(int limit) = 0;
 };
 

@@ -26,7 +26,7 @@ struct SimulationOptions {
   std::string partition = "iid";  // "iid" or "dirichlet"
   double dirichlet_beta = 0.5;
   uint64_t seed = 0;
-  server::FitSettings fit{.local_epochs = 1, .batch_size = 32, .learning_rate = 0.05f};
+  server::FitSettings fit{.local_epochs = 1, .batch_size = 32, .learning_rate = 0.1f};
   bool tls = true;  // false: plaintext on loopback
   absl::Duration round_timeout = absl::Minutes(5);
 };
