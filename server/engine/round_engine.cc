@@ -379,7 +379,23 @@ absl::Status EngineImpl::Init(Model initial_model) {
 void EngineImpl::MaybeAdvanceLocked() {
   if (finished_) return;
   const absl::Time now = clock_->Now();
-  if (current_ == nullptr) {
+  if (current_ != nullptr) {
+    bool all_final = true;
+    for (const std::string& id : current_->sampled) {
+      auto it = current_->uploads.find(id);
+      if (it == current_->uploads.end() || it->second->phase == Phase::kStreaming) {
+        all_final = false;
+        break;
+      }
+    }
+    if (all_final) {
+      CloseRoundLocked("every sampled client reported");
+    } else if (now >= current_->deadline) {
+      CloseRoundLocked("deadline reached");
+    }
+  }
+  // A closed round is followed at once by the next, when enough clients are still online.
+  if (current_ == nullptr && !finished_) {
     std::vector<std::string> online;
     for (const auto& [id, c] : clients_) {
       if (now - c.last_seen <= options_.client_timeout) online.push_back(id);
@@ -387,20 +403,6 @@ void EngineImpl::MaybeAdvanceLocked() {
     if (static_cast<int32_t>(online.size()) >= options_.min_clients) {
       StartRoundLocked(std::move(online));
     }
-    return;
-  }
-  bool all_final = true;
-  for (const std::string& id : current_->sampled) {
-    auto it = current_->uploads.find(id);
-    if (it == current_->uploads.end() || it->second->phase == Phase::kStreaming) {
-      all_final = false;
-      break;
-    }
-  }
-  if (all_final) {
-    CloseRoundLocked("every sampled client reported");
-  } else if (now >= current_->deadline) {
-    CloseRoundLocked("deadline reached");
   }
 }
 

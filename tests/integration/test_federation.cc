@@ -1,1 +1,123 @@
-// placeholder
+#include "tests/integration/test_federation.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace fl::testing {
+
+TempDir::TempDir() {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "fl_it_XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) std::abort();
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+ProvisionedFiles MakePki(const std::string& dir, const std::vector<std::string>& names,
+                         const std::string& federation) {
+  ProvisionOptions options;
+  options.out_dir = dir + "/certs";
+  options.federation_name = federation;
+  options.client_names = names;
+  absl::StatusOr<ProvisionedFiles> files = ProvisionFederation(options);
+  EXPECT_TRUE(files.ok()) << files.status();
+  return files.ok() ? *files : ProvisionedFiles{};
+}
+
+namespace {
+const client::Dataset& Load(bool train) {
+  static std::unique_ptr<client::Dataset> data[2];
+  std::unique_ptr<client::Dataset>& d = data[train ? 1 : 0];
+  if (d == nullptr) {
+    std::string dir = FL_FASHION_MNIST_DIR;
+    absl::StatusOr<client::Dataset> loaded =
+        train ? client::LoadIdx(dir + "/train-images-idx3-ubyte.gz",
+                                dir + "/train-labels-idx1-ubyte.gz")
+              : client::LoadIdx(dir + "/t10k-images-idx3-ubyte.gz",
+                                dir + "/t10k-labels-idx1-ubyte.gz");
+    if (!loaded.ok()) {
+      ADD_FAILURE() << loaded.status();
+      std::abort();
+    }
+    d = std::make_unique<client::Dataset>(*std::move(loaded));
+  }
+  return *d;
+}
+
+client::Dataset Slice(const client::Dataset& d, int64_t begin, int64_t count) {
+  std::vector<int64_t> idx;
+  for (int64_t i = begin; i < begin + count; ++i) idx.push_back(i);
+  return d.Subset(idx);
+}
+}  // namespace
+
+client::Dataset FashionTrainSlice(int64_t begin, int64_t count) {
+  return Slice(Load(true), begin, count);
+}
+client::Dataset FashionTestSlice(int64_t count) { return Slice(Load(false), 0, count); }
+
+ClientThread::ClientThread(client::ClientOptions options, std::unique_ptr<client::Trainer> trainer)
+    : trainer_(std::move(trainer)) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c =
+      client::Client::Create(std::move(options), trainer_.get());
+  if (!c.ok()) {
+    status_ = c.status();
+    return;
+  }
+  client_ = *std::move(c);
+  client_->set_on_task([this](const client::TaskReport& r) {
+    if (r.status.ok()) ++accepted_;
+  });
+  thread_ = std::thread([this] { status_ = client_->Run(); });
+}
+
+ClientThread::~ClientThread() {
+  Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::Status ClientThread::Join() {
+  if (thread_.joinable()) thread_.join();
+  return status_;
+}
+
+void ClientThread::Stop() {
+  if (client_ != nullptr) client_->Stop();
+}
+
+client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index, int port) {
+  client::ClientOptions o;
+  o.server_address = absl::StrCat("127.0.0.1:", port);
+  o.ca_cert_path = pki.ca_cert;
+  o.cert_path = pki.client_certs.at(index);
+  o.key_path = pki.client_keys.at(index);
+  o.name = absl::StrCat("site-", index);
+  o.poll_wait = absl::Seconds(2);
+  o.reconnect_timeout = absl::Seconds(30);
+  return o;
+}
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace fl::testing

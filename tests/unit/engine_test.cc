@@ -349,7 +349,8 @@ TEST_F(EngineTest, DeadlineCutsOffAnUploadInFlight) {
 TEST_F(EngineTest, ResumesAfterRestartAtTheNextUncommittedRound) {
   StartEngine();
   JoinAll();
-  std::vector<Model> models = {RandomModel(1), RandomModel(2), RandomModel(3)};
+  std::vector<Model> models;
+  for (uint64_t seed : {1, 2, 3}) models.push_back(RandomModel(seed));
   for (size_t i = 0; i < clients_.size(); ++i) {
     ASSERT_TRUE(Submit(clients_[i], engine_->Poll(clients_[i]), models[i], 1).ok());
   }

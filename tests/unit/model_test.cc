@@ -1,1 +1,292 @@
-// placeholder
+#include "fl/common/model.h"
+
+#include <cmath>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "fl/common/crypto.h"
+#include "fl/common/proto_serde.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fl {
+namespace {
+
+using ::testing::HasSubstr;
+
+// w: 2x3 = 6 floats, b: 3 floats, s: a scalar (1 float).
+ModelSpec SmallSpec() {
+  return ModelSpec({{"w", {2, 3}}, {"b", {3}}, {"s", {}}});
+}
+
+// --- ModelSpec ---
+
+TEST(ModelSpecTest, ValidSpecPasses) { EXPECT_TRUE(SmallSpec().Validate().ok()); }
+
+TEST(ModelSpecTest, ValidateRefusesEmptySpec) {
+  absl::Status s = ModelSpec().Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no tensors"));
+}
+
+TEST(ModelSpecTest, ValidateRefusesUnnamedTensor) {
+  absl::Status s = ModelSpec({{"w", {2}}, {"", {3}}}).Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("without a name"));
+}
+
+TEST(ModelSpecTest, ValidateRefusesDuplicateNamesNamingTheTensor) {
+  absl::Status s = ModelSpec({{"dense_kernel", {2}}, {"b", {1}}, {"dense_kernel", {3}}}).Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'dense_kernel'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("twice"));
+}
+
+TEST(ModelSpecTest, ValidateRefusesZeroDimensionNamingTheTensor) {
+  absl::Status s = ModelSpec({{"w", {2, 3}}, {"bias", {4, 0}}}).Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'bias'"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("non-positive dimension 0"));
+}
+
+TEST(ModelSpecTest, ValidateRefusesNegativeDimension) {
+  absl::Status s = ModelSpec({{"w", {-1}}}).Validate();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("'w'"));
+}
+
+TEST(ModelSpecTest, NumFloatsAndOffsets) {
+  ModelSpec spec = SmallSpec();
+  EXPECT_EQ(spec.tensors()[2].NumElements(), 1);  // scalar
+  EXPECT_EQ(spec.NumFloats(), 10);
+  EXPECT_EQ(spec.NumBytes(), 40);
+  EXPECT_EQ(spec.OffsetOf(0), 0);
+  EXPECT_EQ(spec.OffsetOf(1), 6);
+  EXPECT_EQ(spec.OffsetOf(2), 9);
+  EXPECT_EQ(spec.OffsetOf(3), 10);  // one past the last tensor: the payload size
+}
+
+TEST(ModelSpecTest, JsonRoundTrip) {
+  ModelSpec spec({{"conv/kernel", {3, 3, 1, 8}}, {"conv/bias", {8}}, {"scale", {}}});
+  std::string json = spec.ToJson();
+  absl::StatusOr<ModelSpec> parsed = ModelSpec::FromJson(json);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, spec);
+}
+
+TEST(ModelSpecTest, FromJsonAcceptsDocumentedForm) {
+  absl::StatusOr<ModelSpec> parsed =
+      ModelSpec::FromJson(R"([{"name": "w", "shape": [10, 784]}, {"name": "b", "shape": [10]}])");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, ModelSpec({{"w", {10, 784}}, {"b", {10}}}));
+  EXPECT_EQ(parsed->NumFloats(), 7850);
+}
+
+TEST(ModelSpecTest, FromJsonRefusesNonArray) {
+  for (const char* text : {R"({"name": "w", "shape": [1]})", "not json at all", "", "42"}) {
+    absl::StatusOr<ModelSpec> parsed = ModelSpec::FromJson(text);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("not a JSON array")) << text;
+  }
+}
+
+TEST(ModelSpecTest, FromJsonRefusesMissingShape) {
+  absl::StatusOr<ModelSpec> parsed = ModelSpec::FromJson(R"([{"name": "w"}])");
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("'shape'"));
+}
+
+TEST(ModelSpecTest, FromJsonRefusesMissingNameAndNonObjectEntries) {
+  for (const char* text : {R"([{"shape": [1]}])", R"([{"name": 3, "shape": [1]}])",
+                           R"([{"name": "w", "shape": 4}])", R"([7])"}) {
+    absl::StatusOr<ModelSpec> parsed = ModelSpec::FromJson(text);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << text;
+  }
+}
+
+TEST(ModelSpecTest, FromJsonRefusesNonIntegerDimension) {
+  for (const char* text : {R"([{"name": "w", "shape": [2, 1.5]}])",
+                           R"([{"name": "w", "shape": ["2"]}])"}) {
+    absl::StatusOr<ModelSpec> parsed = ModelSpec::FromJson(text);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("'w'")) << text;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("non-integer")) << text;
+  }
+}
+
+TEST(ModelSpecTest, FromJsonRefusesInvalidSpec) {
+  absl::StatusOr<ModelSpec> parsed = ModelSpec::FromJson(R"([{"name": "w", "shape": [0]}])");
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("non-positive"));
+  EXPECT_EQ(ModelSpec::FromJson("[]").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// --- Model ---
+
+TEST(ModelTest, ZeroInitialisedAndAligned) {
+  // An odd size, so that the buffer size is not already a multiple of the alignment.
+  Model model(ModelSpec({{"w", {7, 13}}, {"b", {5}}}));
+  EXPECT_EQ(model.data().size(), 96u);
+  EXPECT_EQ(model.NumBytes(), 96 * 4);
+  EXPECT_EQ(model.bytes().size(), 96u * 4);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(model.data().data()) % 64, 0u);
+  for (float v : model.data()) ASSERT_EQ(v, 0.0f);
+}
+
+TEST(ModelTest, TensorViewsAtTheRightOffsets) {
+  Model model(SmallSpec());
+  std::span<float> data = model.data();
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i);
+
+  std::span<float> w = model.tensor(0);
+  std::span<float> b = model.tensor(1);
+  std::span<float> s = model.tensor(2);
+  EXPECT_EQ(w.data(), data.data());
+  EXPECT_EQ(w.size(), 6u);
+  EXPECT_EQ(b.data(), data.data() + 6);
+  EXPECT_EQ(b.size(), 3u);
+  EXPECT_EQ(s.data(), data.data() + 9);
+  EXPECT_EQ(s.size(), 1u);
+  EXPECT_EQ(b[0], 6.0f);
+  EXPECT_EQ(s[0], 9.0f);
+
+  const Model& const_model = model;
+  EXPECT_EQ(const_model.tensor(1).data(), b.data());
+  EXPECT_EQ(const_model.tensor(1).size(), 3u);
+
+  absl::StatusOr<std::span<float>> by_name = model.tensor("b");
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  EXPECT_EQ(by_name->data(), b.data());
+  EXPECT_EQ(by_name->size(), 3u);
+
+  // Writes through a view land in the payload.
+  (*by_name)[2] = -1.5f;
+  EXPECT_EQ(model.data()[8], -1.5f);
+}
+
+TEST(ModelTest, MissingTensorIsNotFound) {
+  Model model(SmallSpec());
+  absl::StatusOr<std::span<float>> missing = model.tensor("missing");
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("'missing'"));
+}
+
+TEST(ModelTest, CloneIsADeepCopy) {
+  Model model(SmallSpec());
+  for (size_t i = 0; i < model.data().size(); ++i) model.data()[i] = 0.25f * static_cast<float>(i);
+
+  Model copy = model.Clone();
+  EXPECT_EQ(copy.spec(), model.spec());
+  EXPECT_NE(copy.data().data(), model.data().data());
+  ASSERT_EQ(copy.data().size(), model.data().size());
+  for (size_t i = 0; i < model.data().size(); ++i) EXPECT_EQ(copy.data()[i], model.data()[i]);
+  EXPECT_EQ(copy.Sha256Hex(), model.Sha256Hex());
+
+  copy.data()[3] = 100.0f;
+  EXPECT_EQ(model.data()[3], 0.75f);
+  model.data()[4] = -7.0f;
+  EXPECT_EQ(copy.data()[4], 1.0f);
+}
+
+TEST(ModelTest, MoveKeepsTheBuffer) {
+  Model model(SmallSpec());
+  model.data()[0] = 3.0f;
+  const float* buffer = model.data().data();
+  Model moved = std::move(model);
+  EXPECT_EQ(moved.data().data(), buffer);
+  EXPECT_EQ(moved.data()[0], 3.0f);
+}
+
+TEST(ModelTest, Sha256IsThePayloadDigestAndTracksValues) {
+  Model model(SmallSpec());
+  for (size_t i = 0; i < model.data().size(); ++i) model.data()[i] = 1.0f + static_cast<float>(i);
+  const std::string before = model.Sha256Hex();
+  EXPECT_EQ(before, fl::Sha256Hex(model.bytes()));
+  EXPECT_EQ(before.size(), 64u);
+
+  model.data()[7] = std::nextafter(model.data()[7], 100.0f);  // the smallest possible change
+  const std::string after = model.Sha256Hex();
+  EXPECT_NE(after, before);
+  EXPECT_EQ(after, fl::Sha256Hex(model.bytes()));
+}
+
+TEST(ModelTest, ZeroModelsOfDifferentSizeHashDifferently) {
+  Model a(ModelSpec({{"w", {4}}}));
+  Model b(ModelSpec({{"w", {5}}}));
+  EXPECT_NE(a.Sha256Hex(), b.Sha256Hex());
+}
+
+// --- proto serde ---
+
+TEST(ProtoSerdeTest, ModelSpecRoundTrip) {
+  ModelSpec spec({{"w", {10, 784}}, {"b", {10}}, {"s", {}}});
+  v1::ModelSpec proto;
+  proto.add_tensors()->set_name("stale");  // ToProto replaces what was there
+  ToProto(spec, &proto);
+  ASSERT_EQ(proto.tensors_size(), 3);
+  EXPECT_EQ(proto.tensors(0).name(), "w");
+  ASSERT_EQ(proto.tensors(0).shape_size(), 2);
+  EXPECT_EQ(proto.tensors(0).shape(1), 784);
+  EXPECT_EQ(proto.tensors(2).shape_size(), 0);
+
+  absl::StatusOr<ModelSpec> back = FromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, spec);
+}
+
+TEST(ProtoSerdeTest, FromProtoRefusesInvalidSpec) {
+  v1::ModelSpec empty;
+  EXPECT_EQ(FromProto(empty).status().code(), absl::StatusCode::kInvalidArgument);
+
+  v1::ModelSpec dup;
+  ToProto(ModelSpec({{"w", {2}}, {"w", {3}}}), &dup);
+  absl::StatusOr<ModelSpec> s = FromProto(dup);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("'w'"));
+
+  v1::ModelSpec negative;
+  v1::TensorSpec* t = negative.add_tensors();
+  t->set_name("k");
+  t->add_shape(-4);
+  s = FromProto(negative);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("'k'"));
+}
+
+TEST(ProtoSerdeTest, GrpcStatusKeepsCodeAndMessage) {
+  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
+  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
+
+  const std::vector<absl::Status> statuses = {
+      absl::InvalidArgumentError("chunk at offset 4 is out of order"),
+      absl::NotFoundError("no such round"),
+      absl::FailedPreconditionError("round closed"),
+      absl::DataLossError("payload truncated"),
+      absl::UnauthenticatedError("no certificate"),
+      absl::PermissionDeniedError("revoked"),
+      absl::ResourceExhaustedError("too many clients"),
+      absl::UnavailableError("shutting down"),
+      absl::DeadlineExceededError("late"),
+      absl::AbortedError("aborted"),
+      absl::InternalError("internal"),
+  };
+  for (const absl::Status& status : statuses) {
+    grpc::Status g = ToGrpcStatus(status);
+    EXPECT_EQ(static_cast<int>(g.error_code()), static_cast<int>(status.code()));
+    EXPECT_EQ(g.error_message(), std::string(status.message()));
+    absl::Status back = FromGrpcStatus(g);
+    EXPECT_EQ(back, status);
+  }
+
+  grpc::Status from_wire(grpc::StatusCode::UNAVAILABLE, "server going away");
+  absl::Status converted = FromGrpcStatus(from_wire);
+  EXPECT_EQ(converted.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(std::string(converted.message()), "server going away");
+}
+
+}  // namespace
+}  // namespace fl

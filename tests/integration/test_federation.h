@@ -1,0 +1,82 @@
+// Shared pieces of the integration tests: a temporary directory with a provisioned federation,
+// slices of the real Fashion-MNIST data, clients running on threads, a free loopback port.
+#ifndef FL_TESTS_INTEGRATION_TEST_FEDERATION_H_
+#define FL_TESTS_INTEGRATION_TEST_FEDERATION_H_
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "fl/client/client.h"
+#include "fl/client/dataset.h"
+#include "fl/common/provision.h"
+
+namespace fl::testing {
+
+// A fresh temporary directory, removed on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// CA, server and client certificates for `names` under `dir`/certs.
+ProvisionedFiles MakePki(const std::string& dir, const std::vector<std::string>& names,
+                         const std::string& federation = "test-federation");
+
+// Rows [begin, begin + count) of the Fashion-MNIST training set / the first `count` test rows.
+client::Dataset FashionTrainSlice(int64_t begin, int64_t count);
+client::Dataset FashionTestSlice(int64_t count);
+
+// Wraps a trainer and sleeps before each fit, so that rounds last long enough to interrupt.
+class SlowTrainer final : public client::Trainer {
+ public:
+  SlowTrainer(std::unique_ptr<client::Trainer> inner, absl::Duration delay)
+      : inner_(std::move(inner)), delay_(delay) {}
+  ModelSpec spec() const override { return inner_->spec(); }
+  absl::StatusOr<client::FitResult> Fit(const Model& global,
+                                        const client::FitConfig& config) override {
+    absl::SleepFor(delay_);
+    return inner_->Fit(global, config);
+  }
+  absl::StatusOr<client::EvalResult> Evaluate(const Model& model) override {
+    return inner_->Evaluate(model);
+  }
+
+ private:
+  std::unique_ptr<client::Trainer> inner_;
+  absl::Duration delay_;
+};
+
+// A real SDK client with its own softmax trainer on a slice of Fashion-MNIST, running on a thread.
+class ClientThread {
+ public:
+  ClientThread(client::ClientOptions options, std::unique_ptr<client::Trainer> trainer);
+  ~ClientThread();
+  // Waits for Run to return and gives its status.
+  absl::Status Join();
+  void Stop();
+  int tasks_accepted() const { return accepted_.load(); }
+
+ private:
+  std::unique_ptr<client::Trainer> trainer_;
+  std::unique_ptr<client::Client> client_;
+  absl::Status status_;
+  std::atomic<int> accepted_{0};
+  std::thread thread_;
+};
+
+client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index, int port);
+
+int FreeLoopbackPort();
+
+}  // namespace fl::testing
+
+#endif  // FL_TESTS_INTEGRATION_TEST_FEDERATION_H_
