@@ -3,6 +3,9 @@
 #ifndef FL_TESTS_INTEGRATION_TEST_FEDERATION_H_
 #define FL_TESTS_INTEGRATION_TEST_FEDERATION_H_
 
+#include <sys/types.h>
+
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -76,6 +79,25 @@ class ClientThread {
 client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index, int port);
 
 int FreeLoopbackPort();
+
+}  // namespace fl::testing
+
+
+namespace fl::testing {
+
+// A child process running a command, its stdout and stderr appended to `log_path`.
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path);
+  ~ChildProcess();  // SIGKILLs the child if it still runs
+  void Kill(int signal);
+  // Waits for the child to exit; returns its exit code, or 128 + signal number.
+  int Wait();
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 }  // namespace fl::testing
 

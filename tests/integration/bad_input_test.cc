@@ -1,0 +1,239 @@
+// Bad updates sent over the real wire by a hand-rolled client, while two real SDK clients train:
+// each bad update is refused with a precise gRPC status, recorded, and the round completes with
+// the others.
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "fl/client/softmax_trainer.h"
+#include "fl/common/crypto.h"
+#include "fl/common/file_util.h"
+#include "fl/server/server.h"
+#include "fl/v1/federation.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tests/integration/test_federation.h"
+
+namespace fl::testing {
+namespace {
+
+// A client that speaks the protocol by hand, with an enrolled certificate.
+class RawClient {
+ public:
+  RawClient(const ProvisionedFiles& pki, size_t index, int port) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = *ReadFile(pki.ca_cert);
+    ssl.pem_cert_chain = *ReadFile(pki.client_certs[index]);
+    ssl.pem_private_key = *ReadFile(pki.client_keys[index]);
+    stub_ = v1::Federation::NewStub(
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::SslCredentials(ssl)));
+  }
+
+  v1::JoinReply Join() {
+    grpc::ClientContext ctx;
+    v1::JoinRequest req;
+    req.set_client_name("raw");
+    v1::JoinReply reply;
+    EXPECT_TRUE(stub_->Join(&ctx, req, &reply).ok());
+    return reply;
+  }
+
+  // Polls until a fit task for a round after `after_round` arrives.
+  v1::Task NextFit(int64_t run_id, int after_round) {
+    for (int i = 0; i < 100; ++i) {
+      grpc::ClientContext ctx;
+      v1::PollRequest req;
+      req.set_run_id(run_id);
+      req.set_wait_ms(1000);
+      v1::Task task;
+      grpc::Status s = stub_->PollTask(&ctx, req, &task);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (task.kind() == v1::Task::FIT && task.round() > after_round) return task;
+    }
+    ADD_FAILURE() << "no fit task for a round after " << after_round;
+    return {};
+  }
+
+  // Sends metadata, then `payload` as one chunk (unless empty), then `sha` (unless empty).
+  grpc::Status Send(const v1::UpdateMetadata& meta, const std::string& payload,
+                    const std::string& sha) {
+    grpc::ClientContext ctx;
+    v1::SubmitReply reply;
+    auto writer = stub_->SubmitUpdate(&ctx, &reply);
+    v1::UpdatePart part;
+    *part.mutable_metadata() = meta;
+    writer->Write(part);
+    if (!payload.empty()) {
+      part.Clear();
+      part.mutable_chunk()->set_offset(0);
+      part.mutable_chunk()->set_data(payload);
+      writer->Write(part);
+    }
+    if (!sha.empty()) {
+      part.Clear();
+      part.set_sha256(sha);
+      writer->Write(part);
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  }
+
+  v1::Federation::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<v1::Federation::Stub> stub_;
+};
+
+v1::UpdateMetadata MetaFor(const v1::Task& task, int64_t bytes) {
+  v1::UpdateMetadata m;
+  m.set_run_id(task.run_id());
+  m.set_round(task.round());
+  m.set_task_id(task.task_id());
+  m.set_num_examples(100);
+  m.set_encoding(v1::UpdateMetadata::FLOAT32);
+  m.set_payload_bytes(bytes);
+  return m;
+}
+
+void ExpectRefused(const grpc::Status& s, grpc::StatusCode code, const std::string& fragment) {
+  EXPECT_EQ(s.error_code(), code) << s.error_message();
+  EXPECT_NE(s.error_message().find(fragment), std::string::npos) << s.error_message();
+}
+
+TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "raw"});
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.data_dir = dir.path() + "/server";
+  o.ca_cert_path = pki.ca_cert;
+  o.cert_path = pki.server_cert;
+  o.key_path = pki.server_key;
+  o.enroll_cert_paths = pki.client_certs;
+  o.engine.num_rounds = 5;
+  o.engine.min_clients = 3;
+  o.engine.min_fit_clients = 2;
+  o.engine.round_timeout = absl::Seconds(60);
+  o.max_poll_wait = absl::Seconds(1);
+  const ModelSpec spec = client::SoftmaxRegressionSpec(784, 10);
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Start(o, Model(spec));
+  ASSERT_TRUE(server.ok()) << server.status();
+
+  std::vector<std::unique_ptr<ClientThread>> good;
+  for (int i = 0; i < 2; ++i) {
+    good.push_back(std::make_unique<ClientThread>(
+        TlsClientOptions(pki, i, (*server)->port()),
+        client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {})));
+  }
+  RawClient raw(pki, 2, (*server)->port());
+  const int64_t run_id = raw.Join().run_id();
+
+  Model update(spec);
+  for (size_t i = 0; i < update.data().size(); ++i) update.data()[i] = 0.001f * (i % 7);
+  const std::string payload(reinterpret_cast<const char*>(update.bytes().data()),
+                            update.bytes().size());
+  const std::string sha = update.Sha256Hex();
+  const int64_t bytes = update.NumBytes();
+
+  // Round 1: stale and foreign requests first (they do not spend the client's update), then an
+  // update whose declared size is not the model's.
+  v1::Task t = raw.NextFit(run_id, 0);
+  v1::UpdateMetadata m = MetaFor(t, bytes);
+  m.set_round(t.round() + 1);
+  ExpectRefused(raw.Send(m, payload, sha), grpc::StatusCode::FAILED_PRECONDITION,
+                absl::StrCat("request is for round ", t.round() + 1));
+  m = MetaFor(t, bytes);
+  m.set_task_id("r1.a0.somebody-else");
+  ExpectRefused(raw.Send(m, payload, sha), grpc::StatusCode::FAILED_PRECONDITION,
+                "is not this client's task");
+  m = MetaFor(t, bytes);
+  m.set_run_id(run_id + 5);
+  ExpectRefused(raw.Send(m, payload, sha), grpc::StatusCode::FAILED_PRECONDITION,
+                absl::StrCat("request is for run ", run_id + 5));
+  m = MetaFor(t, bytes);
+  m.set_encoding(v1::UpdateMetadata::ENCODING_UNSPECIFIED);
+  ExpectRefused(raw.Send(m, payload, sha), grpc::StatusCode::INVALID_ARGUMENT,
+                "is not supported");
+  ExpectRefused(raw.Send(MetaFor(t, 400), payload.substr(0, 400), sha),
+                grpc::StatusCode::INVALID_ARGUMENT, "float32 parameters (31400 bytes)");
+
+  // Round 2: the payload does not hash to the declared SHA-256.
+  t = raw.NextFit(run_id, 1);
+  ExpectRefused(raw.Send(MetaFor(t, bytes), payload, std::string(64, 'a')),
+                grpc::StatusCode::INVALID_ARGUMENT, "SHA-256 mismatch");
+
+  // Round 3: a NaN.
+  t = raw.NextFit(run_id, 2);
+  Model bad = update.Clone();
+  bad.data()[4242] = std::numeric_limits<float>::quiet_NaN();
+  std::string bad_payload(reinterpret_cast<const char*>(bad.bytes().data()), bad.bytes().size());
+  ExpectRefused(raw.Send(MetaFor(t, bytes), bad_payload, bad.Sha256Hex()),
+                grpc::StatusCode::INVALID_ARGUMENT, "non-finite value (nan) at parameter 4242");
+
+  // Round 4: the stream stops halfway, without its SHA-256.
+  t = raw.NextFit(run_id, 3);
+  ExpectRefused(raw.Send(MetaFor(t, bytes), payload.substr(0, bytes / 2), ""),
+                grpc::StatusCode::DATA_LOSS, "ended after 15700 of 31400 bytes");
+
+  // Round 5: a second update while the first is still open (the round cannot close under it),
+  // then the first completes and is accepted.
+  t = raw.NextFit(run_id, 4);
+  {
+    grpc::ClientContext ctx;
+    v1::SubmitReply reply;
+    auto first = raw.stub().SubmitUpdate(&ctx, &reply);
+    v1::UpdatePart part;
+    *part.mutable_metadata() = MetaFor(t, bytes);
+    ASSERT_TRUE(first->Write(part));
+    part.Clear();
+    part.mutable_chunk()->set_offset(0);
+    part.mutable_chunk()->set_data(payload);
+    ASSERT_TRUE(first->Write(part));
+    absl::SleepFor(absl::Milliseconds(300));  // let the server take the first stream's metadata
+    ExpectRefused(raw.Send(MetaFor(t, bytes), payload, sha), grpc::StatusCode::ALREADY_EXISTS,
+                  "already received");
+    part.Clear();
+    part.set_sha256(sha);
+    ASSERT_TRUE(first->Write(part));
+    first->WritesDone();
+    grpc::Status s = first->Finish();
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+
+  for (auto& c : good) EXPECT_TRUE(c->Join().ok());
+  server::Store& store = (*server)->store();
+  EXPECT_EQ(store.GetRun(run_id)->status, server::RunStatus::kFinished);
+  absl::StatusOr<std::vector<server::RoundRecord>> rounds = store.Rounds(run_id);
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 5u);
+  for (const server::RoundRecord& r : *rounds) {
+    EXPECT_EQ(r.status, server::RoundStatus::kCommitted) << "round " << r.round;
+    EXPECT_EQ(r.num_reported, r.round == 5 ? 3 : 2) << "round " << r.round;
+  }
+  // Every refusal is in the audit log and the raw client's participations say why.
+  absl::StatusOr<std::vector<server::AuditRecord>> audit = store.AuditLog(1000);
+  ASSERT_TRUE(audit.ok());
+  std::string all;
+  for (const auto& r : *audit) all += r.event + ": " + r.detail + "\n";
+  for (const char* fragment : {"request is for round 2", "is not this client's task",
+                               "is not supported", "31400 bytes", "SHA-256 mismatch",
+                               "non-finite", "ended after 15700", "already received"}) {
+    EXPECT_NE(all.find(fragment), std::string::npos) << fragment << "\n" << all;
+  }
+  std::string raw_id = *CertificateFingerprint(*ReadFile(pki.client_certs[2]));
+  for (int round = 1; round <= 4; ++round) {
+    absl::StatusOr<std::vector<server::ParticipationRecord>> parts =
+        store.Participations(run_id, round);
+    ASSERT_TRUE(parts.ok());
+    bool refused = false;
+    for (const auto& p : *parts) {
+      if (p.client_id == raw_id) {
+        refused = p.status == server::ParticipationStatus::kRefused && !p.reason.empty();
+      }
+    }
+    EXPECT_TRUE(refused) << "round " << round;
+  }
+}
+
+}  // namespace
+}  // namespace fl::testing
