@@ -36,6 +36,7 @@ class Client::Impl {
   Impl(ClientOptions options, Trainer* trainer, std::shared_ptr<grpc::Channel> channel)
       : options_(std::move(options)),
         trainer_(trainer),
+        channel_(channel),
         stub_(fl::v1::Federation::NewStub(channel)) {}
 
   absl::Status Run();
@@ -78,15 +79,21 @@ class Client::Impl {
   absl::Status Fit(const fl::v1::Task& task, TaskReport& report);
   absl::StatusOr<Model> Download(const fl::v1::Task& task, const ModelSpec& spec);
   absl::Status Submit(const fl::v1::Task& task, const FitResult& result);
-  // Sleeps `d` unless stopped; false when stopped.
-  bool Sleep(absl::Duration d) {
+  // Waits up to `d` for the channel to (re)connect, returning early once it is connected; false
+  // when stopped. Waiting on the channel is what drives its connection attempts: a blocked
+  // sleep would leave them to gRPC's 5-second backup poller.
+  bool WaitForServer(absl::Duration d) {
     const absl::Time until = absl::Now() + d;
-    while (!stopping_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(20));
+    while (!stopping_ && absl::Now() < until) {
+      const absl::Time step = std::min(until, absl::Now() + absl::Milliseconds(100));
+      if (channel_->WaitForConnected(absl::ToChronoTime(step))) break;
+    }
     return !stopping_;
   }
 
   const ClientOptions options_;
   Trainer* trainer_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<fl::v1::Federation::Stub> stub_;
   std::atomic<bool> stopping_{false};
   std::mutex ctx_mu_;
@@ -233,7 +240,7 @@ absl::Status Client::Impl::Run() {
     LogEvent(LogLevel::kDebug, "client_retry",
              {{"name", options_.name}, {"error", std::string(s.message())},
               {"backoff", absl::FormatDuration(backoff)}});
-    if (!Sleep(backoff)) return absl::CancelledError("client stopped");
+    if (!WaitForServer(backoff)) return absl::CancelledError("client stopped");
     backoff = std::min(backoff * 2, options_.max_backoff);
     return absl::OkStatus();
   };
@@ -286,7 +293,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Tr
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   if (options.insecure_plaintext) {
     if (!IsLoopbackHost(options.server_address)) {

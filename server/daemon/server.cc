@@ -38,7 +38,7 @@ void GrpcLogToAudit(gpr_log_func_args* args) {
       return;
     }
   }
-  if (args->severity == GPR_LOG_SEVERITY_ERROR) {
+  if (args->severity == GPR_LOG_SEVERITY_ERROR || LogEnabled(LogLevel::kDebug)) {
     LogEvent(LogLevel::kWarn, "grpc", {{"file", args->file}, {"message", msg}});
   }
 }
