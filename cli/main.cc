@@ -235,7 +235,7 @@ int main(int argc, char** argv) {
   client_cmd->add_option("--ca", client.options.ca_cert_path, "Federation CA certificate (PEM)");
   client_cmd->add_option("--cert", client.options.cert_path, "This site's certificate (PEM)");
   client_cmd->add_option("--key", client.options.key_path, "This site's private key (PEM)");
-  client_cmd->add_option("--name", client.options.name, "Site name (identity in plaintext mode)")
+  client_cmd->add_option("--name", client.options.name, "Site name for logs (default: the certificate's CN; the identity in plaintext mode)")
       ->capture_default_str();
   client_cmd->add_flag("--insecure-plaintext", client.options.insecure_plaintext,
                        "No TLS; loopback only; for tests");

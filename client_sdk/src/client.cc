@@ -299,6 +299,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Tr
       return absl::InvalidArgumentError(absl::StrCat(
           "plaintext is allowed only to a loopback address, not to ", options.server_address));
     }
+    if (options.name.empty()) options.name = "site";
     creds = grpc::InsecureChannelCredentials();
   } else {
     if (options.ca_cert_path.empty() || options.cert_path.empty() || options.key_path.empty()) {
@@ -312,6 +313,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Tr
       absl::StatusOr<std::string> text = ReadFile(*path);
       if (!text.ok()) return text.status();
       *out = *std::move(text);
+    }
+    if (options.name.empty()) {
+      absl::StatusOr<std::string> cn = CertificateCommonName(ssl.pem_cert_chain);
+      if (!cn.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(options.cert_path, ": ", cn.status().message()));
+      }
+      options.name = *cn;
     }
     creds = grpc::SslCredentials(ssl);
     if (!options.server_name_override.empty()) {

@@ -36,7 +36,8 @@ struct ClientOptions {
   std::string server_name_override;
   // Plaintext, for simulation and tests on loopback only; `name` then identifies the client.
   bool insecure_plaintext = false;
-  std::string name = "site";
+  // The site's name in logs; empty: the certificate's common name (or "site" in plaintext).
+  std::string name;
   absl::Duration poll_wait = absl::Seconds(15);
   absl::Duration reconnect_timeout = absl::Minutes(2);
   absl::Duration initial_backoff = absl::Milliseconds(100);
