@@ -22,16 +22,28 @@ ModelSpec::ModelSpec(std::vector<TensorSpec> tensors) : tensors_(std::move(tenso
 absl::Status ModelSpec::Validate() const {
   if (tensors_.empty()) return absl::InvalidArgumentError("model spec has no tensors");
   std::set<std::string> names;
+  int64_t total = 0;
   for (const TensorSpec& t : tensors_) {
     if (t.name.empty()) return absl::InvalidArgumentError("model spec has a tensor without a name");
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("model spec names tensor '", t.name, "' twice"));
     }
+    int64_t elements = 1;
     for (int64_t d : t.shape) {
       if (d <= 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("tensor '", t.name, "' has a non-positive dimension ", d));
       }
+      if (d > kMaxModelFloats || elements > kMaxModelFloats / d) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tensor '", t.name, "' has more than ", kMaxModelFloats, " elements"));
+      }
+      elements *= d;
+    }
+    total += elements;
+    if (total > kMaxModelFloats) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model spec has more than ", kMaxModelFloats, " parameters"));
     }
   }
   return absl::OkStatus();

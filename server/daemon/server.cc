@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -73,6 +74,11 @@ class ServerImpl final : public Server {
     if (absl::Status s = MakeDirectories(options_.data_dir); !s.ok()) return s;
     if (options_.engine.spill_dir.empty()) options_.engine.spill_dir = options_.data_dir + "/spill";
     if (absl::Status s = MakeDirectories(options_.engine.spill_dir); !s.ok()) return s;
+    // Spills of uploads that were in flight when a previous process died are worthless now.
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(options_.engine.spill_dir, ec)) {
+      if (entry.path().extension() == ".part") std::filesystem::remove(entry.path(), ec);
+    }
 
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.data_dir);
     if (!store.ok()) return store.status();

@@ -59,6 +59,19 @@ TEST(ModelSpecTest, ValidateRefusesNegativeDimension) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("'w'"));
 }
 
+TEST(ModelSpecTest, ValidateRefusesSpecsTooLargeToAllocate) {
+  // 2^32 x 2^32 elements would overflow int64 byte counts; a peer may send such a spec.
+  absl::StatusOr<ModelSpec> huge =
+      ModelSpec::FromJson(R"([{"name": "w", "shape": [4294967296, 4294967296]}])");
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(huge.status().message().find("tensor 'w' has more than"), absl::string_view::npos)
+      << huge.status();
+  ModelSpec many({{"a", {1 << 20, 1 << 17}}, {"b", {1 << 20, 1 << 17}}, {"c", {1}}});
+  EXPECT_NE(many.Validate().message().find("more than 274877906944 parameters"),
+            absl::string_view::npos)
+      << many.Validate();
+}
+
 TEST(ModelSpecTest, NumFloatsAndOffsets) {
   ModelSpec spec = SmallSpec();
   EXPECT_EQ(spec.tensors()[2].NumElements(), 1);  // scalar

@@ -31,7 +31,8 @@ class ModelSpec {
   ModelSpec() = default;
   explicit ModelSpec(std::vector<TensorSpec> tensors);
 
-  // Checks names are non-empty and unique and every dimension is positive.
+  // Checks names are non-empty and unique, every dimension is positive, and the model has at
+  // most kMaxModelFloats parameters.
   absl::Status Validate() const;
 
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
@@ -86,6 +87,10 @@ class Model {
   size_t size_ = 0;
   std::unique_ptr<float[], FreeDeleter> data_;
 };
+
+// Largest number of parameters a model may have: 2^38 floats (1 TiB), far beyond any model this
+// system trains, and small enough that sizes in bytes never overflow.
+inline constexpr int64_t kMaxModelFloats = int64_t{1} << 38;
 
 // Largest number of payload bytes in one chunk on the wire.
 inline constexpr int64_t kMaxChunkBytes = 1 << 20;
