@@ -1,6 +1,7 @@
 // fl: the one command-line program of the federation: provisioning, the server, a generic client
 // and simulation.
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -267,8 +268,9 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--lr", sim.fit.learning_rate)->capture_default_str();
   sim_cmd->add_option("--round-timeout", sim_timeout_s, "Round deadline in seconds")
       ->capture_default_str();
-  bool sim_plaintext = false;
+  bool sim_plaintext = false, sim_verbose = false;
   sim_cmd->add_flag("--insecure-plaintext", sim_plaintext, "Loopback plaintext instead of TLS");
+  sim_cmd->add_flag("--verbose", sim_verbose, "Log every server and client event to stderr");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -277,6 +279,7 @@ int main(int argc, char** argv) {
   if (client_cmd->parsed()) return RunClient(client);
   if (sim_cmd->parsed()) {
     sim.tls = !sim_plaintext;
+    if (!sim_verbose && !std::getenv("FL_LOG_LEVEL")) fl::SetLogLevel(fl::LogLevel::kWarn);
     sim.round_timeout = absl::Seconds(sim_timeout_s);
     return RunSim(sim);
   }
