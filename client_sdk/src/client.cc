@@ -170,6 +170,7 @@ absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& res
   for (const auto& [k, v] : result.metrics) (*meta->mutable_metrics())[k] = v;
   meta->set_encoding(fl::v1::UpdateMetadata::FLOAT32);
   meta->set_payload_bytes(result.model.NumBytes());
+  ToProto(result.model.spec(), meta->mutable_model_spec());
   bool ok = writer->Write(part);
   Sha256 sha;
   if (ok) {

@@ -38,6 +38,30 @@ std::string MetricsJson(const std::map<std::string, double>& metrics) {
   return j.dump();
 }
 
+// Names the first tensor whose name or shape differs between an update and the model.
+std::string SpecMismatch(const ModelSpec& got, const ModelSpec& want) {
+  auto shape = [](const TensorSpec& t) {
+    std::string out = "[";
+    for (size_t i = 0; i < t.shape.size(); ++i) absl::StrAppend(&out, i ? "," : "", t.shape[i]);
+    return out + "]";
+  };
+  const size_t n = std::min(got.tensors().size(), want.tensors().size());
+  for (size_t i = 0; i < n; ++i) {
+    const TensorSpec& g = got.tensors()[i];
+    const TensorSpec& w = want.tensors()[i];
+    if (g.name != w.name) {
+      return absl::StrCat("update's tensor ", i, " is '", g.name, "' but the model's is '", w.name,
+                          "'");
+    }
+    if (g.shape != w.shape) {
+      return absl::StrCat("update's tensor '", g.name, "' has shape ", shape(g),
+                          " but the model's has shape ", shape(w));
+    }
+  }
+  return absl::StrCat("update has ", got.tensors().size(), " tensors but the model has ",
+                      want.tensors().size());
+}
+
 class EngineImpl;
 
 class UploadImpl final : public Upload {
@@ -610,7 +634,9 @@ absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::strin
     }
     if (refusal.ok()) {
       const int64_t expected = global_->NumBytes();
-      if (meta.payload_bytes != expected) {
+      if (meta.spec.has_value() && !(*meta.spec == global_->spec())) {
+        refusal = absl::InvalidArgumentError(SpecMismatch(*meta.spec, global_->spec()));
+      } else if (meta.payload_bytes != expected) {
         refusal = absl::InvalidArgumentError(absl::StrCat(
             "update payload is ", meta.payload_bytes, " bytes but the model has ",
             global_->spec().NumFloats(), " float32 parameters (", expected, " bytes)"));

@@ -114,6 +114,16 @@ class FederationService final : public fl::v1::Federation::Service {
     meta.num_examples = m.num_examples();
     meta.metrics.insert(m.metrics().begin(), m.metrics().end());
     meta.payload_bytes = m.payload_bytes();
+    if (m.has_model_spec()) {
+      absl::StatusOr<ModelSpec> spec = FromProto(m.model_spec());
+      if (!spec.ok()) {
+        absl::Status s = absl::InvalidArgumentError(
+            absl::StrCat("update's model spec is invalid: ", spec.status().message()));
+        engine_->AuditRefusal(*id, "update_refused", s);
+        return ToGrpcStatus(s);
+      }
+      meta.spec = *std::move(spec);
+    }
     if (m.encoding() != fl::v1::UpdateMetadata::FLOAT32) {
       absl::Status s = absl::InvalidArgumentError(absl::StrCat(
           "update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),

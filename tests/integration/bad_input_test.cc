@@ -8,6 +8,7 @@
 #include "fl/client/softmax_trainer.h"
 #include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
+#include "fl/common/proto_serde.h"
 #include "fl/server/server.h"
 #include "fl/v1/federation.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -110,7 +111,7 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   o.cert_path = pki.server_cert;
   o.key_path = pki.server_key;
   o.enroll_cert_paths = pki.client_certs;
-  o.engine.num_rounds = 5;
+  o.engine.num_rounds = 6;
   o.engine.min_clients = 3;
   o.engine.min_fit_clients = 2;
   o.engine.round_timeout = absl::Seconds(60);
@@ -175,9 +176,16 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   ExpectRefused(raw.Send(MetaFor(t, bytes), payload.substr(0, bytes / 2), ""),
                 grpc::StatusCode::DATA_LOSS, "ended after 15700 of 31400 bytes");
 
-  // Round 5: a second update while the first is still open (the round cannot close under it),
-  // then the first completes and is accepted.
+  // Round 5: an update whose tensors have another shape than the model's.
   t = raw.NextFit(run_id, 4);
+  m = MetaFor(t, bytes);
+  ToProto(client::SoftmaxRegressionSpec(785, 10), m.mutable_model_spec());
+  ExpectRefused(raw.Send(m, payload, sha), grpc::StatusCode::INVALID_ARGUMENT,
+                "update's tensor 'weight' has shape [10,785] but the model's has shape [10,784]");
+
+  // Round 6: a second update while the first is still open (the round cannot close under it),
+  // then the first completes and is accepted.
+  t = raw.NextFit(run_id, 5);
   {
     grpc::ClientContext ctx;
     v1::SubmitReply reply;
@@ -205,10 +213,10 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   EXPECT_EQ(store.GetRun(run_id)->status, server::RunStatus::kFinished);
   absl::StatusOr<std::vector<server::RoundRecord>> rounds = store.Rounds(run_id);
   ASSERT_TRUE(rounds.ok());
-  ASSERT_EQ(rounds->size(), 5u);
+  ASSERT_EQ(rounds->size(), 6u);
   for (const server::RoundRecord& r : *rounds) {
     EXPECT_EQ(r.status, server::RoundStatus::kCommitted) << "round " << r.round;
-    EXPECT_EQ(r.num_reported, r.round == 5 ? 3 : 2) << "round " << r.round;
+    EXPECT_EQ(r.num_reported, r.round == 6 ? 3 : 2) << "round " << r.round;
   }
   // Every refusal is in the audit log and the raw client's participations say why.
   absl::StatusOr<std::vector<server::AuditRecord>> audit = store.AuditLog(1000);
@@ -217,11 +225,12 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   for (const auto& r : *audit) all += r.event + ": " + r.detail + "\n";
   for (const char* fragment : {"request is for round 2", "is not this client's task",
                                "is not supported", "31400 bytes", "SHA-256 mismatch",
-                               "non-finite", "ended after 15700", "already received"}) {
+                               "non-finite", "ended after 15700", "has shape [10,785]",
+                               "already received"}) {
     EXPECT_NE(all.find(fragment), std::string::npos) << fragment << "\n" << all;
   }
   std::string raw_id = *CertificateFingerprint(*ReadFile(pki.client_certs[2]));
-  for (int round = 1; round <= 4; ++round) {
+  for (int round = 1; round <= 5; ++round) {
     absl::StatusOr<std::vector<server::ParticipationRecord>> parts =
         store.Participations(run_id, round);
     ASSERT_TRUE(parts.ok());

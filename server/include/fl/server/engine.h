@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -87,6 +88,8 @@ struct UpdateMeta {
   int64_t num_examples = 0;
   std::map<std::string, double> metrics;
   int64_t payload_bytes = 0;
+  // The tensors the client says it sends; when set, they must be the global model's.
+  std::optional<ModelSpec> spec;
 };
 
 // What the engine reports when a round ends, for progress displays.
