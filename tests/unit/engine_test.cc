@@ -400,6 +400,48 @@ TEST_F(EngineTest, ResumesAfterRestartAtTheNextUncommittedRound) {
   EXPECT_EQ(store_->GetRun(run_id)->status, RunStatus::kFinished);
 }
 
+TEST_F(EngineTest, SamplesAFractionReproduciblyFromTheSeed) {
+  clients_ = {"c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"};
+  options_.min_clients = 10;
+  options_.min_fit_clients = 2;
+  options_.sample_fraction = 0.3;
+  auto sampled_in_round_1 = [&] {
+    std::vector<std::string> sampled;
+    for (const std::string& c : clients_) {
+      if (engine_->Poll(c).kind == Task::Kind::kFit) sampled.push_back(c);
+    }
+    return sampled;
+  };
+  StartEngine();
+  JoinAll();
+  std::vector<std::string> first = sampled_in_round_1();
+  EXPECT_EQ(first.size(), 3u);  // ceil(0.3 * 10)
+
+  // The same seed over a fresh store samples the same clients; another seed, others.
+  auto fresh_engine = [&](uint64_t seed) {
+    engine_.reset();
+    store_.reset();
+    for (const char* f : {"/federation.db", "/federation.db-wal", "/federation.db-shm"}) {
+      std::filesystem::remove(dir_ + f);
+    }
+    options_.seed = seed;
+    OpenStore();
+    StartEngine();
+    JoinAll();
+  };
+  fresh_engine(7);
+  EXPECT_EQ(sampled_in_round_1(), first);
+
+  std::vector<std::vector<std::string>> others;
+  for (uint64_t seed : {8, 9, 10}) {
+    fresh_engine(seed);
+    others.push_back(sampled_in_round_1());
+  }
+  bool any_differs = false;
+  for (const auto& o : others) any_differs |= o != first;
+  EXPECT_TRUE(any_differs);
+}
+
 TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {
   EngineOptions o;
   o.num_rounds = 42;
