@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "fl/common/chunking.h"
 #include "fl/common/logging.h"
+#include "fl/common/random.h"
 #include "fl/server/engine.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/upload.h"
@@ -439,7 +440,7 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
   std::sort(online.begin(), online.end());
   std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(round->round) * 7919u +
                       static_cast<uint64_t>(round->attempt));
-  std::shuffle(online.begin(), online.end(), rng);
+  Shuffle(online, rng);
   const int32_t n = static_cast<int32_t>(online.size());
   int32_t k = static_cast<int32_t>(std::ceil(options_.sample_fraction * n));
   k = std::clamp(std::max(k, options_.min_fit_clients), 1, n);

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "fl/common/random.h"
 
 namespace fl::simulation {
 namespace {
@@ -17,20 +18,6 @@ constexpr int64_t kMinPartySize = 10;
 // Whole-partition redraws before giving up (the beta/parties combination is then hopeless).
 constexpr int kMaxDirichletAttempts = 1000;
 
-// An unbiased draw from [0, bound) that is the same with every standard library (unlike
-// std::uniform_int_distribution), so a seed gives the same partition everywhere.
-uint64_t UniformBelow(std::mt19937_64& rng, uint64_t bound) {
-  const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
-  while (true) {
-    const uint64_t r = rng();
-    if (r >= threshold) return r % bound;
-  }
-}
-
-// Fisher-Yates.
-void Shuffle(std::vector<int64_t>& v, std::mt19937_64& rng) {
-  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[UniformBelow(rng, i)]);
-}
 
 // p ~ Dir(beta, ..., beta) over `n` parties, from normalised Gamma(beta, 1) draws. Redraws in the
 // (for tiny beta possible) case that every draw underflows to zero.

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "fl/common/random.h"
 
 namespace fl::client {
 namespace {
@@ -61,19 +62,6 @@ double SoftmaxCrossEntropy(RowMatrix& logits, const int32_t* labels, int64_t* co
   return (sums.array().log() - label_logit.array()).cast<double>().sum();
 }
 
-// An unbiased draw from [0, bound) that, unlike std::uniform_int_distribution, is the same with
-// every standard library, so shuffles are reproducible across platforms.
-uint64_t UniformBelow(std::mt19937_64& rng, uint64_t bound) {
-  const uint64_t threshold = (0 - bound) % bound;  // 2^64 mod bound
-  while (true) {
-    const uint64_t r = rng();
-    if (r >= threshold) return r % bound;
-  }
-}
-
-void Shuffle(std::vector<int64_t>& v, std::mt19937_64& rng) {
-  for (size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[UniformBelow(rng, i)]);
-}
 
 std::string DescribeSpec(const ModelSpec& spec) { return spec.ToJson(); }
 
