@@ -27,15 +27,18 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
-// Blocks SIGINT and SIGTERM in every thread and returns a thread that calls `on_signal` when one
-// arrives.
-std::thread WatchSignals(std::function<void(int)> on_signal) {
+sigset_t TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return std::thread([set, on_signal] {
+  return set;
+}
+
+// Returns a thread that calls `on_signal` when SIGINT or SIGTERM arrives. main blocked both
+// before any thread existed, so every thread inherited the mask and only this one receives them.
+std::thread WatchSignals(std::function<void(int)> on_signal) {
+  return std::thread([set = TerminationSignals(), on_signal] {
     int sig = 0;
     sigwait(&set, &sig);
     on_signal(sig);
@@ -173,6 +176,8 @@ int RunSim(fl::simulation::SimulationOptions options) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const sigset_t signals = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   CLI::App app{"fl: federated learning — aggregation server, client, simulation, provisioning"};
   app.require_subcommand(1);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <mutex>
 #include <vector>
 
@@ -23,9 +24,6 @@ class FedAvgAggregator final : public RoundAggregator {
   void Fold(int64_t offset, std::span<const float> values, double weight) override {
     Add(offset, values, weight);
   }
-  void Unfold(int64_t offset, std::span<const float> values, double weight) override {
-    Add(offset, values, -weight);
-  }
 
   void Accept(double weight) override {
     std::lock_guard<std::mutex> lock(weight_mu_);
@@ -46,7 +44,14 @@ class FedAvgAggregator final : public RoundAggregator {
     Model out(spec_);
     std::span<float> data = out.data();
     const double inv = 1.0 / total_weight_;
-    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(sum_[i] * inv);
+    for (size_t i = 0; i < data.size(); ++i) {
+      data[i] = static_cast<float>(sum_[i] * inv);
+      if (!std::isfinite(data[i])) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "FedAvg: the average is not finite at parameter ", i,
+            " (the updates' weights or values are too large)"));
+      }
+    }
     return out;
   }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "fl/common/address.h"
 #include "fl/common/chunking.h"
 #include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
@@ -24,10 +25,6 @@ bool IsRetryable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
 }
 
-bool IsLoopbackHost(const std::string& address) {
-  return absl::StartsWith(address, "127.") || absl::StartsWith(address, "localhost") ||
-         absl::StartsWith(address, "[::1]");
-}
 
 }  // namespace
 
@@ -41,8 +38,8 @@ class Client::Impl {
 
   absl::Status Run();
   void Stop() {
-    stopping_ = true;
     std::lock_guard<std::mutex> lock(ctx_mu_);
+    stopping_ = true;
     if (active_ctx_ != nullptr) active_ctx_->TryCancel();
   }
 
@@ -63,6 +60,7 @@ class Client::Impl {
       }
       std::lock_guard<std::mutex> lock(impl_->ctx_mu_);
       impl_->active_ctx_ = &ctx;
+      if (impl_->stopping_) ctx.TryCancel();  // Stop came before this call registered
     }
     ~Call() {
       std::lock_guard<std::mutex> lock(impl_->ctx_mu_);
@@ -79,6 +77,14 @@ class Client::Impl {
   absl::Status Fit(const fl::v1::Task& task, TaskReport& report);
   absl::StatusOr<Model> Download(const fl::v1::Task& task, const ModelSpec& spec);
   absl::Status Submit(const fl::v1::Task& task, const FitResult& result);
+  // Tells the server this client will not do `task`, so the round stops waiting for it.
+  void Decline(const fl::v1::Task& task, const absl::Status& why);
+  // Sleeps `d` unless stopped; false when stopped.
+  bool SleepUnlessStopped(absl::Duration d) {
+    const absl::Time until = absl::Now() + d;
+    while (!stopping_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+    return !stopping_;
+  }
   // Waits up to `d` for the channel to (re)connect, returning early once it is connected; false
   // when stopped. Waiting on the channel is what drives its connection attempts: a blocked
   // sleep would leave them to gRPC's 5-second backup poller.
@@ -194,13 +200,36 @@ absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& res
   return FromGrpcStatus(writer->Finish());
 }
 
+void Client::Impl::Decline(const fl::v1::Task& task, const absl::Status& why) {
+  Call call(this, absl::Seconds(30));
+  fl::v1::SubmitReply reply;
+  std::unique_ptr<grpc::ClientWriter<fl::v1::UpdatePart>> writer =
+      stub_->SubmitUpdate(&call.ctx, &reply);
+  fl::v1::UpdatePart part;
+  fl::v1::UpdateMetadata* meta = part.mutable_metadata();
+  meta->set_run_id(task.run_id());
+  meta->set_round(task.round());
+  meta->set_task_id(task.task_id());
+  meta->set_decline_reason(why.ToString());
+  if (writer->Write(part)) writer->WritesDone();
+  absl::Status s = FromGrpcStatus(writer->Finish());
+  LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "task_declined",
+           {{"name", options_.name}, {"round", absl::StrCat(task.round())},
+            {"why", why.ToString()}, {"server", s.ok() ? "recorded" : s.ToString()}});
+}
+
 absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
-  if (!spec.ok()) return spec.status();
+  if (!spec.ok()) {
+    Decline(task, spec.status());
+    return spec.status();
+  }
   if (!(*spec == trainer_->spec())) {
-    return absl::FailedPreconditionError(
+    absl::Status s = absl::FailedPreconditionError(
         absl::StrCat("the server's model ", spec->ToJson(), " is not the model this site trains (",
                      trainer_->spec().ToJson(), ")"));
+    Decline(task, s);
+    return s;
   }
   absl::StatusOr<Model> global = Download(task, *spec);
   if (!global.ok()) return global.status();
@@ -213,16 +242,24 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   const absl::Time start = absl::Now();
   absl::StatusOr<FitResult> result = trainer_->Fit(*global, config);
   report.train_time = absl::Now() - start;
-  if (!result.ok()) return result.status();
-  if (!(result->model.spec() == *spec)) {
-    return absl::InternalError("the trainer returned a model of another spec than it was given");
+  if (!result.ok()) {
+    Decline(task, result.status());
+    return result.status();
   }
+  if (!(result->model.spec() == *spec)) {
+    absl::Status s =
+        absl::InternalError("the trainer returned a model of another spec than it was given");
+    Decline(task, s);
+    return s;
+  }
+  if (stopping_) return absl::CancelledError("client stopped");
   report.num_examples = result->num_examples;
   return Submit(task, *result);
 }
 
 absl::Status Client::Impl::Run() {
   absl::Duration backoff = options_.initial_backoff;
+  absl::Duration fit_backoff = options_.initial_backoff;
   absl::Time unreachable_since = absl::InfinitePast();
   bool joined = false;
   // Waits after a retryable failure; an error once the server has been unreachable too long.
@@ -270,12 +307,18 @@ absl::Status Client::Impl::Run() {
         report.round = task.round();
         report.task_id = task.task_id();
         report.status = Fit(task, report);
-        if (!report.status.ok()) {
-          LogEvent(LogLevel::kWarn, "fit_task_failed",
-                   {{"name", options_.name}, {"round", absl::StrCat(task.round())},
-                    {"error", report.status.ToString()}});
-        }
         if (on_task_) on_task_(report);
+        if (report.status.ok()) {
+          fit_backoff = options_.initial_backoff;
+          break;
+        }
+        LogEvent(LogLevel::kWarn, "fit_task_failed",
+                 {{"name", options_.name}, {"round", absl::StrCat(task.round())},
+                  {"error", report.status.ToString()}});
+        // A declined task is not offered again; anything else (a download or upload cut
+        // short) is, so do not hammer the server with it.
+        if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
+        fit_backoff = std::min(fit_backoff * 2, options_.max_backoff);
         break;
       }
       default:
@@ -295,8 +338,12 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Tr
   args.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // A half-open connection (a server host that vanished) fails calls within ~40 s instead of
+  // hanging a download or upload forever.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
   if (options.insecure_plaintext) {
-    if (!IsLoopbackHost(options.server_address)) {
+    if (!IsLoopbackAddress(options.server_address)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "plaintext is allowed only to a loopback address, not to ", options.server_address));
     }

@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fl/aggregation/fedavg.h"
+#include "fl/common/address.h"
 #include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
 #include "fl/common/logging.h"
@@ -129,6 +130,9 @@ class ServerImpl final : public Server {
     builder.AddListeningPort(options_.listen_address, creds, &port_);
     builder.RegisterService(service_.get());
     builder.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
+    // Clients ping every 30 s to notice dead connections during long polls and transfers.
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 15000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     grpc_server_ = builder.BuildAndStart();
     if (grpc_server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(
@@ -157,7 +161,12 @@ class ServerImpl final : public Server {
   }
 
   void Shutdown() override {
-    if (shut_down_.exchange(true)) return;
+    // Every caller returns only once the server is down (a signal thread and main may race).
+    std::call_once(shutdown_once_, [this] { ShutdownOnce(); });
+  }
+
+ private:
+  void ShutdownOnce() {
     {
       std::lock_guard<std::mutex> lock(stop_mu_);
       stopping_ = true;
@@ -170,7 +179,6 @@ class ServerImpl final : public Server {
     if (g_audit_engine == engine_.get()) g_audit_engine = nullptr;
   }
 
- private:
   void TickLoop() {
     std::unique_lock<std::mutex> lock(stop_mu_);
     while (!stopping_.load()) {
@@ -193,23 +201,10 @@ class ServerImpl final : public Server {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> shut_down_{false};
+  std::once_flag shutdown_once_;
 };
 
 }  // namespace
-
-bool IsLoopbackAddress(const std::string& address) {
-  std::string host = address;
-  if (absl::StartsWith(host, "[")) {
-    host = host.substr(1, host.find(']') - 1);
-  } else if (std::count(host.begin(), host.end(), ':') == 1) {
-    host = host.substr(0, host.find(':'));
-  }
-  if (host == "localhost" || host == "::1") return true;
-  in_addr v4{};
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  return false;
-}
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Model initial_model,
                                                       EngineHooks hooks) {

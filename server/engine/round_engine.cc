@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fl/common/chunking.h"
+#include "fl/common/crypto.h"
 #include "fl/common/logging.h"
 #include "fl/common/random.h"
 #include "fl/server/engine.h"
@@ -27,6 +28,10 @@ using internal::UploadState;
 using Phase = internal::UploadState::Phase;
 
 int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// The largest example count an update may claim (its FedAvg weight): far above any site's data,
+// small enough that one client cannot swamp the float64 sum.
+constexpr int64_t kMaxExamples = int64_t{1} << 40;
 
 class RealClock final : public Clock {
  public:
@@ -87,6 +92,8 @@ class UploadImpl final : public Upload {
   absl::Status Refuse(absl::Status why) override;
 
  private:
+  // The round is closing or closed: this update is cut off (the close records why).
+  absl::Status NoLongerAccepted();
   // Refuses the update: folds it out and records why. Caller holds the gate shared.
   absl::Status RefuseLocked(absl::Status why);
 
@@ -147,6 +154,8 @@ class EngineImpl final : public RoundEngine {
 
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
                                                       const UpdateMeta& meta) override;
+  absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
+                       const std::string& reason) override;
 
   void AuditRefusal(const std::string& client_id, const std::string& event,
                     const absl::Status& status) override {
@@ -196,9 +205,9 @@ class EngineImpl final : public RoundEngine {
 
   // Called by uploads, without the gate held, after they reached a final phase.
   void OnUploadEnded(const std::shared_ptr<RoundState>& round, const UploadState& up,
-                     const absl::Status& refusal) {
+                     const absl::Status& refusal, const std::string& event = "update_refused") {
     if (!refusal.ok()) {
-      AuditRefusal(up.client_id, "update_refused", refusal);
+      AuditRefusal(up.client_id, event, refusal);
       ParticipationRecord p = ParticipationFor(*round, up);
       (void)store_->RecordParticipation(p);
     } else {
@@ -234,7 +243,7 @@ class EngineImpl final : public RoundEngine {
     p.client_id = up.client_id;
     p.task_id = up.task_id;
     p.num_examples = up.num_examples;
-    p.bytes_received = up.bytes_folded;
+    p.bytes_received = up.bytes_received;
     p.metrics_json = MetricsJson(up.metrics);
     p.reason = up.reason;
     switch (up.phase) {
@@ -299,6 +308,14 @@ class EngineImpl final : public RoundEngine {
     return t;
   }
 
+  // Records `state` as the client's one upload for the open round and returns that round, or
+  // sets `refusal` (stale or foreign task, second update) and returns null.
+  std::shared_ptr<RoundState> RegisterUploadLocked(const std::string& client_id,
+                                                   const UpdateMeta& meta,
+                                                   std::shared_ptr<UploadState> state,
+                                                   absl::Status& refusal);
+  // Shape, size, example count and metrics of an update against the global model.
+  absl::Status CheckUpdateLocked(const UpdateMeta& meta) const;
   void MaybeAdvanceLocked();
   void StartRoundLocked(std::vector<std::string> online);
   void CloseRoundLocked(const std::string& why);
@@ -332,7 +349,8 @@ class EngineImpl final : public RoundEngine {
   std::shared_ptr<const Model> global_;
   std::string global_sha_;
   int32_t committed_round_ = 0;
-  int32_t next_attempt_ = 0;
+  int32_t next_attempt_ = 0;     // attempt number of the next round to start
+  int32_t failed_attempts_ = 0;  // attempts of that round that failed (not those a restart cut)
   std::shared_ptr<RoundState> current_;
   std::map<std::string, ClientState> clients_;
   std::vector<RoundSummary> pending_summaries_;
@@ -371,7 +389,9 @@ absl::Status EngineImpl::Init(Model initial_model) {
     absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run_.run_id);
     if (!rounds.ok()) return rounds.status();
     for (const RoundRecord& r : *rounds) {
-      if (r.round == committed_round_ + 1) next_attempt_ = std::max(next_attempt_, r.attempt + 1);
+      if (r.round != committed_round_ + 1) continue;
+      next_attempt_ = std::max(next_attempt_, r.attempt + 1);
+      if (r.status == RoundStatus::kFailed) ++failed_attempts_;
     }
     LogEvent(LogLevel::kInfo, "run_resumed",
              {{"run", absl::StrCat(run_.run_id)},
@@ -406,11 +426,14 @@ void EngineImpl::MaybeAdvanceLocked() {
   const absl::Time now = clock_->Now();
   if (current_ != nullptr) {
     bool all_final = true;
-    for (const std::string& id : current_->sampled) {
-      auto it = current_->uploads.find(id);
-      if (it == current_->uploads.end() || it->second->phase == Phase::kStreaming) {
-        all_final = false;
-        break;
+    {
+      std::shared_lock<std::shared_mutex> gate(current_->gate);
+      for (const std::string& id : current_->sampled) {
+        auto it = current_->uploads.find(id);
+        if (it == current_->uploads.end() || it->second->phase == Phase::kStreaming) {
+          all_final = false;
+          break;
+        }
       }
     }
     if (all_final) {
@@ -442,7 +465,8 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
                       static_cast<uint64_t>(round->attempt));
   Shuffle(online, rng);
   const int32_t n = static_cast<int32_t>(online.size());
-  int32_t k = static_cast<int32_t>(std::ceil(options_.sample_fraction * n));
+  // The epsilon keeps 0.07 * 100 = 7.000000000000001 from sampling 8.
+  int32_t k = static_cast<int32_t>(std::ceil(options_.sample_fraction * n - 1e-9));
   k = std::clamp(std::max(k, options_.min_fit_clients), 1, n);
   online.resize(static_cast<size_t>(k));
   std::sort(online.begin(), online.end());
@@ -488,12 +512,13 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
   std::map<std::string, double> metric_sums;
   double metric_weight = 0;
   {
+    round->closing = true;
     std::unique_lock<std::shared_mutex> gate(round->gate);
     for (auto& [id, up] : round->uploads) {
       if (up->phase != Phase::kStreaming) continue;
       up->phase = Phase::kAborted;
       up->reason = absl::StrCat("round closed (", why, ") before the update was complete");
-      if (absl::Status s = up->FoldOut(*round->aggregator); !s.ok()) round->poisoned = true;
+      up->RemoveSpill();
     }
     for (const std::string& id : round->sampled) {
       auto it = round->uploads.find(id);
@@ -564,6 +589,7 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
       global_sha_ = *sha;
       committed_round_ = round->round;
       next_attempt_ = 0;
+      failed_attempts_ = 0;
       LogEvent(LogLevel::kInfo, "round_committed",
                {{"run", absl::StrCat(run_.run_id)}, {"round", absl::StrCat(round->round)},
                 {"accepted", absl::StrCat(summary.num_accepted)},
@@ -584,8 +610,9 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
              {{"round", absl::StrCat(round->round)}, {"attempt", absl::StrCat(round->attempt)},
               {"reason", failure}});
     ++next_attempt_;
-    if (next_attempt_ > options_.max_round_retries) {
-      FailRunLocked(absl::StrCat("round ", round->round, " failed ", next_attempt_,
+    ++failed_attempts_;
+    if (failed_attempts_ > options_.max_round_retries) {
+      FailRunLocked(absl::StrCat("round ", round->round, " failed ", failed_attempts_,
                                  " times; last reason: ", failure));
     }
   }
@@ -611,54 +638,69 @@ void EngineImpl::FailRunLocked(const std::string& reason) {
   BumpLocked();
 }
 
+std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& client_id,
+                                                             const UpdateMeta& meta,
+                                                             std::shared_ptr<UploadState> state,
+                                                             absl::Status& refusal) {
+  clients_[client_id].last_seen = clock_->Now();
+  refusal = CheckTaskLocked(client_id, meta.run_id, meta.round, meta.task_id);
+  if (!refusal.ok()) return nullptr;
+  if (current_->uploads.count(client_id) != 0) {
+    // The first update keeps its place; this one is not the round's business.
+    refusal = absl::AlreadyExistsError(absl::StrCat(
+        "an update for task '", meta.task_id, "' was already received in round ", meta.round));
+    return nullptr;
+  }
+  current_->uploads[client_id] = std::move(state);
+  return current_;
+}
+
+absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
+  const int64_t expected = global_->NumBytes();
+  if (meta.spec.has_value() && !(*meta.spec == global_->spec())) {
+    return absl::InvalidArgumentError(SpecMismatch(*meta.spec, global_->spec()));
+  }
+  if (meta.payload_bytes != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update payload is ", meta.payload_bytes, " bytes but the model has ",
+        global_->spec().NumFloats(), " float32 parameters (", expected, " bytes)"));
+  }
+  if (meta.num_examples <= 0 || meta.num_examples > kMaxExamples) {
+    return absl::InvalidArgumentError(absl::StrCat("update claims ", meta.num_examples,
+                                                   " examples; it must be in [1, ", kMaxExamples,
+                                                   "]"));
+  }
+  for (const auto& [k, v] : meta.metrics) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(absl::StrCat("update metric '", k, "' is not finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::string& client_id,
                                                                  const UpdateMeta& meta) {
-  absl::Status refusal;
-  std::shared_ptr<RoundState> round;
   auto state = std::make_shared<UploadState>();
   state->client_id = client_id;
   state->task_id = meta.task_id;
   state->num_examples = meta.num_examples;
   state->metrics = meta.metrics;
+  absl::Status refusal;
+  std::shared_ptr<RoundState> round;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    clients_[client_id].last_seen = clock_->Now();
-    refusal = CheckTaskLocked(client_id, meta.run_id, meta.round, meta.task_id);
-    if (refusal.ok()) {
-      round = current_;
-      auto existing = round->uploads.find(client_id);
-      if (existing != round->uploads.end()) {
-        refusal = absl::AlreadyExistsError(absl::StrCat(
-            "an update for task '", meta.task_id, "' was already received in round ", meta.round));
-        round = nullptr;  // the first upload keeps its place
-      }
-    }
-    if (refusal.ok()) {
-      const int64_t expected = global_->NumBytes();
-      if (meta.spec.has_value() && !(*meta.spec == global_->spec())) {
-        refusal = absl::InvalidArgumentError(SpecMismatch(*meta.spec, global_->spec()));
-      } else if (meta.payload_bytes != expected) {
-        refusal = absl::InvalidArgumentError(absl::StrCat(
-            "update payload is ", meta.payload_bytes, " bytes but the model has ",
-            global_->spec().NumFloats(), " float32 parameters (", expected, " bytes)"));
-      } else if (meta.num_examples <= 0) {
-        refusal = absl::InvalidArgumentError(
-            absl::StrCat("update claims ", meta.num_examples, " examples; it must be at least 1"));
-      } else {
-        for (const auto& [k, v] : meta.metrics) {
-          if (!std::isfinite(v)) {
-            refusal = absl::InvalidArgumentError(
-                absl::StrCat("update metric '", k, "' is not a finite number"));
-            break;
-          }
-        }
-      }
+    round = RegisterUploadLocked(client_id, meta, state, refusal);
+    if (round != nullptr) {
+      // Registered: from here on the client's one update for this task is spent, whether it is
+      // accepted or refused, and the round need not wait for it.
+      refusal = CheckUpdateLocked(meta);
       if (refusal.ok()) {
+        // One upload per client per attempt: the name is unique to them.
         state->spill_path = absl::StrCat(options_.spill_dir, "/", run_.run_id, "-", round->round,
-                                         "-", round->attempt, "-", client_id.substr(0, 16),
-                                         ".part");
-        state->spill_fd = ::open(state->spill_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC,
-                                 0600);
+                                         "-", round->attempt, "-",
+                                         fl::Sha256Hex(client_id).substr(0, 32), ".part");
+        state->spill_fd = ::open(state->spill_path.c_str(),
+                                 O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (state->spill_fd < 0) {
           refusal = absl::InternalError(absl::StrCat("cannot create spill file ",
                                                      state->spill_path, ": ",
@@ -667,11 +709,10 @@ absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::strin
         }
       }
       if (!refusal.ok()) {
-        // The client's one update for this task is spent; the round need not wait for it.
+        std::shared_lock<std::shared_mutex> gate(round->gate);
         state->phase = Phase::kRefused;
         state->reason = std::string(refusal.message());
       }
-      round->uploads[client_id] = state;
     }
   }
   if (!refusal.ok()) {
@@ -683,6 +724,27 @@ absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::strin
     return refusal;
   }
   return std::make_unique<UploadImpl>(this, std::move(round), std::move(state), meta.payload_bytes);
+}
+
+absl::Status EngineImpl::Decline(const std::string& client_id, const UpdateMeta& meta,
+                                 const std::string& reason) {
+  auto state = std::make_shared<UploadState>();
+  state->client_id = client_id;
+  state->task_id = meta.task_id;
+  state->phase = Phase::kRefused;
+  state->reason = absl::StrCat("the client declined the task: ", reason);
+  absl::Status refusal;
+  std::shared_ptr<RoundState> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = RegisterUploadLocked(client_id, meta, state, refusal);
+  }
+  if (round == nullptr) {
+    AuditRefusal(client_id, "decline_refused", refusal);
+    return refusal;
+  }
+  OnUploadEnded(round, *state, absl::FailedPreconditionError(state->reason), "task_declined");
+  return absl::OkStatus();
 }
 
 UploadImpl::~UploadImpl() {
@@ -706,12 +768,21 @@ absl::Status UploadImpl::Refuse(absl::Status why) {
 absl::Status UploadImpl::RefuseLocked(absl::Status why) {
   state_->phase = Phase::kRefused;
   state_->reason = std::string(why.message());
-  if (!state_->FoldOut(*round_->aggregator).ok()) round_->poisoned = true;
+  state_->RemoveSpill();
   done_ = true;
   return why;
 }
 
+absl::Status UploadImpl::NoLongerAccepted() {
+  done_ = true;
+  std::shared_lock<std::shared_mutex> gate(round_->gate);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "update no longer accepted: ",
+      state_->reason.empty() ? "the round is closing" : state_->reason));
+}
+
 absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
+  if (round_->closing.load()) return NoLongerAccepted();
   absl::Status why;
   {
     std::shared_lock<std::shared_mutex> gate(round_->gate);
@@ -721,11 +792,10 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
           absl::StrCat("update no longer accepted: ", state_->reason));
     }
     why = assembler_.Add(offset, data);
-    const int64_t first = offset / static_cast<int64_t>(sizeof(float));
-    std::span<float> values(buffer_.data(), data.size() / sizeof(float));
     if (why.ok()) {
+      std::span<float> values(buffer_.data(), data.size() / sizeof(float));
       std::memcpy(values.data(), data.data(), data.size());
-      why = CheckFinite(values, first);
+      why = CheckFinite(values, offset / static_cast<int64_t>(sizeof(float)));
     }
     if (why.ok()) {
       ssize_t written = ::pwrite(state_->spill_fd, data.data(), data.size(), offset);
@@ -735,8 +805,7 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
       }
     }
     if (why.ok()) {
-      round_->aggregator->Fold(first, values, static_cast<double>(state_->num_examples));
-      state_->bytes_folded += static_cast<int64_t>(data.size());
+      state_->bytes_received += static_cast<int64_t>(data.size());
       return absl::OkStatus();
     }
     (void)RefuseLocked(why);
@@ -746,6 +815,7 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
 }
 
 absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
+  if (round_->closing.load()) return NoLongerAccepted();
   absl::Status why;
   {
     std::shared_lock<std::shared_mutex> gate(round_->gate);
@@ -755,6 +825,11 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
           absl::StrCat("update no longer accepted: ", state_->reason));
     }
     why = assembler_.Finish(sha256_hex);
+    if (why.ok()) {
+      // Verified whole: only now does it touch the aggregate.
+      why = state_->FoldInto(*round_->aggregator);
+      if (!why.ok()) round_->poisoned = true;
+    }
     if (why.ok()) {
       round_->aggregator->Accept(static_cast<double>(state_->num_examples));
       state_->phase = Phase::kAccepted;
@@ -780,24 +855,21 @@ void UploadState::RemoveSpill() {
   spill_path.clear();
 }
 
-absl::Status UploadState::FoldOut(aggregation::RoundAggregator& aggregator) {
+absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator) const {
   std::vector<float> buf(static_cast<size_t>(kMaxChunkBytes / sizeof(float)));
-  absl::Status result;
-  for (int64_t off = 0; off < bytes_folded;) {
-    size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, bytes_folded - off));
+  for (int64_t off = 0; off < bytes_received;) {
+    size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, bytes_received - off));
     ssize_t got = ::pread(spill_fd, buf.data(), n, off);
     if (got != static_cast<ssize_t>(n)) {
-      result = absl::DataLossError(absl::StrCat("cannot read back spill ", spill_path));
-      break;
+      return absl::InternalError(absl::StrCat("cannot read back the staged update ", spill_path,
+                                              ": ", got < 0 ? std::strerror(errno) : "short read"));
     }
-    aggregator.Unfold(off / static_cast<int64_t>(sizeof(float)),
-                      std::span<const float>(buf.data(), n / sizeof(float)),
-                      static_cast<double>(num_examples));
+    aggregator.Fold(off / static_cast<int64_t>(sizeof(float)),
+                    std::span<const float>(buf.data(), n / sizeof(float)),
+                    static_cast<double>(num_examples));
     off += static_cast<int64_t>(n);
   }
-  bytes_folded = 0;
-  RemoveSpill();
-  return result;
+  return absl::OkStatus();
 }
 
 }  // namespace internal

@@ -1,13 +1,15 @@
 // Internal to the engine: the state of one round attempt and of each update streaming into it.
 //
-// Chunks are folded into the round's aggregator as they arrive and also staged in a spill file,
-// so that an update refused later (bad SHA-256, truncated stream, NaN in a late chunk) or cut off
-// by the round's deadline can be folded out again: the aggregate only ever holds whole, verified
-// updates. Each round has a gate (a shared mutex): uploads hold it shared while they touch the
-// aggregator; closing the round holds it exclusively, so no update is half in and half out.
+// Chunks are checked as they arrive (order, size, finite values, running SHA-256) and staged in a
+// spill file; once the whole payload checked out, the update is folded into the round's
+// aggregator in one pass over the spill. A refused or cut-off update therefore never touches the
+// aggregate (folding out again in floating point would not be exact). Each round has a gate (a
+// shared mutex): uploads hold it shared while they stage or fold; closing the round sets
+// `closing` and then holds it exclusively, so no update is half in.
 #ifndef FL_SERVER_ENGINE_UPLOAD_H_
 #define FL_SERVER_ENGINE_UPLOAD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -30,17 +32,17 @@ struct UploadState {
   int64_t num_examples = 0;
   std::map<std::string, double> metrics;
   // Guarded by the round's gate: written by the upload's thread holding it shared, or by the
-  // round's close holding it exclusively.
+  // round's close holding it exclusively; read by the engine holding it shared.
   Phase phase = Phase::kStreaming;
   std::string reason;  // why refused or aborted
-  int64_t bytes_folded = 0;
+  int64_t bytes_received = 0;
   int spill_fd = -1;
   std::string spill_path;
 
   ~UploadState();
-  // Folds the spilled bytes [0, bytes_folded) back out of `aggregator` and removes the spill.
-  // Returns an error only when the spill cannot be read (the aggregate is then unusable).
-  absl::Status FoldOut(aggregation::RoundAggregator& aggregator);
+  // Folds the staged payload into `aggregator` with this update's weight. An error (the spill
+  // could not be read) leaves the aggregate partly folded.
+  absl::Status FoldInto(aggregation::RoundAggregator& aggregator) const;
   void RemoveSpill();
 };
 
@@ -53,9 +55,13 @@ struct RoundState {
   std::map<std::string, std::string> task_of;  // client id -> task id
   std::unique_ptr<aggregation::RoundAggregator> aggregator;
   std::shared_mutex gate;
+  // Set before the close takes the gate, so that streaming uploads stop asking for it (glibc's
+  // shared_mutex prefers readers and would otherwise let a steady stream starve the close).
+  std::atomic<bool> closing{false};
   // One upload per sampled client at most; guarded by the engine's mutex.
   std::map<std::string, std::shared_ptr<UploadState>> uploads;
-  // Set when the aggregate became unusable (a spill could not be read back).
+  // Set when the aggregate became unusable (a spill could not be read back mid-fold). Guarded by
+  // the gate like the phases.
   bool poisoned = false;
 };
 

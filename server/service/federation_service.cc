@@ -124,6 +124,13 @@ class FederationService final : public fl::v1::Federation::Service {
       }
       meta.spec = *std::move(spec);
     }
+    if (!m.decline_reason().empty()) {
+      absl::Status s = engine_->Decline(*id, meta, m.decline_reason());
+      if (!s.ok()) return ToGrpcStatus(s);
+      reply->set_accepted(false);
+      reply->set_message(absl::StrCat("decline of task '", meta.task_id, "' recorded"));
+      return grpc::Status::OK;
+    }
     if (m.encoding() != fl::v1::UpdateMetadata::FLOAT32) {
       absl::Status s = absl::InvalidArgumentError(absl::StrCat(
           "update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),

@@ -55,6 +55,23 @@ class RawClient {
     return {};
   }
 
+  // Polls until the server's answer carries `fragment` in its message; false after ~10 s.
+  bool WaitForMessage(int64_t run_id, const std::string& fragment) {
+    for (int i = 0; i < 200; ++i) {
+      grpc::ClientContext ctx;
+      v1::PollRequest req;
+      req.set_run_id(run_id);
+      req.set_wait_ms(0);
+      v1::Task task;
+      if (stub_->PollTask(&ctx, req, &task).ok() &&
+          task.message().find(fragment) != std::string::npos) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
   // Sends metadata, then `payload` as one chunk (unless empty), then `sha` (unless empty).
   grpc::Status Send(const v1::UpdateMetadata& meta, const std::string& payload,
                     const std::string& sha) {
@@ -197,7 +214,8 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
     part.mutable_chunk()->set_offset(0);
     part.mutable_chunk()->set_data(payload);
     ASSERT_TRUE(first->Write(part));
-    absl::SleepFor(absl::Milliseconds(300));  // let the server take the first stream's metadata
+    // The server has taken the first stream's metadata once its poll answer says so.
+    EXPECT_TRUE(raw.WaitForMessage(run_id, "update received")) << "first stream never registered";
     ExpectRefused(raw.Send(MetaFor(t, bytes), payload, sha), grpc::StatusCode::ALREADY_EXISTS,
                   "already received");
     part.Clear();

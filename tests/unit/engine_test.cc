@@ -3,7 +3,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "fl/aggregation/fedavg.h"
@@ -17,10 +19,17 @@ namespace {
 
 class FakeClock final : public Clock {
  public:
-  absl::Time Now() override { return now_; }
-  void Advance(absl::Duration d) { now_ += d; }
+  absl::Time Now() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    now_ += d;
+  }
 
  private:
+  std::mutex mu_;
   absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
 };
 
@@ -440,6 +449,155 @@ TEST_F(EngineTest, SamplesAFractionReproduciblyFromTheSeed) {
   bool any_differs = false;
   for (const auto& o : others) any_differs |= o != first;
   EXPECT_TRUE(any_differs);
+}
+
+// Streams `model` chunk by chunk through an upload that the caller finishes.
+absl::Status StreamChunks(Upload& upload, const Model& model) {
+  return ForEachChunk(model.bytes(), kMaxChunkBytes,
+                      [&](int64_t offset, std::span<const std::byte> bytes) {
+                        return upload.AddChunk(
+                            offset, std::string_view(reinterpret_cast<const char*>(bytes.data()),
+                                                     bytes.size()));
+                      });
+}
+
+TEST_F(EngineTest, RefusedUpdateOfHugeValuesLeavesNoTraceInTheSameRound) {
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b"),
+       tc = engine_->Poll("client-c");
+  Model b = RandomModel(2), c = RandomModel(3);
+  ASSERT_TRUE(Submit("client-b", tb, b, 100).ok());
+  // The largest weight and values a client may send, refused at the very end.
+  Model huge(TestSpec());
+  for (float& x : huge.data()) x = 3e38f;
+  absl::StatusOr<std::unique_ptr<Upload>> upload =
+      engine_->BeginUpload("client-a", MetaFor(ta, int64_t{1} << 40));
+  ASSERT_TRUE(upload.ok()) << upload.status();
+  ASSERT_TRUE(StreamChunks(**upload, huge).ok());
+  EXPECT_EQ((*upload)->Finish(std::string(64, 'f')).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Submit("client-c", tc, c, 300).ok());
+  ASSERT_EQ(engine_->committed_round(), 1);
+  ExpectModelsNear(*engine_->global_model(), *aggregation::WeightedAverage({&b, &c}, {100, 300}));
+}
+
+TEST_F(EngineTest, ExampleCountsBeyondTheLimitAreRefused) {
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a");
+  absl::StatusOr<std::unique_ptr<Upload>> upload =
+      engine_->BeginUpload("client-a", MetaFor(ta, (int64_t{1} << 40) + 1));
+  EXPECT_EQ(upload.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(upload.status().message().find("must be in [1, 1099511627776]"),
+            absl::string_view::npos)
+      << upload.status();
+}
+
+TEST_F(EngineTest, InterleavedUploadsOfClientsWithACommonIdPrefixStayApart) {
+  // Plaintext identities share long prefixes; their staged updates must not.
+  clients_ = {"plain:hospital-01", "plain:hospital-02", "plain:hospital-03"};
+  StartEngine();
+  JoinAll();
+  Task t1 = engine_->Poll(clients_[0]), t2 = engine_->Poll(clients_[1]),
+       t3 = engine_->Poll(clients_[2]);
+  Model m1 = RandomModel(1), m2 = RandomModel(2), m3 = RandomModel(3);
+  auto u1 = engine_->BeginUpload(clients_[0], MetaFor(t1, 10));
+  auto u2 = engine_->BeginUpload(clients_[1], MetaFor(t2, 20));
+  ASSERT_TRUE(u1.ok() && u2.ok());
+  ASSERT_TRUE(StreamChunks(**u1, m1).ok());
+  ASSERT_TRUE(StreamChunks(**u2, m2).ok());
+  ASSERT_TRUE((*u2)->Finish(m2.Sha256Hex()).ok());
+  ASSERT_TRUE((*u1)->Finish(m1.Sha256Hex()).ok());
+  ASSERT_TRUE(Submit(clients_[2], t3, m3, 30).ok());
+  ASSERT_EQ(engine_->committed_round(), 1);
+  ExpectModelsNear(*engine_->global_model(),
+                   *aggregation::WeightedAverage({&m1, &m2, &m3}, {10, 20, 30}));
+}
+
+TEST_F(EngineTest, DeclinedTaskEndsTheWaitAndIsAudited) {
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b"),
+       tc = engine_->Poll("client-c");
+  ASSERT_TRUE(engine_->Decline("client-a", MetaFor(ta, 0), "trainer ran out of memory").ok());
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait);  // not offered again
+  // A second decline, or an update after it, is a second answer to the same task.
+  EXPECT_EQ(engine_->Decline("client-a", MetaFor(ta, 0), "again").code(),
+            absl::StatusCode::kAlreadyExists);
+  Model b = RandomModel(2), c = RandomModel(3);
+  ASSERT_TRUE(Submit("client-b", tb, b, 1).ok());
+  ASSERT_TRUE(Submit("client-c", tc, c, 1).ok());
+  ASSERT_EQ(engine_->committed_round(), 1);  // no need to wait for the deadline
+  absl::StatusOr<std::vector<ParticipationRecord>> parts =
+      store_->Participations(engine_->run_id(), 1);
+  ASSERT_TRUE(parts.ok());
+  bool declined = false;
+  for (const ParticipationRecord& p : *parts) {
+    if (p.client_id == "client-a") {
+      declined = p.status == ParticipationStatus::kRefused &&
+                 p.reason.find("declined the task: trainer ran out of memory") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(declined);
+  absl::StatusOr<std::vector<AuditRecord>> audit = store_->AuditLog(100);
+  ASSERT_TRUE(audit.ok());
+  bool audited = false;
+  for (const AuditRecord& r : *audit) audited |= r.event == "task_declined";
+  EXPECT_TRUE(audited);
+}
+
+TEST_F(EngineTest, ARestartDoesNotSpendARetry) {
+  StartEngine();  // max_round_retries = 1
+  JoinAll();
+  ASSERT_EQ(engine_->Poll("client-a").kind, Task::Kind::kFit);
+  // Two restarts abort two attempts of round 1.
+  for (int i = 0; i < 2; ++i) {
+    engine_.reset();
+    store_.reset();
+    OpenStore();
+    StartEngine();
+    JoinAll();
+  }
+  // One real failure: within the single allowed retry.
+  clock_.Advance(absl::Minutes(6));
+  engine_->Tick();
+  EXPECT_FALSE(engine_->finished());
+  for (const std::string& c : clients_) (void)engine_->Poll(c);
+  Task t = engine_->Poll("client-a");
+  EXPECT_EQ(t.kind, Task::Kind::kFit);
+  EXPECT_EQ(t.round, 1);
+}
+
+TEST_F(EngineTest, ConcurrentUploadsWhileTheClockTicks) {
+  options_.num_rounds = 2;
+  StartEngine();
+  JoinAll();
+  std::vector<Model> models;
+  for (uint64_t seed : {1, 2, 3}) models.push_back(RandomModel(seed));
+  for (int round = 1; round <= 2; ++round) {
+    std::atomic<bool> done{false};
+    std::thread ticker([&] {
+      while (!done) engine_->Tick();
+    });
+    std::vector<std::thread> uploaders;
+    std::vector<absl::Status> results(3);
+    for (size_t i = 0; i < 3; ++i) {
+      uploaders.emplace_back([&, i] {
+        Task t = engine_->Poll(clients_[i]);
+        results[i] = t.kind == Task::Kind::kFit
+                         ? Submit(clients_[i], t, models[i], 10 * (i + 1))
+                         : absl::InternalError("no fit task");
+      });
+    }
+    for (std::thread& t : uploaders) t.join();
+    done = true;
+    ticker.join();
+    for (const absl::Status& r : results) EXPECT_TRUE(r.ok()) << r;
+    ASSERT_EQ(engine_->committed_round(), round);
+  }
+  ExpectModelsNear(*engine_->global_model(),
+                   *aggregation::WeightedAverage({&models[0], &models[1], &models[2]},
+                                                 {10, 20, 30}));
 }
 
 TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {

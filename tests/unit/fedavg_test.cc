@@ -211,41 +211,20 @@ TEST_F(FedAvgTest, ChunksOfDifferentUpdatesMayInterleave) {
   ExpectClose(*out, *expected_);
 }
 
-TEST_F(FedAvgTest, UnfoldRestoresTheResultWithoutTheUpdate) {
-  const int64_t n = MultiStripeSpec().NumFloats();
-  // The reference: models 0..6, with model 7 never seen.
-  std::vector<const Model*> kept;
-  std::vector<double> kept_weights;
-  for (size_t i = 0; i < 7; ++i) {
-    kept.push_back(&models_[i]);
-    kept_weights.push_back(weights_[i]);
-  }
-  absl::StatusOr<Model> expected = WeightedAverage(kept, kept_weights);
-  ASSERT_TRUE(expected.ok()) << expected.status();
-
-  std::unique_ptr<RoundAggregator> agg = BeginRound();
-  for (size_t i = 0; i < 3; ++i) {
-    FoldChunks(*agg, models_[i], weights_[i], RandomChunks(n, 3000 + static_cast<uint32_t>(i)));
-    agg->Accept(weights_[i]);
-  }
-  // Model 7 uploads its first chunks (with a large weight, so a leftover would show), then the
-  // rest of the round carries on before the update is refused and folded out.
-  std::vector<std::pair<int64_t, int64_t>> chunks = RandomChunks(n, 3007);
-  ASSERT_GE(chunks.size(), 3u);
-  chunks.resize(chunks.size() - 1);  // the last chunk never arrives
-  const double refused_weight = 1e6;
-  FoldChunks(*agg, models_[7], refused_weight, chunks);
-  for (size_t i = 3; i < 7; ++i) {
-    FoldChunks(*agg, models_[i], weights_[i], RandomChunks(n, 3000 + static_cast<uint32_t>(i)));
-    agg->Accept(weights_[i]);
-  }
-  for (const auto& [offset, size] : chunks) {
-    agg->Unfold(offset, models_[7].data().subspan(offset, size), refused_weight);
-  }
-  EXPECT_EQ(agg->num_accepted(), 7);
+TEST(FedAvgFiniteTest, AnOverflowingAverageIsRefused) {
+  ModelSpec spec({{"w", {4}}});
+  std::unique_ptr<Strategy> fedavg = MakeFedAvg();
+  Model global(spec);
+  std::unique_ptr<RoundAggregator> agg = fedavg->BeginRound(global);
+  const std::vector<float> huge(4, 3e38f);
+  agg->Fold(0, huge, 1e300);
+  agg->Accept(1e300);
+  agg->Fold(0, huge, 1e300);
+  agg->Accept(1e300);
   absl::StatusOr<Model> out = agg->Finish();
-  ASSERT_TRUE(out.ok()) << out.status();
-  ExpectClose(*out, *expected);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status().message().find("not finite at parameter 0"), absl::string_view::npos)
+      << out.status();
 }
 
 TEST_F(FedAvgTest, FinishWithNothingAcceptedFails) {

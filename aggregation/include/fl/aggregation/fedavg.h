@@ -10,9 +10,8 @@
 
 namespace fl::aggregation {
 
-// The streaming FedAvg strategy. Its aggregator keeps the weighted sum in float64 (so that Unfold
-// restores the sum to within rounding of float64, far below float32 resolution) and locks the sum
-// in 1 MiB stripes, so clients uploading different parts of the model do not wait for each other.
+// The streaming FedAvg strategy. Its aggregator keeps the weighted sum in float64 and locks it in
+// 1 MiB stripes, so clients folding different parts of the model do not wait for each other.
 std::unique_ptr<Strategy> MakeFedAvg();
 
 // The direct computation, for tests and references: sum_i w_i * models[i] / sum_i w_i.

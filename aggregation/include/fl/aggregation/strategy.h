@@ -1,9 +1,9 @@
 // Strategy: how the server turns the clients' updates of a round into the next global model.
 //
-// Strategies aggregate by streaming: a round's aggregator receives each update as it arrives, one
-// chunk at a time, so the server holds one accumulator per round, never every update. An update
-// is only final once the whole payload checked out; a refused update's chunks are folded out
-// again (Unfold), so it never changes the result.
+// Strategies aggregate by streaming: a round's aggregator receives each update one chunk at a
+// time, so the server holds one accumulator per round, never every update. The server folds an
+// update only once its whole payload checked out (size, finiteness, SHA-256), so a refused update
+// never touches the aggregate.
 #ifndef FL_AGGREGATION_STRATEGY_H_
 #define FL_AGGREGATION_STRATEGY_H_
 
@@ -17,19 +17,18 @@
 
 namespace fl::aggregation {
 
-// The aggregation state of one round. Fold and Unfold are thread-safe (clients upload at once);
+// The aggregation state of one round. Fold and Accept are thread-safe (clients upload at once);
 // Finish is called once, after every fold has returned.
 class RoundAggregator {
  public:
   virtual ~RoundAggregator() = default;
   // Adds `values` (parameters [offset, offset + size) of one client's model) with `weight`.
   virtual void Fold(int64_t offset, std::span<const float> values, double weight) = 0;
-  // Reverses a Fold with the same arguments (for an update refused after some chunks arrived).
-  virtual void Unfold(int64_t offset, std::span<const float> values, double weight) = 0;
   // Counts one whole, accepted update of `weight` in the denominator.
   virtual void Accept(double weight) = 0;
   virtual int num_accepted() const = 0;
-  // The next global model. FAILED_PRECONDITION when no update was accepted.
+  // The next global model. FAILED_PRECONDITION when no update was accepted, or when the result
+  // is not finite (weights or values so large that the sum overflowed).
   virtual absl::StatusOr<Model> Finish() = 0;
 };
 

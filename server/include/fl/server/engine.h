@@ -159,6 +159,11 @@ class RoundEngine {
   // Starts receiving an update; refusals as described above.
   virtual absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
                                                               const UpdateMeta& meta) = 0;
+  // The client will not do its task (its trainer failed, or the task is outside its limits):
+  // the round stops waiting for it, and the reason goes to the audit log and its participation.
+  // Refused like an update when the task is stale or an update was already received.
+  virtual absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
+                               const std::string& reason) = 0;
   // Records a refusal made before the engine saw the request (e.g. a bad certificate).
   virtual void AuditRefusal(const std::string& client_id, const std::string& event,
                             const absl::Status& status) = 0;

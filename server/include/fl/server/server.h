@@ -56,9 +56,6 @@ class Server {
   virtual void Shutdown() = 0;
 };
 
-// True for 127.0.0.0/8, ::1 and "localhost" (with or without a port).
-bool IsLoopbackAddress(const std::string& address);
-
 }  // namespace fl::server
 
 #endif  // FL_SERVER_SERVER_H_
