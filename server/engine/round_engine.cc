@@ -516,8 +516,8 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     std::unique_lock<std::shared_mutex> gate(round->gate);
     for (auto& [id, up] : round->uploads) {
       if (up->phase != Phase::kStreaming) continue;
-      up->phase = Phase::kAborted;
       up->reason = absl::StrCat("round closed (", why, ") before the update was complete");
+      up->phase = Phase::kAborted;
       up->RemoveSpill();
     }
     for (const std::string& id : round->sampled) {
@@ -710,8 +710,8 @@ absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::strin
       }
       if (!refusal.ok()) {
         std::shared_lock<std::shared_mutex> gate(round->gate);
-        state->phase = Phase::kRefused;
         state->reason = std::string(refusal.message());
+        state->phase = Phase::kRefused;
       }
     }
   }
@@ -766,8 +766,8 @@ absl::Status UploadImpl::Refuse(absl::Status why) {
 }
 
 absl::Status UploadImpl::RefuseLocked(absl::Status why) {
-  state_->phase = Phase::kRefused;
   state_->reason = std::string(why.message());
+  state_->phase = Phase::kRefused;
   state_->RemoveSpill();
   done_ = true;
   return why;

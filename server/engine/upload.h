@@ -31,9 +31,10 @@ struct UploadState {
   std::string task_id;
   int64_t num_examples = 0;
   std::map<std::string, double> metrics;
-  // Guarded by the round's gate: written by the upload's thread holding it shared, or by the
-  // round's close holding it exclusively; read by the engine holding it shared.
-  Phase phase = Phase::kStreaming;
+  // Written by the upload's thread holding the round's gate shared, or by the round's close
+  // holding it exclusively; atomic because the engine also reads it holding the gate shared.
+  // `reason` is written before `phase` leaves kStreaming and read only after.
+  std::atomic<Phase> phase{Phase::kStreaming};
   std::string reason;  // why refused or aborted
   int64_t bytes_received = 0;
   int spill_fd = -1;
