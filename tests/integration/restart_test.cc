@@ -135,3 +135,24 @@ TEST(RestartTest, SigkillMidRunThenRestartFinishesWithEveryCommittedRoundIntact)
 
 }  // namespace
 }  // namespace fl::testing
+
+namespace fl::testing {
+namespace {
+
+TEST(RestartTest, SigtermStopsTheServerCleanly) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  const std::string log = dir.path() + "/server.log";
+  ChildProcess server(ServerCommand(pki, dir.path() + "/server", FreeLoopbackPort()), log);
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (ReadFile(log).value_or("").find("server_listening") == std::string::npos &&
+         absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  server.Kill(SIGTERM);
+  EXPECT_EQ(server.Wait(), 0) << *ReadFile(log);
+  EXPECT_NE(ReadFile(log)->find("signal=15"), std::string::npos) << *ReadFile(log);
+}
+
+}  // namespace
+}  // namespace fl::testing
