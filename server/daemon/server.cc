@@ -167,6 +167,8 @@ class ServerImpl final : public Server {
 
  private:
   void ShutdownOnce() {
+    // The round in flight is recorded as aborted, so a restarted server runs it again.
+    if (engine_ != nullptr) engine_->Abort("server shutting down");
     {
       std::lock_guard<std::mutex> lock(stop_mu_);
       stopping_ = true;

@@ -154,6 +154,7 @@ class EngineImpl final : public RoundEngine {
 
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
                                                       const UpdateMeta& meta) override;
+  void Abort(const std::string& reason) override;
   absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
                        const std::string& reason) override;
 
@@ -286,7 +287,7 @@ class EngineImpl final : public RoundEngine {
       return t;
     }
     if (current_ == nullptr) {
-      t.message = "waiting for clients to come online";
+      t.message = aborted_ ? "the server is shutting down" : "waiting for clients to come online";
       return t;
     }
     t.round = current_->round;
@@ -320,7 +321,9 @@ class EngineImpl final : public RoundEngine {
   void StartRoundLocked(std::vector<std::string> online);
   void CloseRoundLocked(const std::string& why);
   void FailRunLocked(const std::string& reason);
-  void FinishRunLocked();
+  void FinishRunLocked(const std::string& reason);
+  // Why the run's stopping rule ends it after a commit with `metrics`; empty when it does not.
+  std::string StoppingRuleMet(const std::map<std::string, double>& metrics) const;
 
   void FlushSummaries() {
     std::lock_guard<std::mutex> deliver(deliver_mu_);
@@ -351,6 +354,8 @@ class EngineImpl final : public RoundEngine {
   int32_t committed_round_ = 0;
   int32_t next_attempt_ = 0;     // attempt number of the next round to start
   int32_t failed_attempts_ = 0;  // attempts of that round that failed (not those a restart cut)
+  absl::Time waiting_since_;     // when the engine last started waiting for clients
+  bool aborted_ = false;         // Abort was called: no more rounds in this process
   std::shared_ptr<RoundState> current_;
   std::map<std::string, ClientState> clients_;
   std::vector<RoundSummary> pending_summaries_;
@@ -360,7 +365,8 @@ class EngineImpl final : public RoundEngine {
 absl::Status EngineImpl::Init(Model initial_model) {
   absl::StatusOr<std::optional<RunRecord>> active = store_->ActiveRun();
   if (!active.ok()) return active.status();
-  const int64_t now_ms = ToMs(clock_->Now());
+  waiting_since_ = clock_->Now();
+  const int64_t now_ms = ToMs(waiting_since_);
   if (active->has_value()) {
     run_ = **active;
     std::string spill_dir = options_.spill_dir;
@@ -397,7 +403,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
              {{"run", absl::StrCat(run_.run_id)},
               {"committed_round", absl::StrCat(committed_round_)},
               {"aborted_in_flight", absl::StrCat(*aborted)}});
-    if (committed_round_ >= options_.num_rounds) FinishRunLocked();
+    if (committed_round_ >= options_.num_rounds) FinishRunLocked("");
     return absl::OkStatus();
   }
   if (absl::Status s = initial_model.spec().Validate(); !s.ok()) return s;
@@ -443,13 +449,17 @@ void EngineImpl::MaybeAdvanceLocked() {
     }
   }
   // A closed round is followed at once by the next, when enough clients are still online.
-  if (current_ == nullptr && !finished_) {
+  if (current_ == nullptr && !finished_ && !aborted_) {
     std::vector<std::string> online;
     for (const auto& [id, c] : clients_) {
       if (now - c.last_seen <= options_.client_timeout) online.push_back(id);
     }
     if (static_cast<int32_t>(online.size()) >= options_.min_clients) {
       StartRoundLocked(std::move(online));
+    } else if (now - waiting_since_ > options_.wait_timeout) {
+      FailRunLocked(absl::StrCat("only ", online.size(), " of the ", options_.min_clients,
+                                 " clients needed (min_clients) came online within ",
+                                 absl::FormatDuration(options_.wait_timeout)));
     }
   }
 }
@@ -594,7 +604,11 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
                {{"run", absl::StrCat(run_.run_id)}, {"round", absl::StrCat(round->round)},
                 {"accepted", absl::StrCat(summary.num_accepted)},
                 {"checkpoint", global_sha_.substr(0, 16)}});
-      if (committed_round_ >= options_.num_rounds) FinishRunLocked();
+      if (committed_round_ >= options_.num_rounds) {
+        FinishRunLocked("");
+      } else if (std::string why = StoppingRuleMet(summary.metrics); !why.empty()) {
+        FinishRunLocked(why);
+      }
     } else {
       failure = absl::StrCat("could not commit the round: ", committed.message());
     }
@@ -616,17 +630,56 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
                                  " times; last reason: ", failure));
     }
   }
+  waiting_since_ = now;
   pending_summaries_.push_back(std::move(summary));
   BumpLocked();
 }
 
-void EngineImpl::FinishRunLocked() {
+void EngineImpl::FinishRunLocked(const std::string& reason) {
   finished_ = true;
   run_.status = RunStatus::kFinished;
-  (void)store_->FinishRun(run_.run_id, RunStatus::kFinished, "", ToMs(clock_->Now()));
+  run_.reason = reason;
+  (void)store_->FinishRun(run_.run_id, RunStatus::kFinished, reason, ToMs(clock_->Now()));
   LogEvent(LogLevel::kInfo, "run_finished",
-           {{"run", absl::StrCat(run_.run_id)}, {"rounds", absl::StrCat(committed_round_)}});
+           {{"run", absl::StrCat(run_.run_id)}, {"rounds", absl::StrCat(committed_round_)},
+            {"reason", reason.empty() ? "all rounds committed" : reason}});
   BumpLocked();
+}
+
+std::string EngineImpl::StoppingRuleMet(const std::map<std::string, double>& metrics) const {
+  if (options_.stop_metric.empty()) return "";
+  auto it = metrics.find(options_.stop_metric);
+  if (it == metrics.end()) return "";
+  const bool met = options_.stop_when_below ? it->second <= options_.stop_threshold
+                                            : it->second >= options_.stop_threshold;
+  if (!met) return "";
+  return absl::StrCat("stopping rule met after round ", committed_round_, ": ",
+                      options_.stop_metric, " = ", it->second,
+                      options_.stop_when_below ? " <= " : " >= ", options_.stop_threshold);
+}
+
+void EngineImpl::Abort(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborted_ = true;
+    if (current_ != nullptr) {
+      std::shared_ptr<RoundState> round = std::move(current_);
+      current_ = nullptr;
+      round->closing = true;
+      std::unique_lock<std::shared_mutex> gate(round->gate);
+      for (auto& [id, up] : round->uploads) {
+        if (up->phase != Phase::kStreaming) continue;
+        up->reason = absl::StrCat("round aborted: ", reason);
+        up->phase = Phase::kAborted;
+        up->RemoveSpill();
+      }
+      (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kAborted,
+                             reason, ToMs(clock_->Now()));
+      LogEvent(LogLevel::kInfo, "round_aborted",
+               {{"round", absl::StrCat(round->round)}, {"reason", reason}});
+    }
+    BumpLocked();
+  }
 }
 
 void EngineImpl::FailRunLocked(const std::string& reason) {
@@ -889,7 +942,11 @@ std::string EngineOptions::ToJson() const {
       {"round_timeout_ms", absl::ToInt64Milliseconds(round_timeout)},
       {"client_timeout_ms", absl::ToInt64Milliseconds(client_timeout)},
       {"max_round_retries", max_round_retries},
+      {"wait_timeout_ms", absl::ToInt64Milliseconds(wait_timeout)},
       {"seed", seed},
+      {"stop_metric", stop_metric},
+      {"stop_threshold", stop_threshold},
+      {"stop_when_below", stop_when_below},
       {"local_epochs", fit.local_epochs},
       {"batch_size", fit.batch_size},
       {"learning_rate", fit.learning_rate},
@@ -904,18 +961,25 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
   }
   EngineOptions o;
   try {
-    o.run_name = j.at("run_name").get<std::string>();
+    o.run_name = j.value("run_name", o.run_name);
     o.num_rounds = j.at("num_rounds").get<int32_t>();
-    o.min_clients = j.at("min_clients").get<int32_t>();
-    o.min_fit_clients = j.at("min_fit_clients").get<int32_t>();
-    o.sample_fraction = j.at("sample_fraction").get<double>();
-    o.round_timeout = absl::Milliseconds(j.at("round_timeout_ms").get<int64_t>());
-    o.client_timeout = absl::Milliseconds(j.at("client_timeout_ms").get<int64_t>());
-    o.max_round_retries = j.at("max_round_retries").get<int32_t>();
-    o.seed = j.at("seed").get<uint64_t>();
-    o.fit.local_epochs = j.at("local_epochs").get<int32_t>();
-    o.fit.batch_size = j.at("batch_size").get<int32_t>();
-    o.fit.learning_rate = j.at("learning_rate").get<float>();
+    o.min_clients = j.value("min_clients", o.min_clients);
+    o.min_fit_clients = j.value("min_fit_clients", o.min_fit_clients);
+    o.sample_fraction = j.value("sample_fraction", o.sample_fraction);
+    o.round_timeout = absl::Milliseconds(
+        j.value("round_timeout_ms", absl::ToInt64Milliseconds(o.round_timeout)));
+    o.client_timeout = absl::Milliseconds(
+        j.value("client_timeout_ms", absl::ToInt64Milliseconds(o.client_timeout)));
+    o.max_round_retries = j.value("max_round_retries", o.max_round_retries);
+    o.wait_timeout = absl::Milliseconds(
+        j.value("wait_timeout_ms", absl::ToInt64Milliseconds(o.wait_timeout)));
+    o.seed = j.value("seed", o.seed);
+    o.fit.local_epochs = j.value("local_epochs", o.fit.local_epochs);
+    o.fit.batch_size = j.value("batch_size", o.fit.batch_size);
+    o.fit.learning_rate = j.value("learning_rate", o.fit.learning_rate);
+    o.stop_metric = j.value("stop_metric", o.stop_metric);
+    o.stop_threshold = j.value("stop_threshold", o.stop_threshold);
+    o.stop_when_below = j.value("stop_when_below", o.stop_when_below);
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));
   }

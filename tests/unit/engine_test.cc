@@ -79,7 +79,7 @@ class EngineTest : public ::testing::Test {
 
   void StartEngine() {
     absl::StatusOr<std::unique_ptr<RoundEngine>> engine = RoundEngine::Create(
-        options_, store_.get(), strategy_.get(), &clock_, Model(TestSpec()), {});
+        options_, store_.get(), strategy_.get(), &clock_, Model(TestSpec()), hooks_);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = *std::move(engine);
   }
@@ -122,6 +122,7 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<aggregation::Strategy> strategy_ = aggregation::MakeFedAvg();
   std::unique_ptr<RoundEngine> engine_;
+  EngineHooks hooks_;
   std::vector<std::string> clients_ = {"client-a", "client-b", "client-c"};
 };
 
@@ -600,6 +601,87 @@ TEST_F(EngineTest, ConcurrentUploadsWhileTheClockTicks) {
                                                  {10, 20, 30}));
 }
 
+TEST_F(EngineTest, WaitingForClientsTimesOutWithAReason) {
+  options_.wait_timeout = absl::Minutes(10);
+  StartEngine();
+  ASSERT_TRUE(engine_->Join("client-a", "a").ok());
+  ASSERT_TRUE(engine_->Join("client-b", "b").ok());
+  // Two clients keep polling; the third never comes.
+  for (int minute = 1; minute <= 10; ++minute) {
+    clock_.Advance(absl::Minutes(1));
+    (void)engine_->Poll("client-a");
+    (void)engine_->Poll("client-b");
+    ASSERT_FALSE(engine_->finished()) << "minute " << minute;
+  }
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kDone);
+  ASSERT_TRUE(engine_->finished());
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, RunStatus::kFailed);
+  EXPECT_NE(run->reason.find("only 2 of the 3 clients needed (min_clients) came online within 10m"),
+            std::string::npos)
+      << run->reason;
+}
+
+TEST_F(EngineTest, StoppingRuleEndsTheRunEarly) {
+  options_.num_rounds = 5;
+  options_.stop_metric = "test_accuracy";
+  options_.stop_threshold = 0.5;
+  int evaluations = 0;
+  hooks_.evaluate = [&evaluations](const Model&) -> std::map<std::string, double> {
+    return {{"test_accuracy", 0.3 * ++evaluations}};
+  };
+  StartEngine();
+  JoinAll();
+  for (int round = 1; round <= 2; ++round) {
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Task t = engine_->Poll(clients_[i]);
+      ASSERT_EQ(t.kind, Task::Kind::kFit) << "round " << round;
+      ASSERT_TRUE(Submit(clients_[i], t, RandomModel(i), 1).ok());
+    }
+  }
+  ASSERT_TRUE(engine_->finished());
+  EXPECT_EQ(engine_->committed_round(), 2);
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  EXPECT_EQ(run->status, RunStatus::kFinished);
+  EXPECT_NE(run->reason.find("stopping rule met after round 2: test_accuracy = 0.6 >= 0.5"),
+            std::string::npos)
+      << run->reason;
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kDone);
+}
+
+TEST_F(EngineTest, AbortRecordsTheRoundAndARestartRunsItAgain) {
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a");
+  absl::StatusOr<std::unique_ptr<Upload>> upload = engine_->BeginUpload("client-a", MetaFor(ta, 1));
+  ASSERT_TRUE(upload.ok());
+  ASSERT_TRUE((*upload)->AddChunk(0, std::string(kMaxChunkBytes, '\0')).ok());
+  engine_->Abort("server shutting down");
+  absl::Status late = (*upload)->AddChunk(kMaxChunkBytes, std::string(1200000 - kMaxChunkBytes, 0));
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  Task t = engine_->Poll("client-b");
+  EXPECT_EQ(t.kind, Task::Kind::kWait);
+  EXPECT_EQ(t.message, "the server is shutting down");
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(engine_->run_id());
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].status, RoundStatus::kAborted);
+  EXPECT_EQ((*rounds)[0].reason, "server shutting down");
+
+  upload->reset();
+  engine_.reset();
+  store_.reset();
+  OpenStore();
+  StartEngine();
+  JoinAll();
+  Task again = engine_->Poll("client-a");
+  ASSERT_EQ(again.kind, Task::Kind::kFit);
+  EXPECT_EQ(again.round, 1);
+  EXPECT_NE(again.task_id, ta.task_id);  // a new attempt
+}
+
 TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {
   EngineOptions o;
   o.num_rounds = 42;
@@ -611,8 +693,14 @@ TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {
   EXPECT_EQ(back->round_timeout, absl::Seconds(90));
   EXPECT_FLOAT_EQ(back->fit.learning_rate, 0.25f);
   EXPECT_EQ(EngineOptions::FromJson("{").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(EngineOptions::FromJson("{\"num_rounds\": 1}").status().code(),
+  EXPECT_EQ(EngineOptions::FromJson("{}").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EngineOptions::FromJson("{\"num_rounds\": \"ten\"}").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Keys a run recorded before they existed keep their defaults.
+  absl::StatusOr<EngineOptions> old = EngineOptions::FromJson("{\"num_rounds\": 4}");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->wait_timeout, EngineOptions().wait_timeout);
+  EXPECT_TRUE(old->stop_metric.empty());
 }
 
 }  // namespace

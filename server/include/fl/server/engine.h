@@ -58,13 +58,22 @@ struct EngineOptions {
   absl::Duration round_timeout = absl::Minutes(10);
   absl::Duration client_timeout = absl::Seconds(90);  // unseen this long: offline
   int32_t max_round_retries = 3;
+  // Longest wait for min_clients to be online before a round; then the run fails with the reason.
+  absl::Duration wait_timeout = absl::Hours(1);
   uint64_t seed = 0;  // sampling
   FitSettings fit;
-  // Where partly received updates are staged so a refused one can be folded out again.
+  // Stopping rule: when set, the run finishes early once a committed round's metric (e.g.
+  // "test_accuracy" from the evaluation hook) reaches `stop_threshold` (or falls to it, with
+  // `stop_when_below`).
+  std::string stop_metric;
+  double stop_threshold = 0;
+  bool stop_when_below = false;
+  // Where updates are staged while their chunks arrive (not part of a run's configuration).
   std::string spill_dir;
 
   std::string ToJson() const;
-  // Reads back what ToJson wrote (spill_dir is not part of a run's configuration).
+  // Reads back what ToJson wrote (spill_dir is not part of a run's configuration); keys absent
+  // from older runs keep their defaults.
   static absl::StatusOr<EngineOptions> FromJson(std::string_view json);
 };
 
@@ -175,6 +184,11 @@ class RoundEngine {
   // current version. For long polls; the only blocking call.
   virtual uint64_t WaitForChange(uint64_t seen_version, absl::Duration timeout) = 0;
   virtual uint64_t version() const = 0;
+
+  // Aborts the round in flight (cutting off its uploads) and records it as aborted with `reason`;
+  // a restarted server runs that round again. For a graceful shutdown: afterwards the engine
+  // starts no round and hands out no task.
+  virtual void Abort(const std::string& reason) = 0;
 
   virtual bool finished() const = 0;
   virtual int64_t run_id() const = 0;
