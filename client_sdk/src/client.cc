@@ -1,6 +1,7 @@
 #include "fl/client/client.h"
 
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -74,6 +75,7 @@ class Client::Impl {
 
   absl::Status Join();
   absl::Status Poll(fl::v1::Task* task);
+  class HeartbeatThread;
   absl::Status Fit(const fl::v1::Task& task, TaskReport& report);
   absl::StatusOr<Model> Download(const fl::v1::Task& task, const ModelSpec& spec);
   absl::Status Submit(const fl::v1::Task& task, const FitResult& result);
@@ -218,7 +220,56 @@ void Client::Impl::Decline(const fl::v1::Task& task, const absl::Status& why) {
             {"why", why.ToString()}, {"server", s.ok() ? "recorded" : s.ToString()}});
 }
 
+// Sends heartbeats for a task from a background thread until destroyed.
+class Client::Impl::HeartbeatThread {
+ public:
+  HeartbeatThread(Impl* impl, const fl::v1::Task& task) : impl_(impl) {
+    req_.set_run_id(task.run_id());
+    req_.set_round(task.round());
+    req_.set_task_id(task.task_id());
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~HeartbeatThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+ private:
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, absl::ToChronoMilliseconds(impl_->options_.heartbeat_interval),
+                         [this] { return done_; })) {
+      lock.unlock();
+      grpc::ClientContext ctx;
+      if (impl_->options_.insecure_plaintext) {
+        ctx.AddMetadata(kClientNameHeader, impl_->options_.name);
+      }
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+      fl::v1::HeartbeatReply reply;
+      grpc::Status s = impl_->stub_->Heartbeat(&ctx, req_, &reply);
+      if (s.ok() && !reply.task_open()) {
+        LogEvent(LogLevel::kWarn, "task_closed_while_working",
+                 {{"name", impl_->options_.name}, {"round", absl::StrCat(req_.round())},
+                  {"server", reply.message()}});
+      }
+      lock.lock();
+    }
+  }
+
+  Impl* impl_;
+  fl::v1::HeartbeatRequest req_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
+  HeartbeatThread heartbeats(this, task);
   absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
   if (!spec.ok()) {
     Decline(task, spec.status());

@@ -158,6 +158,17 @@ class EngineImpl final : public RoundEngine {
   absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
                        const std::string& reason) override;
 
+  bool Heartbeat(const std::string& client_id, int32_t round,
+                 const std::string& task_id) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    clients_[client_id].last_seen = clock_->Now();
+    if (current_ == nullptr || current_->round != round) return false;
+    auto task = current_->task_of.find(client_id);
+    if (task == current_->task_of.end() || task->second != task_id) return false;
+    auto up = current_->uploads.find(client_id);
+    return up == current_->uploads.end() || up->second->phase == Phase::kStreaming;
+  }
+
   void AuditRefusal(const std::string& client_id, const std::string& event,
                     const absl::Status& status) override {
     LogEvent(LogLevel::kWarn, event,
@@ -318,6 +329,9 @@ class EngineImpl final : public RoundEngine {
   // Shape, size, example count and metrics of an update against the global model.
   absl::Status CheckUpdateLocked(const UpdateMeta& meta) const;
   void MaybeAdvanceLocked();
+  // Sampled clients of the open round that have neither reported nor been seen for
+  // client_timeout are dropped from it, so that the round does not wait for them.
+  void DropOfflineClientsLocked(absl::Time now);
   void StartRoundLocked(std::vector<std::string> online);
   void CloseRoundLocked(const std::string& why);
   void FailRunLocked(const std::string& reason);
@@ -431,6 +445,7 @@ void EngineImpl::MaybeAdvanceLocked() {
   if (finished_) return;
   const absl::Time now = clock_->Now();
   if (current_ != nullptr) {
+    DropOfflineClientsLocked(now);
     bool all_final = true;
     {
       std::shared_lock<std::shared_mutex> gate(current_->gate);
@@ -461,6 +476,32 @@ void EngineImpl::MaybeAdvanceLocked() {
                                  " clients needed (min_clients) came online within ",
                                  absl::FormatDuration(options_.wait_timeout)));
     }
+  }
+}
+
+void EngineImpl::DropOfflineClientsLocked(absl::Time now) {
+  for (const std::string& id : current_->sampled) {
+    if (current_->uploads.count(id) != 0) continue;  // reported, refused or uploading
+    const absl::Duration silent = now - clients_[id].last_seen;
+    if (silent <= options_.client_timeout) continue;
+    auto state = std::make_shared<UploadState>();
+    state->client_id = id;
+    state->task_id = current_->task_of[id];
+    state->reason = absl::StrCat("offline: no poll or heartbeat for ",
+                                 absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))));
+    state->phase = Phase::kAborted;
+    current_->uploads[id] = state;
+    AuditRecord rec;
+    rec.at_ms = ToMs(now);
+    rec.client_id = id;
+    rec.event = "client_offline";
+    rec.detail = absl::StrCat(state->reason, "; dropped from round ", current_->round);
+    rec.run_id = run_.run_id;
+    rec.round = current_->round;
+    (void)store_->Audit(rec);
+    LogEvent(LogLevel::kWarn, "client_offline",
+             {{"client", id.substr(0, 16)}, {"round", absl::StrCat(current_->round)},
+              {"reason", state->reason}});
   }
 }
 
@@ -698,6 +739,12 @@ std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& 
   clients_[client_id].last_seen = clock_->Now();
   refusal = CheckTaskLocked(client_id, meta.run_id, meta.round, meta.task_id);
   if (!refusal.ok()) return nullptr;
+  if (auto it = current_->uploads.find(client_id);
+      it != current_->uploads.end() && it->second->phase == Phase::kAborted) {
+    refusal = absl::FailedPreconditionError(absl::StrCat(
+        "this client was dropped from round ", meta.round, ": ", it->second->reason));
+    return nullptr;
+  }
   if (current_->uploads.count(client_id) != 0) {
     // The first update keeps its place; this one is not the round's business.
     refusal = absl::AlreadyExistsError(absl::StrCat(

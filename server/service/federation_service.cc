@@ -94,6 +94,16 @@ class FederationService final : public fl::v1::Federation::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const fl::v1::HeartbeatRequest* req,
+                         fl::v1::HeartbeatReply* reply) override {
+    absl::StatusOr<std::string> id = Identify(ctx);
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    const bool open = engine_->Heartbeat(*id, req->round(), req->task_id());
+    reply->set_task_open(open);
+    if (!open) reply->set_message("the task's round is closed, or this client was dropped from it");
+    return grpc::Status::OK;
+  }
+
   grpc::Status SubmitUpdate(grpc::ServerContext* ctx,
                             grpc::ServerReader<fl::v1::UpdatePart>* reader,
                             fl::v1::SubmitReply* reply) override {

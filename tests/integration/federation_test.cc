@@ -98,6 +98,32 @@ TEST(FederationTest, FullRunOverMutualTls) {
   EXPECT_TRUE(found);
 }
 
+TEST(FederationTest, HeartbeatsKeepASlowSiteInTheRound) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
+  o.engine.num_rounds = 1;
+  o.engine.client_timeout = absl::Milliseconds(800);  // far shorter than site-2's training
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(o, Model(FashionSpec()));
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < 3; ++i) {
+    client::ClientOptions options = TlsClientOptions(pki, i, (*server)->port());
+    options.poll_wait = absl::Milliseconds(300);
+    options.heartbeat_interval = absl::Milliseconds(150);
+    std::unique_ptr<client::Trainer> trainer = FashionTrainer(i, 500);
+    if (i == 2) trainer = std::make_unique<SlowTrainer>(std::move(trainer), absl::Seconds(2));
+    clients.push_back(std::make_unique<ClientThread>(options, std::move(trainer)));
+  }
+  for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
+  absl::StatusOr<std::vector<RoundRecord>> rounds =
+      (*server)->store().Rounds((*server)->engine().run_id());
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].num_reported, 3) << "the slow site was dropped despite its heartbeats";
+}
+
 // Refusals at the door: each names its reason to the caller and lands in the audit log.
 class RefusalTest : public ::testing::Test {
  protected:

@@ -186,11 +186,14 @@ TEST_F(EngineTest, DeadlineClosesTheRoundWithWhoeverReported) {
   Model a = RandomModel(1), b = RandomModel(2);
   ASSERT_TRUE(Submit("client-a", engine_->Poll("client-a"), a, 10).ok());
   ASSERT_TRUE(Submit("client-b", engine_->Poll("client-b"), b, 30).ok());
-  (void)engine_->Poll("client-c");  // sampled, never reports
+  Task tc = engine_->Poll("client-c");  // sampled, alive, but never reports
   engine_->Tick();
   EXPECT_EQ(engine_->committed_round(), 0);
-  clock_.Advance(absl::Minutes(5));
-  engine_->Tick();
+  for (int minute = 1; minute <= 5; ++minute) {
+    clock_.Advance(absl::Minutes(1));
+    (void)engine_->Heartbeat("client-c", 1, tc.task_id);
+    engine_->Tick();
+  }
   ASSERT_EQ(engine_->committed_round(), 1);
   absl::StatusOr<Model> expected = aggregation::WeightedAverage({&a, &b}, {10, 30});
   ExpectModelsNear(*engine_->global_model(), *expected);
@@ -680,6 +683,59 @@ TEST_F(EngineTest, AbortRecordsTheRoundAndARestartRunsItAgain) {
   ASSERT_EQ(again.kind, Task::Kind::kFit);
   EXPECT_EQ(again.round, 1);
   EXPECT_NE(again.task_id, ta.task_id);  // a new attempt
+}
+
+TEST_F(EngineTest, ASilentClientIsDroppedFromItsRound) {
+  StartEngine();  // client_timeout 90 s, round_timeout 5 min
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b"),
+       tc = engine_->Poll("client-c");
+  Model a = RandomModel(1), b = RandomModel(2);
+  ASSERT_TRUE(Submit("client-a", ta, a, 1).ok());
+  ASSERT_TRUE(Submit("client-b", tb, b, 1).ok());
+  clock_.Advance(absl::Seconds(60));
+  engine_->Tick();
+  EXPECT_EQ(engine_->committed_round(), 0);  // client-c may still be training
+  clock_.Advance(absl::Seconds(31));
+  engine_->Tick();  // 91 s without a word from client-c: dropped, the round closes
+  ASSERT_EQ(engine_->committed_round(), 1);
+  ExpectModelsNear(*engine_->global_model(), *aggregation::WeightedAverage({&a, &b}, {1, 1}));
+  absl::StatusOr<std::vector<ParticipationRecord>> parts =
+      store_->Participations(engine_->run_id(), 1);
+  ASSERT_TRUE(parts.ok());
+  for (const ParticipationRecord& p : *parts) {
+    if (p.client_id != "client-c") continue;
+    EXPECT_EQ(p.status, ParticipationStatus::kDropped);
+    EXPECT_NE(p.reason.find("offline: no poll or heartbeat for 1m31s"), std::string::npos)
+        << p.reason;
+  }
+  absl::StatusOr<std::vector<AuditRecord>> audit = store_->AuditLog(100);
+  bool audited = false;
+  for (const AuditRecord& r : *audit) audited |= r.event == "client_offline";
+  EXPECT_TRUE(audited);
+  EXPECT_FALSE(engine_->Heartbeat("client-c", 1, tc.task_id));
+}
+
+TEST_F(EngineTest, HeartbeatsKeepALongTrainingInTheRound) {
+  options_.round_timeout = absl::Minutes(30);
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b"),
+       tc = engine_->Poll("client-c");
+  Model a = RandomModel(1), b = RandomModel(2), c = RandomModel(3);
+  ASSERT_TRUE(Submit("client-a", ta, a, 1).ok());
+  ASSERT_TRUE(Submit("client-b", tb, b, 1).ok());
+  for (int i = 0; i < 20; ++i) {  // ten minutes of training, a heartbeat every 30 s
+    clock_.Advance(absl::Seconds(30));
+    EXPECT_TRUE(engine_->Heartbeat("client-c", 1, tc.task_id));
+    engine_->Tick();
+  }
+  EXPECT_EQ(engine_->committed_round(), 0);
+  ASSERT_TRUE(Submit("client-c", tc, c, 1).ok());
+  ASSERT_EQ(engine_->committed_round(), 1);
+  ExpectModelsNear(*engine_->global_model(),
+                   *aggregation::WeightedAverage({&a, &b, &c}, {1, 1, 1}));
+  EXPECT_FALSE(engine_->Heartbeat("client-c", 1, tc.task_id));  // that round is closed
 }
 
 TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {

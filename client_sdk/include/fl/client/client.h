@@ -39,6 +39,9 @@ struct ClientOptions {
   // The site's name in logs; empty: the certificate's common name (or "site" in plaintext).
   std::string name;
   absl::Duration poll_wait = absl::Seconds(15);
+  // While working on a task (download, training, upload) the client tells the server it is alive
+  // this often; keep it well under the server's client_timeout (90 s by default).
+  absl::Duration heartbeat_interval = absl::Seconds(10);
   absl::Duration reconnect_timeout = absl::Minutes(2);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);

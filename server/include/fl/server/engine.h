@@ -56,7 +56,9 @@ struct EngineOptions {
   int32_t min_fit_clients = 2;  // accepted updates needed to commit a round
   double sample_fraction = 1.0; // of the online clients, at least min_fit_clients
   absl::Duration round_timeout = absl::Minutes(10);
-  absl::Duration client_timeout = absl::Seconds(90);  // unseen this long: offline
+  // A client neither polling nor heartbeating for this long is offline: it does not count towards
+  // min_clients, and a round it was sampled in stops waiting for it.
+  absl::Duration client_timeout = absl::Seconds(90);
   int32_t max_round_retries = 3;
   // Longest wait for min_clients to be online before a round; then the run fails with the reason.
   absl::Duration wait_timeout = absl::Hours(1);
@@ -173,6 +175,10 @@ class RoundEngine {
   // Refused like an update when the task is stale or an update was already received.
   virtual absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
                                const std::string& reason) = 0;
+  // The client is alive and working on `task_id`. Returns whether that task is still open (false
+  // when its round closed or the client was dropped from it as offline).
+  virtual bool Heartbeat(const std::string& client_id, int32_t round,
+                         const std::string& task_id) = 0;
   // Records a refusal made before the engine saw the request (e.g. a bad certificate).
   virtual void AuditRefusal(const std::string& client_id, const std::string& event,
                             const absl::Status& status) = 0;
