@@ -77,6 +77,8 @@ class Client::Impl {
   absl::Status Poll(fl::v1::Task* task);
   class HeartbeatThread;
   absl::Status Fit(const fl::v1::Task& task, TaskReport& report);
+  // Evaluates the task's model with the trainer and reports the result (or why it could not).
+  absl::Status Evaluate(const fl::v1::Task& task);
   absl::StatusOr<Model> Download(const fl::v1::Task& task, const ModelSpec& spec);
   absl::Status Submit(const fl::v1::Task& task, const FitResult& result);
   // Tells the server this client will not do `task`, so the round stops waiting for it.
@@ -308,6 +310,43 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   return Submit(task, *result);
 }
 
+absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
+  HeartbeatThread heartbeats(this, task);
+  fl::v1::EvaluationResult result;
+  result.set_run_id(task.run_id());
+  result.set_round(task.round());
+  result.set_task_id(task.task_id());
+  absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
+  absl::Status failure;
+  if (!spec.ok()) {
+    failure = spec.status();
+  } else if (!(*spec == trainer_->spec())) {
+    failure = absl::FailedPreconditionError("the server's model is not the model this site trains");
+  }
+  if (failure.ok()) {
+    absl::StatusOr<Model> global = Download(task, *spec);
+    if (!global.ok()) return global.status();  // transport trouble: the task is offered again
+    absl::StatusOr<EvalResult> eval = trainer_->Evaluate(*global);
+    if (eval.ok()) {
+      result.set_num_examples(eval->num_examples);
+      result.set_loss(eval->loss);
+      for (const auto& [k, v] : eval->metrics) (*result.mutable_metrics())[k] = v;
+    } else {
+      failure = eval.status();
+    }
+  }
+  if (!failure.ok()) result.set_error(failure.ToString());
+  Call call(this, absl::Seconds(30));
+  fl::v1::SubmitReply reply;
+  absl::Status s = FromGrpcStatus(stub_->SubmitEvaluation(&call.ctx, result, &reply));
+  LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "evaluate_task",
+           {{"name", options_.name}, {"round", absl::StrCat(task.round())},
+            {"result", failure.ok() ? absl::StrCat("loss ", result.loss())
+                                    : absl::StrCat("declined: ", failure.ToString())},
+            {"server", s.ok() ? "recorded" : s.ToString()}});
+  return s;
+}
+
 absl::Status Client::Impl::Run() {
   absl::Duration backoff = options_.initial_backoff;
   absl::Duration fit_backoff = options_.initial_backoff;
@@ -353,6 +392,15 @@ absl::Status Client::Impl::Run() {
       case fl::v1::Task::DONE:
         LogEvent(LogLevel::kInfo, "client_done", {{"name", options_.name}, {"why", task.message()}});
         return absl::OkStatus();
+      case fl::v1::Task::EVALUATE: {
+        absl::Status s = Evaluate(task);
+        if (!s.ok() && !SleepUnlessStopped(fit_backoff)) {
+          return absl::CancelledError("client stopped");
+        }
+        fit_backoff = s.ok() ? options_.initial_backoff
+                             : std::min(fit_backoff * 2, options_.max_backoff);
+        break;
+      }
       case fl::v1::Task::FIT: {
         TaskReport report;
         report.round = task.round();

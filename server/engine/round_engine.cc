@@ -148,6 +148,12 @@ class EngineImpl final : public RoundEngine {
   absl::StatusOr<GlobalModel> ModelForTask(const std::string& client_id, int64_t run_id,
                                             int32_t round, const std::string& task_id) override {
     std::lock_guard<std::mutex> lock(mu_);
+    if (eval_ != nullptr && run_id == run_.run_id && round == eval_->round) {
+      auto task = eval_->task_of.find(client_id);
+      if (task != eval_->task_of.end() && task->second == task_id) {
+        return GlobalModel{global_, global_sha_};
+      }
+    }
     if (absl::Status s = CheckTaskLocked(client_id, run_id, round, task_id); !s.ok()) return s;
     return GlobalModel{global_, global_sha_};
   }
@@ -155,6 +161,8 @@ class EngineImpl final : public RoundEngine {
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
                                                       const UpdateMeta& meta) override;
   void Abort(const std::string& reason) override;
+  absl::Status SubmitEvaluation(const std::string& client_id,
+                                const EvaluationReport& report) override;
   absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
                        const std::string& reason) override;
 
@@ -297,6 +305,20 @@ class EngineImpl final : public RoundEngine {
                                run_.reason.empty() ? "" : ": ", run_.reason);
       return t;
     }
+    if (eval_ != nullptr) {
+      t.round = eval_->round;
+      auto task = eval_->task_of.find(client_id);
+      if (task == eval_->task_of.end() || eval_->reports.count(client_id) != 0) {
+        t.message = absl::StrCat("waiting for the federated evaluation of round ", eval_->round);
+        return t;
+      }
+      t.kind = Task::Kind::kEvaluate;
+      t.task_id = task->second;
+      t.spec = global_->spec();
+      t.model_bytes = global_->NumBytes();
+      t.model_sha256 = global_sha_;
+      return t;
+    }
     if (current_ == nullptr) {
       t.message = aborted_ ? "the server is shutting down" : "waiting for clients to come online";
       return t;
@@ -329,6 +351,10 @@ class EngineImpl final : public RoundEngine {
   // Shape, size, example count and metrics of an update against the global model.
   absl::Status CheckUpdateLocked(const UpdateMeta& meta) const;
   void MaybeAdvanceLocked();
+  void StartEvaluationLocked(absl::Time now);
+  void FinishEvaluationLocked(absl::Time now);
+  // Clients seen within client_timeout, sorted.
+  std::vector<std::string> OnlineLocked(absl::Time now) const;
   // Sampled clients of the open round that have neither reported nor been seen for
   // client_timeout are dropped from it, so that the round does not wait for them.
   void DropOfflineClientsLocked(absl::Time now);
@@ -369,6 +395,16 @@ class EngineImpl final : public RoundEngine {
   int32_t next_attempt_ = 0;     // attempt number of the next round to start
   int32_t failed_attempts_ = 0;  // attempts of that round that failed (not those a restart cut)
   absl::Time waiting_since_;     // when the engine last started waiting for clients
+  // A federated evaluation in progress (between rounds), if any.
+  struct EvalState {
+    int32_t round = 0;
+    absl::Time deadline;
+    std::vector<std::string> sampled;
+    std::map<std::string, std::string> task_of;  // client id -> task id
+    std::map<std::string, EvaluationReport> reports;
+  };
+  std::unique_ptr<EvalState> eval_;
+  std::optional<std::string> finish_after_eval_;  // the run ends when the evaluation does
   bool aborted_ = false;         // Abort was called: no more rounds in this process
   std::shared_ptr<RoundState> current_;
   std::map<std::string, ClientState> clients_;
@@ -444,6 +480,11 @@ absl::Status EngineImpl::Init(Model initial_model) {
 void EngineImpl::MaybeAdvanceLocked() {
   if (finished_) return;
   const absl::Time now = clock_->Now();
+  if (eval_ != nullptr) {
+    if (eval_->reports.size() < eval_->sampled.size() && now < eval_->deadline) return;
+    FinishEvaluationLocked(now);
+    if (finished_) return;
+  }
   if (current_ != nullptr) {
     DropOfflineClientsLocked(now);
     bool all_final = true;
@@ -464,11 +505,8 @@ void EngineImpl::MaybeAdvanceLocked() {
     }
   }
   // A closed round is followed at once by the next, when enough clients are still online.
-  if (current_ == nullptr && !finished_ && !aborted_) {
-    std::vector<std::string> online;
-    for (const auto& [id, c] : clients_) {
-      if (now - c.last_seen <= options_.client_timeout) online.push_back(id);
-    }
+  if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_) {
+    std::vector<std::string> online = OnlineLocked(now);
     if (static_cast<int32_t>(online.size()) >= options_.min_clients) {
       StartRoundLocked(std::move(online));
     } else if (now - waiting_since_ > options_.wait_timeout) {
@@ -477,6 +515,137 @@ void EngineImpl::MaybeAdvanceLocked() {
                                  absl::FormatDuration(options_.wait_timeout)));
     }
   }
+}
+
+std::vector<std::string> EngineImpl::OnlineLocked(absl::Time now) const {
+  std::vector<std::string> online;
+  for (const auto& [id, c] : clients_) {
+    if (now - c.last_seen <= options_.client_timeout) online.push_back(id);
+  }
+  return online;  // std::map keeps them sorted
+}
+
+void EngineImpl::StartEvaluationLocked(absl::Time now) {
+  std::vector<std::string> online = OnlineLocked(now);
+  if (online.empty()) {
+    LogEvent(LogLevel::kWarn, "evaluation_skipped",
+             {{"round", absl::StrCat(committed_round_)}, {"reason", "no client online"}});
+    if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);
+    finish_after_eval_.reset();
+    return;
+  }
+  auto eval = std::make_unique<EvalState>();
+  eval->round = committed_round_;
+  eval->deadline = now + options_.eval_timeout;
+  std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(eval->round) * 7919u +
+                      0x65766131u);
+  Shuffle(online, rng);
+  const int32_t n = static_cast<int32_t>(online.size());
+  const int32_t k =
+      std::clamp(static_cast<int32_t>(std::ceil(options_.eval_fraction * n - 1e-9)), 1, n);
+  online.resize(static_cast<size_t>(k));
+  std::sort(online.begin(), online.end());
+  eval->sampled = online;
+  for (const std::string& id : eval->sampled) {
+    eval->task_of[id] = absl::StrFormat("e%d.%s", eval->round, id.substr(0, 12));
+  }
+  LogEvent(LogLevel::kInfo, "evaluation_started",
+           {{"round", absl::StrCat(eval->round)}, {"sampled", absl::StrCat(k)}});
+  eval_ = std::move(eval);
+  BumpLocked();
+}
+
+void EngineImpl::FinishEvaluationLocked(absl::Time now) {
+  std::unique_ptr<EvalState> eval = std::move(eval_);
+  double examples = 0, loss = 0;
+  std::map<std::string, double> metrics;
+  int declined = 0;
+  for (const auto& [id, r] : eval->reports) {
+    if (!r.error.empty()) {
+      ++declined;
+      continue;
+    }
+    const double n = static_cast<double>(r.num_examples);
+    examples += n;
+    loss += n * r.loss;
+    for (const auto& [k, v] : r.metrics) metrics[k] += n * v;
+  }
+  if (examples > 0) {
+    loss /= examples;
+    for (auto& [k, v] : metrics) v /= examples;
+    const double accuracy = metrics.count("accuracy") ? metrics["accuracy"] : 0.0;
+    (void)store_->RecordEvaluation(run_.run_id, eval->round, "federated", loss, accuracy,
+                                   static_cast<int64_t>(examples), ToMs(now));
+    LogEvent(LogLevel::kInfo, "evaluation_finished",
+             {{"round", absl::StrCat(eval->round)},
+              {"clients", absl::StrCat(eval->reports.size() - declined, "/", eval->sampled.size())},
+              {"examples", absl::StrCat(static_cast<int64_t>(examples))},
+              {"loss", absl::StrCat(loss)},
+              {"accuracy", absl::StrCat(accuracy)}});
+  } else {
+    LogEvent(LogLevel::kWarn, "evaluation_empty",
+             {{"round", absl::StrCat(eval->round)},
+              {"reason", absl::StrCat("no client reported an evaluation before ",
+                                      eval->reports.size() < eval->sampled.size()
+                                          ? "the deadline"
+                                          : "all declined")}});
+  }
+  waiting_since_ = now;
+  if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);
+  finish_after_eval_.reset();
+  BumpLocked();
+}
+
+absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
+                                          const EvaluationReport& report) {
+  absl::Status refusal;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    clients_[client_id].last_seen = clock_->Now();
+    if (report.run_id != run_.run_id) {
+      refusal = absl::FailedPreconditionError(absl::StrCat(
+          "request is for run ", report.run_id, " but the active run is ", run_.run_id));
+    } else if (eval_ == nullptr || eval_->round != report.round) {
+      refusal = absl::FailedPreconditionError(absl::StrCat(
+          "no evaluation of round ", report.round, " is open"));
+    } else if (auto it = eval_->task_of.find(client_id);
+               it == eval_->task_of.end() || it->second != report.task_id) {
+      refusal = absl::FailedPreconditionError(absl::StrCat(
+          "task '", report.task_id, "' is not this client's evaluation of round ", report.round));
+    } else if (eval_->reports.count(client_id) != 0) {
+      refusal = absl::AlreadyExistsError(absl::StrCat(
+          "an evaluation for task '", report.task_id, "' was already received"));
+    } else if (report.error.empty() &&
+               (report.num_examples <= 0 || report.num_examples > kMaxExamples)) {
+      refusal = absl::InvalidArgumentError(absl::StrCat(
+          "evaluation claims ", report.num_examples, " examples; it must be in [1, ",
+          kMaxExamples, "]"));
+    } else if (report.error.empty() && !std::isfinite(report.loss)) {
+      refusal = absl::InvalidArgumentError("evaluation loss is not finite");
+    } else {
+      for (const auto& [k, v] : report.metrics) {
+        if (report.error.empty() && !std::isfinite(v)) {
+          refusal = absl::InvalidArgumentError(
+              absl::StrCat("evaluation metric '", k, "' is not finite"));
+        }
+      }
+    }
+    if (refusal.ok()) {
+      eval_->reports[client_id] = report;
+      MaybeAdvanceLocked();
+      BumpLocked();
+    }
+  }
+  if (!refusal.ok()) {
+    AuditRefusal(client_id, "evaluation_refused", refusal);
+  } else if (!report.error.empty()) {
+    AuditRefusal(client_id, "evaluation_declined",
+                 absl::FailedPreconditionError(absl::StrCat(
+                     "the client declined to evaluate round ", report.round, ": ",
+                     report.error)));
+  }
+  FlushSummaries();
+  return refusal;
 }
 
 void EngineImpl::DropOfflineClientsLocked(absl::Time now) {
@@ -645,10 +814,17 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
                {{"run", absl::StrCat(run_.run_id)}, {"round", absl::StrCat(round->round)},
                 {"accepted", absl::StrCat(summary.num_accepted)},
                 {"checkpoint", global_sha_.substr(0, 16)}});
+      std::optional<std::string> finish;
       if (committed_round_ >= options_.num_rounds) {
-        FinishRunLocked("");
+        finish = "";
       } else if (std::string why = StoppingRuleMet(summary.metrics); !why.empty()) {
-        FinishRunLocked(why);
+        finish = why;
+      }
+      if (options_.eval_every > 0 && committed_round_ % options_.eval_every == 0) {
+        finish_after_eval_ = finish;
+        StartEvaluationLocked(now);
+      } else if (finish.has_value()) {
+        FinishRunLocked(*finish);
       }
     } else {
       failure = absl::StrCat("could not commit the round: ", committed.message());
@@ -994,6 +1170,9 @@ std::string EngineOptions::ToJson() const {
       {"stop_metric", stop_metric},
       {"stop_threshold", stop_threshold},
       {"stop_when_below", stop_when_below},
+      {"eval_every", eval_every},
+      {"eval_fraction", eval_fraction},
+      {"eval_timeout_ms", absl::ToInt64Milliseconds(eval_timeout)},
       {"local_epochs", fit.local_epochs},
       {"batch_size", fit.batch_size},
       {"learning_rate", fit.learning_rate},
@@ -1027,6 +1206,10 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.stop_metric = j.value("stop_metric", o.stop_metric);
     o.stop_threshold = j.value("stop_threshold", o.stop_threshold);
     o.stop_when_below = j.value("stop_when_below", o.stop_when_below);
+    o.eval_every = j.value("eval_every", o.eval_every);
+    o.eval_fraction = j.value("eval_fraction", o.eval_fraction);
+    o.eval_timeout = absl::Milliseconds(
+        j.value("eval_timeout_ms", absl::ToInt64Milliseconds(o.eval_timeout)));
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));
   }

@@ -52,6 +52,14 @@ class FederationService final : public fl::v1::Federation::Service {
     switch (task.kind) {
       case Task::Kind::kWait: reply->set_kind(fl::v1::Task::WAIT); break;
       case Task::Kind::kDone: reply->set_kind(fl::v1::Task::DONE); break;
+      case Task::Kind::kEvaluate: {
+        reply->set_kind(fl::v1::Task::EVALUATE);
+        fl::v1::FitTask* model = reply->mutable_fit();
+        ToProto(task.spec, model->mutable_model_spec());
+        model->set_model_bytes(task.model_bytes);
+        model->set_model_sha256(task.model_sha256);
+        break;
+      }
       case Task::Kind::kFit: {
         reply->set_kind(fl::v1::Task::FIT);
         fl::v1::FitTask* fit = reply->mutable_fit();
@@ -101,6 +109,25 @@ class FederationService final : public fl::v1::Federation::Service {
     const bool open = engine_->Heartbeat(*id, req->round(), req->task_id());
     reply->set_task_open(open);
     if (!open) reply->set_message("the task's round is closed, or this client was dropped from it");
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SubmitEvaluation(grpc::ServerContext* ctx, const fl::v1::EvaluationResult* req,
+                                fl::v1::SubmitReply* reply) override {
+    absl::StatusOr<std::string> id = Identify(ctx);
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    EvaluationReport report;
+    report.run_id = req->run_id();
+    report.round = req->round();
+    report.task_id = req->task_id();
+    report.num_examples = req->num_examples();
+    report.loss = req->loss();
+    report.metrics.insert(req->metrics().begin(), req->metrics().end());
+    report.error = req->error();
+    absl::Status s = engine_->SubmitEvaluation(*id, report);
+    if (!s.ok()) return ToGrpcStatus(s);
+    reply->set_accepted(report.error.empty());
+    reply->set_message(report.error.empty() ? "evaluation recorded" : "decline recorded");
     return grpc::Status::OK;
   }
 

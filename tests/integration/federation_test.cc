@@ -10,6 +10,7 @@
 #include "fl/v1/federation.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "sqlite3.h"
 #include "tests/integration/test_federation.h"
 
 namespace fl::testing {
@@ -122,6 +123,48 @@ TEST(FederationTest, HeartbeatsKeepASlowSiteInTheRound) {
   ASSERT_TRUE(rounds.ok());
   ASSERT_EQ(rounds->size(), 1u);
   EXPECT_EQ((*rounds)[0].num_reported, 3) << "the slow site was dropped despite its heartbeats";
+}
+
+TEST(FederationTest, FederatedEvaluationOnTheSitesHeldOutData) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
+  o.engine.num_rounds = 2;
+  o.engine.eval_every = 1;
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(o, Model(FashionSpec()));
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < 3; ++i) {
+    // Each site holds out its own test rows: 200, 400 and 600 of them.
+    client::Dataset test = FashionTestSlice(600);
+    test = test.Subset([&] {
+      std::vector<int64_t> idx;
+      for (int64_t r = 0; r < 200 * (i + 1); ++r) idx.push_back(r);
+      return idx;
+    }());
+    clients.push_back(std::make_unique<ClientThread>(
+        TlsClientOptions(pki, i, (*server)->port()),
+        client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 2000, 2000), std::move(test),
+                                             {.seed = static_cast<uint64_t>(i)})));
+  }
+  for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir.path() + "/server/federation.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT round, accuracy, num_examples FROM evaluations WHERE "
+                               "source = 'federated' ORDER BY round",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  for (int round = 1; round <= 2; ++round) {
+    ASSERT_EQ(sqlite3_step(st), SQLITE_ROW) << "no federated evaluation of round " << round;
+    EXPECT_EQ(sqlite3_column_int(st, 0), round);
+    EXPECT_GT(sqlite3_column_double(st, 1), 0.6);
+    EXPECT_EQ(sqlite3_column_int64(st, 2), 1200);  // 200 + 400 + 600 held-out rows
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
 }
 
 // Refusals at the door: each names its reason to the caller and lands in the audit log.

@@ -13,6 +13,7 @@
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
 #include "gtest/gtest.h"
+#include "sqlite3.h"
 
 namespace fl::server {
 namespace {
@@ -736,6 +737,84 @@ TEST_F(EngineTest, HeartbeatsKeepALongTrainingInTheRound) {
   ExpectModelsNear(*engine_->global_model(),
                    *aggregation::WeightedAverage({&a, &b, &c}, {1, 1, 1}));
   EXPECT_FALSE(engine_->Heartbeat("client-c", 1, tc.task_id));  // that round is closed
+}
+
+TEST_F(EngineTest, FederatedEvaluationEveryKRoundsIsWeightedAndRecorded) {
+  options_.num_rounds = 2;
+  options_.eval_every = 1;
+  StartEngine();
+  JoinAll();
+  auto run_round = [&](int round) {
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Task t = engine_->Poll(clients_[i]);
+      ASSERT_EQ(t.kind, Task::Kind::kFit) << "round " << round;
+      ASSERT_TRUE(Submit(clients_[i], t, RandomModel(i), 1).ok());
+    }
+  };
+  run_round(1);
+  // Every client evaluates round 1's model before round 2 starts.
+  std::map<std::string, Task> tasks;
+  for (const std::string& c : clients_) {
+    Task t = engine_->Poll(c);
+    ASSERT_EQ(t.kind, Task::Kind::kEvaluate);
+    EXPECT_EQ(t.round, 1);
+    EXPECT_EQ(t.model_sha256, engine_->global_model()->Sha256Hex());
+    ASSERT_TRUE(engine_->ModelForTask(c, t.run_id, t.round, t.task_id).ok());
+    tasks[c] = t;
+  }
+  auto report = [&](const std::string& c, int64_t n, double loss, double acc) {
+    EvaluationReport r;
+    r.run_id = tasks[c].run_id;
+    r.round = 1;
+    r.task_id = tasks[c].task_id;
+    r.num_examples = n;
+    r.loss = loss;
+    r.metrics = {{"accuracy", acc}};
+    return r;
+  };
+  ASSERT_TRUE(engine_->SubmitEvaluation("client-a", report("client-a", 100, 1.0, 0.5)).ok());
+  EXPECT_EQ(engine_->SubmitEvaluation("client-a", report("client-a", 100, 1.0, 0.5)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EvaluationReport nan = report("client-b", 300, std::nan(""), 0.9);
+  EXPECT_EQ(engine_->SubmitEvaluation("client-b", nan).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(engine_->SubmitEvaluation("client-b", report("client-b", 300, 2.0, 0.9)).ok());
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait);  // round 2 waits
+  EvaluationReport declined = report("client-c", 0, 0, 0);
+  declined.error = "no held-out data at this site";
+  ASSERT_TRUE(engine_->SubmitEvaluation("client-c", declined).ok());
+  run_round(2);  // the evaluation ended; round 2 runs
+  EXPECT_EQ(engine_->committed_round(), 2);
+  for (const std::string& c : clients_) EXPECT_EQ(engine_->Poll(c).kind, Task::Kind::kEvaluate);
+  EXPECT_FALSE(engine_->finished());  // the run ends after the final evaluation
+  clock_.Advance(absl::Minutes(6));   // nobody reports: eval_timeout
+  engine_->Tick();
+  EXPECT_TRUE(engine_->finished());
+
+  absl::StatusOr<std::unique_ptr<Store>> reader = Store::Open(dir_);
+  ASSERT_TRUE(reader.ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/federation.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT round, loss, accuracy, num_examples FROM evaluations "
+                               "WHERE source = 'federated'",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 1);
+  EXPECT_DOUBLE_EQ(sqlite3_column_double(st, 1), (100 * 1.0 + 300 * 2.0) / 400);
+  EXPECT_DOUBLE_EQ(sqlite3_column_double(st, 2), (100 * 0.5 + 300 * 0.9) / 400);
+  EXPECT_EQ(sqlite3_column_int64(st, 3), 400);
+  EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);  // round 2's evaluation got no result
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  absl::StatusOr<std::vector<AuditRecord>> audit = store_->AuditLog(100);
+  bool declined_audited = false;
+  for (const AuditRecord& r : *audit) {
+    declined_audited |= r.event == "evaluation_declined" &&
+                        r.detail.find("no held-out data") != std::string::npos;
+  }
+  EXPECT_TRUE(declined_audited);
 }
 
 TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {

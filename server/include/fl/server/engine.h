@@ -70,6 +70,13 @@ struct EngineOptions {
   std::string stop_metric;
   double stop_threshold = 0;
   bool stop_when_below = false;
+  // Federated evaluation: after every `eval_every` committed rounds (0: never), a sample of the
+  // online clients evaluates the new global model on its own held-out data; loss and metrics
+  // are averaged weighted by examples and recorded. The next round waits for it, at most
+  // `eval_timeout`.
+  int32_t eval_every = 0;
+  double eval_fraction = 1.0;
+  absl::Duration eval_timeout = absl::Minutes(5);
   // Where updates are staged while their chunks arrive (not part of a run's configuration).
   std::string spill_dir;
 
@@ -80,7 +87,7 @@ struct EngineOptions {
 };
 
 struct Task {
-  enum class Kind { kWait, kFit, kDone };
+  enum class Kind { kWait, kFit, kDone, kEvaluate };
   Kind kind = Kind::kWait;
   int64_t run_id = 0;
   int32_t round = 0;
@@ -90,6 +97,16 @@ struct Task {
   int64_t model_bytes = 0;
   std::string model_sha256;
   std::string message;
+};
+
+struct EvaluationReport {
+  int64_t run_id = 0;
+  int32_t round = 0;
+  std::string task_id;
+  int64_t num_examples = 0;
+  double loss = 0;
+  std::map<std::string, double> metrics;
+  std::string error;  // non-empty: the client could not evaluate
 };
 
 struct UpdateMeta {
@@ -175,6 +192,11 @@ class RoundEngine {
   // Refused like an update when the task is stale or an update was already received.
   virtual absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
                                const std::string& reason) = 0;
+  // Records a client's evaluation of the global model. FAILED_PRECONDITION for a task that is not
+  // this client's open evaluation, ALREADY_EXISTS for a second report, INVALID_ARGUMENT for
+  // non-finite values or a non-positive example count.
+  virtual absl::Status SubmitEvaluation(const std::string& client_id,
+                                        const EvaluationReport& report) = 0;
   // The client is alive and working on `task_id`. Returns whether that task is still open (false
   // when its round closed or the client was dropped from it as offline).
   virtual bool Heartbeat(const std::string& client_id, int32_t round,
