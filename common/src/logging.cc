@@ -21,6 +21,37 @@ LogLevel LevelFromEnv() {
   return LogLevel::kInfo;
 }
 
+std::atomic<int>& Format() {
+  static std::atomic<int> format{[] {
+    const char* env = std::getenv("FL_LOG_FORMAT");
+    return static_cast<int>(env != nullptr && std::strcmp(env, "json") == 0 ? LogFormat::kJson
+                                                                           : LogFormat::kText);
+  }()};
+  return format;
+}
+
+void AppendJsonString(std::string& line, std::string_view value) {
+  line.push_back('"');
+  for (unsigned char c : value) {
+    switch (c) {
+      case '"': line.append("\\\""); break;
+      case '\\': line.append("\\\\"); break;
+      case '\n': line.append("\\n"); break;
+      case '\r': line.append("\\r"); break;
+      case '\t': line.append("\\t"); break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          line.append(buf);
+        } else {
+          line.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  line.push_back('"');
+}
+
 std::atomic<int>& Level() {
   static std::atomic<int> level{static_cast<int>(LevelFromEnv())};
   return level;
@@ -57,23 +88,39 @@ void AppendValue(std::string& line, std::string_view value) {
 }  // namespace
 
 void SetLogLevel(LogLevel level) { Level().store(static_cast<int>(level)); }
+void SetLogFormat(LogFormat format) { Format().store(static_cast<int>(format)); }
 
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= Level().load(); }
 
 void LogEvent(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
   if (!LogEnabled(level)) return;
-  std::string line = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
-  line.push_back(' ');
-  line.append(LevelName(level));
-  line.push_back(' ');
-  line.append(event);
-  for (const LogField& f : fields) {
+  const std::string ts =
+      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+  std::string line;
+  if (Format().load() == static_cast<int>(LogFormat::kJson)) {
+    line = "{\"ts\":\"" + ts + "\",\"level\":\"" + LevelName(level) + "\",\"event\":";
+    AppendJsonString(line, event);
+    for (const LogField& f : fields) {
+      line.push_back(',');
+      AppendJsonString(line, f.first);
+      line.push_back(':');
+      AppendJsonString(line, f.second);
+    }
+    line.append("}\n");
+  } else {
+    line = ts;
     line.push_back(' ');
-    line.append(f.first);
-    line.push_back('=');
-    AppendValue(line, f.second);
+    line.append(LevelName(level));
+    line.push_back(' ');
+    line.append(event);
+    for (const LogField& f : fields) {
+      line.push_back(' ');
+      line.append(f.first);
+      line.push_back('=');
+      AppendValue(line, f.second);
+    }
+    line.push_back('\n');
   }
-  line.push_back('\n');
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
   std::fwrite(line.data(), 1, line.size(), stderr);

@@ -1,7 +1,11 @@
-// Structured logging: one event per line, "ts level event key=value ...", on stderr.
+// Structured logging: one event per line on stderr, either logfmt-style
+//   2026-12-03T01:02:03.456Z info round_committed run=1 round=3
+// or one JSON object per line
+//   {"ts":"2026-12-03T01:02:03.456Z","level":"info","event":"round_committed","run":"1",...}
 //
-// Thread-safe. The level is process-wide (default kInfo); FL_LOG_LEVEL=debug|info|warn|error in
-// the environment sets it at start.
+// Thread-safe. Level and format are process-wide: FL_LOG_LEVEL=debug|info|warn|error and
+// FL_LOG_FORMAT=text|json in the environment set them at start; SetLogLevel / SetLogFormat
+// change them later.
 #ifndef FL_COMMON_LOGGING_H_
 #define FL_COMMON_LOGGING_H_
 
@@ -14,7 +18,10 @@ namespace fl {
 
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
 
+enum class LogFormat { kText, kJson };
+
 void SetLogLevel(LogLevel level);
+void SetLogFormat(LogFormat format);
 bool LogEnabled(LogLevel level);
 
 using LogField = std::pair<std::string_view, std::string>;

@@ -1,0 +1,48 @@
+#include "fl/common/logging.h"
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace fl {
+namespace {
+
+TEST(LoggingTest, TextLinesQuoteValuesWithSpaces) {
+  SetLogFormat(LogFormat::kText);
+  ::testing::internal::CaptureStderr();
+  LogEvent(LogLevel::kInfo, "round_committed", {{"round", "3"}, {"reason", "all \"good\" now"}});
+  std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find(" info round_committed round=3 reason=\"all \\\"good\\\" now\"\n"),
+            std::string::npos)
+      << out;
+}
+
+TEST(LoggingTest, JsonLinesParseAndKeepEveryField) {
+  SetLogFormat(LogFormat::kJson);
+  ::testing::internal::CaptureStderr();
+  LogEvent(LogLevel::kWarn, "update_refused",
+           {{"client", "ab12"}, {"reason", "bad \"sha\"\nline two\t\x01"}});
+  std::string out = ::testing::internal::GetCapturedStderr();
+  SetLogFormat(LogFormat::kText);
+  ASSERT_FALSE(out.empty());
+  EXPECT_EQ(out.back(), '\n');
+  EXPECT_EQ(out.find('\n'), out.size() - 1) << "one event, one line";
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(j["level"], "warn");
+  EXPECT_EQ(j["event"], "update_refused");
+  EXPECT_EQ(j["client"], "ab12");
+  EXPECT_EQ(j["reason"], "bad \"sha\"\nline two\t\x01");
+  EXPECT_TRUE(j.contains("ts"));
+}
+
+TEST(LoggingTest, LevelFiltersEvents) {
+  SetLogLevel(LogLevel::kWarn);
+  ::testing::internal::CaptureStderr();
+  LogEvent(LogLevel::kInfo, "hidden");
+  std::string out = ::testing::internal::GetCapturedStderr();
+  SetLogLevel(LogLevel::kInfo);
+  EXPECT_TRUE(out.empty()) << out;
+}
+
+}  // namespace
+}  // namespace fl
