@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fl/common/chunking.h"
+#include "fl/common/crash_point.h"
 #include "fl/common/crypto.h"
 #include "fl/common/logging.h"
 #include "fl/common/random.h"
@@ -696,6 +697,7 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
   }
   round->aggregator = strategy_->BeginRound(*global_);
 
+  CrashPoint("round_start");
   RoundRecord rec;
   rec.run_id = run_.run_id;
   rec.round = round->round;
@@ -779,6 +781,7 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
                            " sampled clients delivered an accepted update (", why,
                            "); min_fit_clients is ", options_.min_fit_clients);
   }
+  CrashPoint("aggregate");
   absl::StatusOr<Model> next = failure.empty() ? round->aggregator->Finish()
                                                : absl::StatusOr<Model>(absl::AbortedError(failure));
   if (next.ok()) {
@@ -798,6 +801,7 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     absl::StatusOr<std::string> sha = store_->WriteCheckpoint(*next);
     absl::Status committed = sha.ok() ? (rec.checkpoint = *sha, store_->CommitRound(rec, participations))
                                       : sha.status();
+    if (committed.ok()) CrashPoint("after_commit");
     if (committed.ok()) {
       if (summary.metrics.count("test_accuracy") != 0) {
         double loss = summary.metrics.count("test_loss") ? summary.metrics["test_loss"] : 0.0;
@@ -1082,6 +1086,7 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
     }
     if (why.ok()) {
       state_->bytes_received += static_cast<int64_t>(data.size());
+      CrashPoint("mid_upload");
       return absl::OkStatus();
     }
     (void)RefuseLocked(why);

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fl/common/crash_point.h"
 #include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
 
@@ -131,6 +132,7 @@ absl::Status WriteCheckpointFile(const std::string& path, const Model& model) {
     return absl::ErrnoToStatus(errno, absl::StrCat("fsync checkpoint ", temp));
   }
   if (fd.Close() != 0) return absl::ErrnoToStatus(errno, absl::StrCat("close checkpoint ", temp));
+  CrashPoint("checkpoint_write");
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("rename checkpoint ", temp, " to ", path));
   }

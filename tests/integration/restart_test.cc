@@ -3,6 +3,7 @@
 // intact at the end.
 #include <signal.h>
 
+#include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -152,6 +153,83 @@ TEST(RestartTest, SigtermStopsTheServerCleanly) {
   server.Kill(SIGTERM);
   EXPECT_EQ(server.Wait(), 0) << *ReadFile(log);
   EXPECT_NE(ReadFile(log)->find("signal=15"), std::string::npos) << *ReadFile(log);
+}
+
+}  // namespace
+}  // namespace fl::testing
+
+namespace fl::testing {
+namespace {
+
+// The final model and committed rounds of one run of the 4-round federation in ServerCommand,
+// the server armed to kill itself at `crash_point` (none when empty) and restarted if it does.
+struct Outcome {
+  std::map<int, RoundRecord> rounds;
+  std::vector<float> final_model;
+  int server_deaths = 0;
+};
+
+Outcome RunFederation(const std::string& crash_point) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  const std::string data_dir = dir.path() + "/server";
+  const std::string log = dir.path() + "/server.log";
+  const int port = FreeLoopbackPort();
+  Outcome out;
+  std::vector<std::string> env;
+  if (!crash_point.empty()) env.push_back("FL_CRASH_POINT=" + crash_point);
+  auto server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log, env);
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < 3; ++i) {
+    client::ClientOptions options = TlsClientOptions(pki, i, port);
+    options.reconnect_timeout = absl::Seconds(60);
+    clients.push_back(std::make_unique<ClientThread>(
+        options, client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {},
+                                                      {.seed = static_cast<uint64_t>(i)})));
+  }
+  int code = server->Wait();
+  if (code == 128 + SIGKILL) {
+    ++out.server_deaths;
+    server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log);
+    code = server->Wait();
+  }
+  EXPECT_EQ(code, 0) << *ReadFile(log);
+  for (auto& c : clients) {
+    absl::Status s = c->Join();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  out.rounds = CommittedRounds(data_dir);
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+  EXPECT_TRUE(store.ok());
+  if (out.rounds.count(4) != 0 && store.ok()) {
+    absl::StatusOr<Model> final_model = (*store)->ReadCheckpoint(out.rounds[4].checkpoint);
+    EXPECT_TRUE(final_model.ok()) << final_model.status();
+    if (final_model.ok()) {
+      out.final_model.assign(final_model->data().begin(), final_model->data().end());
+    }
+  }
+  return out;
+}
+
+TEST(CrashTest, SigkillAtEachPointOfARoundLosesNothingAndChangesNothing) {
+  const Outcome reference = RunFederation("");
+  ASSERT_EQ(reference.rounds.size(), 4u);
+  ASSERT_FALSE(reference.final_model.empty());
+  // Round 2 is the one interrupted: 3 uploads of one chunk per round, and the initial model's
+  // checkpoint is the first one written.
+  for (const char* point : {"round_start@2", "mid_upload@4", "aggregate@2", "checkpoint_write@3",
+                            "after_commit@2"}) {
+    SCOPED_TRACE(point);
+    const Outcome crashed = RunFederation(point);
+    EXPECT_EQ(crashed.server_deaths, 1) << "the crash point was never reached";
+    ASSERT_EQ(crashed.rounds.size(), 4u);  // CommittedRounds flags a round committed twice
+    ASSERT_EQ(crashed.final_model.size(), reference.final_model.size());
+    float max_diff = 0;
+    for (size_t i = 0; i < crashed.final_model.size(); ++i) {
+      max_diff = std::max(max_diff, std::abs(crashed.final_model[i] - reference.final_model[i]));
+    }
+    EXPECT_LT(max_diff, 1e-5f) << "the final model differs from the uninterrupted run's";
+  }
 }
 
 }  // namespace

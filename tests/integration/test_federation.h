@@ -88,7 +88,9 @@ namespace fl::testing {
 // A child process running a command, its stdout and stderr appended to `log_path`.
 class ChildProcess {
  public:
-  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path);
+  // `env` entries ("NAME=value") are added to this process's environment for the child.
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path,
+               const std::vector<std::string>& env = {});
   ~ChildProcess();  // SIGKILLs the child if it still runs
   void Kill(int signal);
   // Waits for the child to exit; returns its exit code, or 128 + signal number.
