@@ -1,9 +1,15 @@
 // fl: the one command-line program of the federation: provisioning, the server, a generic client
 // and simulation.
+#include <pwd.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdlib>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -14,11 +20,15 @@
 #include "fl/client/client.h"
 #include "fl/client/dataset.h"
 #include "fl/client/softmax_trainer.h"
+#include "fl/common/file_util.h"
 #include "fl/common/logging.h"
 #include "fl/common/provision.h"
 #include "fl/server/server.h"
+#include "fl/server/store.h"
 #include "fl/simulation/partition.h"
 #include "fl/simulation/simulation.h"
+#include "server/admin/admin.h"
+#include "server/daemon/config.h"
 
 namespace {
 
@@ -75,17 +85,24 @@ int RunCerts(const CertsArgs& args) {
   return 0;
 }
 
-struct ModelArgs {
-  int64_t features = 784;
-  int32_t classes = 10;
-};
+// `fl server --config FILE`: the file's path, looked up before CLI11 parses so that the file fills
+// the option structs first and CLI11 then overwrites only the flags given. Empty when none.
+std::string ServerConfigPath(int argc, char** argv) {
+  if (argc < 2 || std::string_view(argv[1]) != "server") return "";
+  for (int i = 2; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--config" && i + 1 < argc) return argv[i + 1];
+    if (arg.starts_with("--config=")) return std::string(arg.substr(9));
+  }
+  return "";
+}
 
-int RunServer(fl::server::ServerOptions options, const ModelArgs& model, double round_timeout_s,
-              double grace_s) {
-  options.engine.round_timeout = absl::Seconds(round_timeout_s);
-  fl::Model initial(fl::client::SoftmaxRegressionSpec(model.features, model.classes));
+int RunServer(const fl::server::ServerConfig& config) {
+  fl::Model initial(
+      fl::client::SoftmaxRegressionSpec(config.model.features, config.model.classes));
   absl::StatusOr<std::unique_ptr<fl::server::Server>> server =
-      fl::server::Server::Start(options, std::move(initial));
+      fl::server::Server::Start(config.server, std::move(initial));
   if (!server.ok()) return Fail(server.status());
   fl::server::Server* s = server->get();
   std::thread signals = WatchSignals([s](int sig) {
@@ -93,7 +110,7 @@ int RunServer(fl::server::ServerOptions options, const ModelArgs& model, double 
     s->Shutdown();
   });
   signals.detach();
-  s->WaitUntilFinished(absl::Seconds(grace_s));
+  s->WaitUntilFinished(config.grace);
   s->Shutdown();
   return 0;
 }
@@ -173,6 +190,153 @@ int RunSim(fl::simulation::SimulationOptions options) {
   return 0;
 }
 
+// `fl admin`: reports and client administration on a server's data directory, also while the
+// server runs. Reports open the store read-only; enroll and revoke open it for writing (beside the
+// server, so they leave its in-progress checkpoint files alone).
+struct AdminArgs {
+  std::string data_dir = "fl-data";
+  std::string format = "table";
+  std::string out;
+  int64_t run_id = 0;  // 0: the newest run
+  int limit = 50;
+  std::string cert, ca, name;  // enroll
+  std::string client;          // revoke
+  CLI::App* status = nullptr;
+  CLI::App* rounds = nullptr;
+  CLI::App* clients = nullptr;
+  CLI::App* audit = nullptr;
+  CLI::App* enroll = nullptr;
+  CLI::App* revoke = nullptr;
+};
+
+CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
+  CLI::App* cmd = app.add_subcommand(
+      "admin", "Operator reports and client enrollment on a server's data directory");
+  cmd->require_subcommand(1);
+  cmd->fallthrough();  // --data-dir may also follow the subcommand
+  cmd->add_option("--data-dir", a.data_dir, "The server's data directory (federation.db)")
+      ->capture_default_str();
+  auto add_report = [&a](CLI::App* sub, bool with_out) {
+    sub->add_option("--format", a.format, "table, csv or json")->capture_default_str();
+    if (with_out) sub->add_option("--out", a.out, "Write to this file instead of stdout");
+  };
+  a.status = cmd->add_subcommand(
+      "status", "Runs, their rounds and last metrics, and how many clients are enrolled and seen");
+  a.rounds = cmd->add_subcommand("rounds", "Every round attempt of a run");
+  a.rounds->add_option("--run", a.run_id, "Run id (default: the newest run)")
+      ->check(CLI::PositiveNumber);
+  add_report(a.rounds, true);
+  a.clients = cmd->add_subcommand("clients", "Clients with their participations");
+  add_report(a.clients, true);
+  a.audit = cmd->add_subcommand("audit", "The newest audit log records, oldest first");
+  a.audit->add_option("--limit", a.limit, "How many records")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  add_report(a.audit, true);
+  a.enroll = cmd->add_subcommand(
+      "enroll", "Check a client certificate against the federation CA and enroll it");
+  a.enroll->add_option("cert", a.cert, "The client's certificate (PEM)")->required();
+  a.enroll->add_option("--ca", a.ca, "The federation CA certificate (PEM)")->required();
+  a.enroll->add_option("--name", a.name, "Site name (default: the certificate's common name)");
+  a.revoke = cmd->add_subcommand(
+      "revoke", "Revoke a client; the server refuses its next call");
+  a.revoke->add_option("client", a.client,
+                       "The client's fingerprint, or a unique prefix of at least 8 hex digits")
+      ->required();
+  return cmd;
+}
+
+// "user@host" of whoever runs the command, for the audit log.
+std::string OperatorName() {
+  std::string user;
+  if (const passwd* pw = getpwuid(geteuid()); pw != nullptr && pw->pw_name != nullptr) {
+    user = pw->pw_name;
+  } else if (const char* env = std::getenv("USER"); env != nullptr) {
+    user = env;
+  } else {
+    user = absl::StrCat("uid ", geteuid());
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0') {
+    absl::StrAppend(&user, "@", host);
+  }
+  return user;
+}
+
+int PrintReport(const absl::StatusOr<std::string>& report, const std::string& out) {
+  if (!report.ok()) return Fail(report.status());
+  if (out.empty()) {
+    std::fwrite(report->data(), 1, report->size(), stdout);
+    return 0;
+  }
+  if (absl::Status s = fl::WriteFileAtomic(out, *report); !s.ok()) return Fail(s);
+  std::printf("wrote %s (%zu bytes)\n", out.c_str(), report->size());
+  return 0;
+}
+
+int RunAdminEnroll(fl::server::Store& store, const AdminArgs& a, int64_t now_ms) {
+  absl::StatusOr<std::string> cert = fl::ReadFile(a.cert);
+  if (!cert.ok()) return Fail(cert.status());
+  absl::StatusOr<std::string> ca = fl::ReadFile(a.ca);
+  if (!ca.ok()) return Fail(ca.status());
+  absl::StatusOr<fl::server::admin::Enrollment> enrolled = fl::server::admin::EnrollCertificate(
+      store, *cert, *ca, a.name, OperatorName(), now_ms);
+  if (!enrolled.ok()) {
+    return Fail(absl::Status(enrolled.status().code(),
+                             absl::StrCat(a.cert, ": ", std::string(enrolled.status().message()))));
+  }
+  std::printf("%s client '%s'\nfingerprint %s\n",
+              enrolled->changed ? "enrolled" : "already enrolled:", enrolled->name.c_str(),
+              enrolled->client_id.c_str());
+  return 0;
+}
+
+int RunAdminRevoke(fl::server::Store& store, const AdminArgs& a, int64_t now_ms) {
+  absl::StatusOr<fl::server::admin::Revocation> revoked =
+      fl::server::admin::RevokeClient(store, a.client, OperatorName(), now_ms);
+  if (!revoked.ok()) return Fail(revoked.status());
+  const fl::server::ClientRecord& c = revoked->client;
+  if (revoked->already_revoked) {
+    std::printf("client '%s' was already revoked at %s\nfingerprint %s\n", c.name.c_str(),
+                absl::FormatTime("%Y-%m-%d %H:%M:%SZ", absl::FromUnixMillis(c.revoked_at_ms),
+                                 absl::UTCTimeZone())
+                    .c_str(),
+                c.client_id.c_str());
+    return 0;
+  }
+  std::printf("revoked client '%s'; the server refuses its next call\nfingerprint %s\n",
+              c.name.c_str(), c.client_id.c_str());
+  return 0;
+}
+
+int RunAdmin(const AdminArgs& a) {
+  namespace admin = fl::server::admin;
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  absl::StatusOr<admin::Format> format = admin::ParseFormat(a.format);
+  if (!format.ok()) return Fail(format.status());
+  // Even enroll and revoke need an existing database: a mistyped --data-dir must not start a new
+  // federation.
+  absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
+      fl::server::Store::OpenReadOnly(a.data_dir);
+  if (!store.ok()) return Fail(store.status());
+  if (a.enroll->parsed() || a.revoke->parsed()) {
+    store->reset();
+    store = fl::server::Store::Open(a.data_dir, {.remove_stale_temp_files = false});
+    if (!store.ok()) return Fail(store.status());
+    return a.enroll->parsed() ? RunAdminEnroll(**store, a, now_ms)
+                              : RunAdminRevoke(**store, a, now_ms);
+  }
+  if (a.status->parsed()) return PrintReport(admin::StatusReport(**store, now_ms), "");
+  if (a.rounds->parsed()) {
+    std::optional<int64_t> run;
+    if (a.run_id > 0) run = a.run_id;
+    return PrintReport(admin::RoundsReport(**store, run, *format), a.out);
+  }
+  if (a.clients->parsed()) return PrintReport(admin::ClientsReport(**store, *format), a.out);
+  if (a.audit->parsed()) return PrintReport(admin::AuditReport(**store, a.limit, *format), a.out);
+  return 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -194,10 +358,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   certs_cmd->add_option("--valid-days", certs.valid_days)->capture_default_str();
 
-  fl::server::ServerOptions server;
-  ModelArgs server_model;
-  double round_timeout_s = 600, grace_s = 10;
+  // The configuration file first, then the flags given (their defaults show the file's values).
+  fl::server::ServerConfig server_config;
+  if (const std::string path = ServerConfigPath(argc, argv); !path.empty()) {
+    if (absl::Status s = fl::server::ApplyServerConfig(path, server_config); !s.ok()) {
+      return Fail(s);
+    }
+  }
+  fl::server::ServerOptions& server = server_config.server;
+  fl::server::ServerModelOptions& server_model = server_config.model;
+  double round_timeout_s = absl::ToDoubleSeconds(server.engine.round_timeout);
+  double grace_s = absl::ToDoubleSeconds(server_config.grace);
+  std::string server_config_path;
+  bool print_config_reference = false, print_effective_config = false;
   CLI::App* server_cmd = app.add_subcommand("server", "Run the aggregation server");
+  server_cmd->add_option("--config", server_config_path,
+                         "TOML configuration file; flags given override its values");
+  server_cmd->add_flag("--print-config-reference", print_config_reference,
+                       "Print every configuration key with its default and meaning, and exit");
+  server_cmd->add_flag("--print-effective-config", print_effective_config,
+                       "Print the configuration from --config and the flags as TOML, and exit");
   server_cmd->add_option("--listen", server.listen_address, "host:port to listen on")
       ->capture_default_str();
   server_cmd->add_option("--data-dir", server.data_dir, "SQLite file and checkpoints go here")
@@ -223,6 +403,17 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--max-round-retries", server.engine.max_round_retries)
       ->capture_default_str();
   server_cmd->add_option("--seed", server.engine.seed)->capture_default_str();
+  server_cmd->add_option("--metrics-listen", server.metrics_address,
+                         "host:port of the /metrics and /healthz HTTP endpoint (empty: off)")
+      ->capture_default_str();
+  server_cmd->add_option("--eval-every", server.engine.eval_every,
+                         "Federated evaluation after every N committed rounds (0: never)")
+      ->capture_default_str();
+  server_cmd->add_option("--stop-metric", server.engine.stop_metric,
+                         "Stopping rule: end the run when this round metric reaches "
+                         "--stop-threshold")
+      ->capture_default_str();
+  server_cmd->add_option("--stop-threshold", server.engine.stop_threshold)->capture_default_str();
   server_cmd->add_option("--local-epochs", server.engine.fit.local_epochs)->capture_default_str();
   server_cmd->add_option("--batch-size", server.engine.fit.batch_size)->capture_default_str();
   server_cmd->add_option("--lr", server.engine.fit.learning_rate)->capture_default_str();
@@ -277,10 +468,25 @@ int main(int argc, char** argv) {
   sim_cmd->add_flag("--insecure-plaintext", sim_plaintext, "Loopback plaintext instead of TLS");
   sim_cmd->add_flag("--verbose", sim_verbose, "Log every server and client event to stderr");
 
+  AdminArgs admin;
+  CLI::App* admin_cmd = AddAdminCommand(app, admin);
+
   CLI11_PARSE(app, argc, argv);
 
   if (certs_cmd->parsed()) return RunCerts(certs);
-  if (server_cmd->parsed()) return RunServer(server, server_model, round_timeout_s, grace_s);
+  if (server_cmd->parsed()) {
+    server.engine.round_timeout = absl::Seconds(round_timeout_s);
+    server_config.grace = absl::Seconds(grace_s);
+    if (print_config_reference) {
+      std::fputs(fl::server::ServerConfigReference().c_str(), stdout);
+      return 0;
+    }
+    if (print_effective_config) {
+      std::fputs(fl::server::ServerConfigToToml(server_config).c_str(), stdout);
+      return 0;
+    }
+    return RunServer(server_config);
+  }
   if (client_cmd->parsed()) return RunClient(client);
   if (sim_cmd->parsed()) {
     sim.tls = !sim_plaintext;
@@ -288,5 +494,6 @@ int main(int argc, char** argv) {
     sim.round_timeout = absl::Seconds(sim_timeout_s);
     return RunSim(sim);
   }
+  if (admin_cmd->parsed()) return RunAdmin(admin);
   return 1;
 }

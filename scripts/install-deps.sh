@@ -7,7 +7,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libssl-dev libsqlite3-dev libeigen3-dev zlib1g-dev
-  libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev
+  libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
+  libcpp-httplib-dev
   dataset-fashion-mnist
 )
 

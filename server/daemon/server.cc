@@ -18,6 +18,9 @@
 #include "fl/common/logging.h"
 #include "grpc/support/log.h"
 #include "grpcpp/grpcpp.h"
+#include "absl/strings/numbers.h"
+#include "server/daemon/http_endpoint.h"
+#include "server/daemon/metrics.h"
 #include "server/service/federation_service.h"
 
 namespace fl::server {
@@ -100,6 +103,8 @@ class ServerImpl final : public Server {
       }
     }
 
+    metrics_ = std::make_unique<ServerMetrics>();
+    hooks = WithMetrics(std::move(hooks));
     strategy_ = aggregation::MakeFedAvg();
     absl::StatusOr<std::unique_ptr<RoundEngine>> engine =
         RoundEngine::Create(options_.engine, store_.get(), strategy_.get(), Clock::Real(),
@@ -143,11 +148,16 @@ class ServerImpl final : public Server {
               {"port", absl::StrCat(port_)},
               {"tls", options_.insecure_plaintext ? "off (plaintext, loopback)" : "mutual"},
               {"db", store_->db_path()}});
+    if (!options_.metrics_address.empty()) {
+      absl::Status s = StartMetricsEndpoint();
+      if (!s.ok()) return s;
+    }
     ticker_ = std::thread([this] { TickLoop(); });
     return absl::OkStatus();
   }
 
   int port() const override { return port_; }
+  int metrics_port() const override { return http_ == nullptr ? 0 : http_->port(); }
   RoundEngine& engine() override { return *engine_; }
   Store& store() override { return *store_; }
 
@@ -175,10 +185,74 @@ class ServerImpl final : public Server {
     }
     stop_cv_.notify_all();
     if (ticker_.joinable()) ticker_.join();
+    if (http_ != nullptr) http_->Stop();
     if (grpc_server_ != nullptr) grpc_server_->Shutdown(std::chrono::system_clock::now() +
                                                         std::chrono::seconds(2));
     std::lock_guard<std::mutex> lock(g_log_mu);
     if (g_audit_engine == engine_.get()) g_audit_engine = nullptr;
+  }
+
+  // Feeds the Prometheus metrics from the engine's hooks, then calls the caller's.
+  EngineHooks WithMetrics(EngineHooks hooks) {
+    ServerMetrics* m = metrics_.get();
+    hooks.on_round_end = [m, next = std::move(hooks.on_round_end)](const RoundSummary& r) {
+      if (r.committed) {
+        m->RoundCommitted(r.duration);
+        m->SetCurrentRound(r.round + 1);
+      } else {
+        m->RoundFailed();
+      }
+      if (next) next(r);
+    };
+    hooks.on_update = [m, next = std::move(hooks.on_update)](const absl::Status& s,
+                                                             int64_t bytes) {
+      if (s.ok()) {
+        m->UpdateAccepted();
+        m->BytesReceived(bytes);
+      } else {
+        m->UpdateRefused(s.code());
+      }
+      if (next) next(s, bytes);
+    };
+    return hooks;
+  }
+
+  absl::Status StartMetricsEndpoint() {
+    const std::string& address = options_.metrics_address;
+    const size_t colon = address.rfind(':');
+    int port = -1;
+    if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics address '", address, "' is not host:port"));
+    }
+    std::string host = address.substr(0, colon);
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    RoundEngine* engine = engine_.get();
+    Store* store = store_.get();
+    absl::StatusOr<std::unique_ptr<HttpEndpoint>> http = HttpEndpoint::Start(
+        host, port, metrics_.get(), [engine, store]() -> HealthReport {
+          HealthReport h;
+          h.run_id = engine->run_id();
+          h.round = engine->committed_round();
+          h.clients_online = engine->clients_online();
+          h.healthy = true;
+          absl::StatusOr<RunRecord> run = store->GetRun(h.run_id);
+          if (!run.ok()) {
+            h.healthy = false;
+            h.reason = absl::StrCat("cannot read the run from the store: ", run.status().message());
+          } else if (run->status == RunStatus::kFailed) {
+            h.healthy = false;
+            h.reason = absl::StrCat("run ", h.run_id, " failed: ", run->reason);
+          }
+          return h;
+        });
+    if (!http.ok()) return http.status();
+    http_ = *std::move(http);
+    LogEvent(LogLevel::kInfo, "metrics_listening",
+             {{"address", absl::StrCat(host, ":", http_->port())}});
+    return absl::OkStatus();
   }
 
   void TickLoop() {
@@ -186,6 +260,7 @@ class ServerImpl final : public Server {
     while (!stopping_.load()) {
       lock.unlock();
       engine_->Tick();
+      metrics_->SetClientsOnline(engine_->clients_online());
       lock.lock();
       stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.tick_interval),
                         [this] { return stopping_.load(); });
@@ -193,6 +268,8 @@ class ServerImpl final : public Server {
   }
 
   ServerOptions options_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<aggregation::Strategy> strategy_;
   std::unique_ptr<RoundEngine> engine_;

@@ -180,6 +180,7 @@ class EngineImpl final : public RoundEngine {
 
   void AuditRefusal(const std::string& client_id, const std::string& event,
                     const absl::Status& status) override {
+    if (event == "update_refused" && hooks_.on_update) hooks_.on_update(status, 0);
     LogEvent(LogLevel::kWarn, event,
              {{"client", client_id.substr(0, 16)}, {"reason", std::string(status.message())}});
     AuditRecord rec;
@@ -214,6 +215,10 @@ class EngineImpl final : public RoundEngine {
     std::lock_guard<std::mutex> lock(mu_);
     return finished_;
   }
+  int clients_online() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(OnlineLocked(clock_->Now()).size());
+  }
   int64_t run_id() const override { return run_.run_id; }
   int32_t committed_round() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -227,6 +232,7 @@ class EngineImpl final : public RoundEngine {
   // Called by uploads, without the gate held, after they reached a final phase.
   void OnUploadEnded(const std::shared_ptr<RoundState>& round, const UploadState& up,
                      const absl::Status& refusal, const std::string& event = "update_refused") {
+    if (refusal.ok() && hooks_.on_update) hooks_.on_update(refusal, up.bytes_received);
     if (!refusal.ok()) {
       AuditRefusal(up.client_id, event, refusal);
       ParticipationRecord p = ParticipationFor(*round, up);

@@ -105,6 +105,20 @@ absl::StatusOr<int> CurrentVersion(sqlite3* db) {
 
 }  // namespace
 
+absl::StatusOr<int> SchemaVersion(sqlite3* db) {
+  absl::StatusOr<Statement> table = Statement::Prepare(
+      db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'",
+      "look for schema_version");
+  if (!table.ok()) return table.status();
+  absl::StatusOr<bool> row = table->Step();
+  if (!row.ok()) return row.status();
+  if (!*row) {
+    return absl::FailedPreconditionError(
+        "the database has no schema_version table: not a federation database");
+  }
+  return CurrentVersion(db);
+}
+
 int LatestSchemaVersion() { return static_cast<int>(kMigrations.size()); }
 
 absl::StatusOr<int> Migrate(sqlite3* db) {

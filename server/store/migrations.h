@@ -17,6 +17,10 @@ int LatestSchemaVersion();
 // the version it is now at. FAILED_PRECONDITION when the database is newer than this build.
 absl::StatusOr<int> Migrate(sqlite3* db);
 
+// The version the database is at, without changing anything (works on a read-only connection).
+// FAILED_PRECONDITION when it has no schema_version table (not a federation database).
+absl::StatusOr<int> SchemaVersion(sqlite3* db);
+
 }  // namespace fl::server::sqlite
 
 #endif  // FL_SERVER_STORE_MIGRATIONS_H_

@@ -130,6 +130,17 @@ absl::StatusOr<ClientRecord> ReadClient(const Statement& st) {
                       .last_seen_ms = st.Int(4)};
 }
 
+absl::StatusOr<EvaluationRecord> ReadEvaluation(const Statement& st) {
+  return EvaluationRecord{.id = st.Int(0),
+                          .run_id = st.Int(1),
+                          .round = static_cast<int32_t>(st.Int(2)),
+                          .source = st.Text(3),
+                          .loss = st.Double(4),
+                          .accuracy = st.Double(5),
+                          .num_examples = st.Int(6),
+                          .at_ms = st.Int(7)};
+}
+
 absl::StatusOr<AuditRecord> ReadAudit(const Statement& st) {
   return AuditRecord{.id = st.Int(0),
                      .at_ms = st.Int(1),

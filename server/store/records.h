@@ -33,6 +33,10 @@ inline constexpr char kSelectClients[] =
     "SELECT client_id, name, enrolled_at_ms, revoked_at_ms, last_seen_ms FROM clients ";
 absl::StatusOr<ClientRecord> ReadClient(const sqlite::Statement& st);
 
+inline constexpr char kSelectEvaluations[] =
+    "SELECT id, run_id, round, source, loss, accuracy, num_examples, at_ms FROM evaluations ";
+absl::StatusOr<EvaluationRecord> ReadEvaluation(const sqlite::Statement& st);
+
 inline constexpr char kSelectAudit[] =
     "SELECT id, at_ms, client_id, event, detail, run_id, round FROM audit_log ";
 absl::StatusOr<AuditRecord> ReadAudit(const sqlite::Statement& st);

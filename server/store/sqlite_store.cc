@@ -52,18 +52,23 @@ void RemoveStaleTempFiles(const std::string& dir) {
 
 class SqliteStore final : public Store {
  public:
-  SqliteStore(std::string data_dir, sqlite::DbPtr db, int version)
-      : data_dir_(std::move(data_dir)), schema_version_(version), db_(std::move(db)) {}
+  SqliteStore(std::string data_dir, sqlite::DbPtr db, int version, bool read_only)
+      : data_dir_(std::move(data_dir)),
+        schema_version_(version),
+        read_only_(read_only),
+        db_(std::move(db)) {}
 
   std::string db_path() const override { return absl::StrCat(data_dir_, "/", kDbFile); }
   std::string checkpoint_dir() const override {
     return absl::StrCat(data_dir_, "/", kCheckpointSubdir);
   }
   int schema_version() const override { return schema_version_; }
+  bool read_only() const override { return read_only_; }
 
   absl::StatusOr<int64_t> CreateRun(const RunRecord& run) override;
   absl::StatusOr<std::optional<RunRecord>> ActiveRun() override;
   absl::StatusOr<RunRecord> GetRun(int64_t run_id) override;
+  absl::StatusOr<std::vector<RunRecord>> Runs() override;
   absl::Status FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
                          int64_t now_ms) override;
   absl::Status BeginRound(const RoundRecord& round) override;
@@ -77,6 +82,8 @@ class SqliteStore final : public Store {
   absl::Status RecordParticipation(const ParticipationRecord& p) override;
   absl::StatusOr<std::vector<ParticipationRecord>> Participations(int64_t run_id,
                                                                   int32_t round) override;
+  absl::StatusOr<std::vector<ParticipationCount>> ParticipationCounts(
+      std::optional<int64_t> run_id) override;
   absl::Status EnrollClient(const std::string& client_id, const std::string& name,
                             int64_t now_ms) override;
   absl::Status RevokeClient(const std::string& client_id, int64_t now_ms) override;
@@ -86,12 +93,19 @@ class SqliteStore final : public Store {
   absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
                                 double loss, double accuracy, int64_t num_examples,
                                 int64_t now_ms) override;
+  absl::StatusOr<std::vector<EvaluationRecord>> Evaluations(int64_t run_id) override;
   absl::StatusOr<std::string> WriteCheckpoint(const Model& model) override;
   absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) override;
   absl::Status Audit(const AuditRecord& record) override;
   absl::StatusOr<std::vector<AuditRecord>> AuditLog(int limit) override;
 
  private:
+  // FAILED_PRECONDITION naming `what` when the store was opened read-only.
+  absl::Status CheckWritable(absl::string_view what) const {
+    if (!read_only_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot ", what, ": the store at ", data_dir_, " is open read-only"));
+  }
   absl::StatusOr<Statement> Prepare(absl::string_view sql, absl::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return Statement::Prepare(db_.get(), sql, what);
@@ -106,11 +120,13 @@ class SqliteStore final : public Store {
 
   const std::string data_dir_;
   const int schema_version_;
+  const bool read_only_;
   std::mutex mu_;
   sqlite::DbPtr db_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<int64_t> SqliteStore::CreateRun(const RunRecord& run) {
+  if (absl::Status s = CheckWritable("create a run"); !s.ok()) return s;
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
       "INSERT INTO runs(name, config_json, model_spec_json, initial_checkpoint, status, reason, "
@@ -147,8 +163,17 @@ absl::StatusOr<RunRecord> SqliteStore::GetRun(int64_t run_id) {
   return **std::move(run);
 }
 
+absl::StatusOr<std::vector<RunRecord>> SqliteStore::Runs() {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectRuns, "ORDER BY run_id"), "select from runs");
+  if (!st.ok()) return st.status();
+  return sqlite::Collect(*st, ReadRun);
+}
+
 absl::Status SqliteStore::FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
                                     int64_t now_ms) {
+  if (absl::Status s = CheckWritable("finish a run"); !s.ok()) return s;
   if (status == RunStatus::kRunning) {
     return absl::InvalidArgumentError("FinishRun needs a final status, not running");
   }
@@ -171,6 +196,7 @@ absl::Status SqliteStore::FinishRun(int64_t run_id, RunStatus status, const std:
 }
 
 absl::Status SqliteStore::BeginRound(const RoundRecord& round) {
+  if (absl::Status s = CheckWritable("begin a round"); !s.ok()) return s;
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
       "INSERT INTO rounds(run_id, round, attempt, status, started_at_ms, num_sampled, "
@@ -198,6 +224,7 @@ absl::StatusOr<std::optional<RoundStatus>> SqliteStore::AttemptStatus(int64_t ru
 
 absl::Status SqliteStore::CommitRound(const RoundRecord& round,
                                       const std::vector<ParticipationRecord>& participations) {
+  if (absl::Status s = CheckWritable("commit a round"); !s.ok()) return s;
   for (const ParticipationRecord& p : participations) {
     if (p.run_id != round.run_id || p.round != round.round || p.attempt != round.attempt) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -276,6 +303,7 @@ absl::Status SqliteStore::CommitRoundLocked(
 
 absl::Status SqliteStore::EndRound(int64_t run_id, int32_t round, int32_t attempt,
                                    RoundStatus status, const std::string& reason, int64_t now_ms) {
+  if (absl::Status s = CheckWritable("end a round"); !s.ok()) return s;
   if (status != RoundStatus::kAborted && status != RoundStatus::kFailed) {
     return absl::InvalidArgumentError(
         absl::StrCat("EndRound takes aborted or failed, not ", ToString(status)));
@@ -300,6 +328,7 @@ absl::Status SqliteStore::EndRound(int64_t run_id, int32_t round, int32_t attemp
 }
 
 absl::StatusOr<int> SqliteStore::AbortInFlightRounds(int64_t run_id, int64_t now_ms) {
+  if (absl::Status s = CheckWritable("abort rounds in flight"); !s.ok()) return s;
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
       "UPDATE rounds SET status = 'aborted', reason = 'server restarted', ended_at_ms = ? "
@@ -330,6 +359,7 @@ absl::StatusOr<std::optional<RoundRecord>> SqliteStore::LastCommittedRound(int64
 }
 
 absl::Status SqliteStore::RecordParticipation(const ParticipationRecord& p) {
+  if (absl::Status s = CheckWritable("record a participation"); !s.ok()) return s;
   std::lock_guard lock(mu_);
   return InsertParticipation(db_.get(), p);
 }
@@ -345,8 +375,38 @@ absl::StatusOr<std::vector<ParticipationRecord>> SqliteStore::Participations(int
   return sqlite::Collect(st->Bind(run_id, round), ReadParticipation);
 }
 
+absl::StatusOr<std::vector<ParticipationCount>> SqliteStore::ParticipationCounts(
+    std::optional<int64_t> run_id) {
+  // Participations of an attempt always have its round row (foreign key), so the join only fails
+  // to match for rows written with foreign keys off; those count with no start time.
+  constexpr char kCounts[] =
+      "SELECT p.client_id, "
+      "SUM(p.status = 'assigned'), SUM(p.status = 'accepted'), SUM(p.status = 'refused'), "
+      "SUM(p.status = 'dropped'), COALESCE(MAX(r.started_at_ms), 0) "
+      "FROM participations p LEFT JOIN rounds r "
+      "ON r.run_id = p.run_id AND r.round = p.round AND r.attempt = p.attempt ";
+  constexpr char kGroup[] = "GROUP BY p.client_id ORDER BY p.client_id";
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      run_id.has_value()
+          ? Prepare(absl::StrCat(kCounts, "WHERE p.run_id = ? ", kGroup),
+                    "count participations of one run")
+          : Prepare(absl::StrCat(kCounts, kGroup), "count participations");
+  if (!st.ok()) return st.status();
+  if (run_id.has_value()) st->Bind(*run_id);
+  return sqlite::Collect(*st, [](const Statement& row) -> absl::StatusOr<ParticipationCount> {
+    return ParticipationCount{.client_id = row.Text(0),
+                              .assigned = row.Int(1),
+                              .accepted = row.Int(2),
+                              .refused = row.Int(3),
+                              .dropped = row.Int(4),
+                              .last_round_started_ms = row.Int(5)};
+  });
+}
+
 absl::Status SqliteStore::EnrollClient(const std::string& client_id, const std::string& name,
                                        int64_t now_ms) {
+  if (absl::Status s = CheckWritable("enroll a client"); !s.ok()) return s;
   if (client_id.empty()) return absl::InvalidArgumentError("cannot enroll an empty client id");
   std::lock_guard lock(mu_);
   // A client already enrolled keeps its enrollment time; a revoked one is enrolled anew.
@@ -361,6 +421,7 @@ absl::Status SqliteStore::EnrollClient(const std::string& client_id, const std::
 }
 
 absl::Status SqliteStore::RevokeClient(const std::string& client_id, int64_t now_ms) {
+  if (absl::Status s = CheckWritable("revoke a client"); !s.ok()) return s;
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
       "UPDATE clients SET revoked_at_ms = CASE WHEN revoked_at_ms = 0 THEN ? "
@@ -385,6 +446,7 @@ absl::StatusOr<bool> SqliteStore::IsEnrolled(const std::string& client_id) {
 }
 
 absl::Status SqliteStore::TouchClient(const std::string& client_id, int64_t now_ms) {
+  if (absl::Status s = CheckWritable("touch a client"); !s.ok()) return s;
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st =
       Prepare("UPDATE clients SET last_seen_ms = MAX(last_seen_ms, ?) WHERE client_id = ?",
@@ -408,6 +470,7 @@ absl::StatusOr<std::vector<ClientRecord>> SqliteStore::Clients() {
 absl::Status SqliteStore::RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
                                            double loss, double accuracy, int64_t num_examples,
                                            int64_t now_ms) {
+  if (absl::Status s = CheckWritable("record an evaluation"); !s.ok()) return s;
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
       "INSERT INTO evaluations(run_id, round, source, loss, accuracy, num_examples, at_ms) "
@@ -417,7 +480,17 @@ absl::Status SqliteStore::RecordEvaluation(int64_t run_id, int32_t round, const 
   return st->Bind(run_id, round, source, loss, accuracy, num_examples, now_ms).Run();
 }
 
+absl::StatusOr<std::vector<EvaluationRecord>> SqliteStore::Evaluations(int64_t run_id) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectEvaluations, "WHERE run_id = ? ORDER BY round, id"),
+              "select from evaluations");
+  if (!st.ok()) return st.status();
+  return sqlite::Collect(st->Bind(run_id), ReadEvaluation);
+}
+
 absl::StatusOr<std::string> SqliteStore::WriteCheckpoint(const Model& model) {
+  if (absl::Status s = CheckWritable("write a checkpoint"); !s.ok()) return s;
   const std::string sha = model.Sha256Hex();
   const std::string relative = absl::StrCat(kCheckpointSubdir, "/", sha, ".ckpt");
   const std::string path = absl::StrCat(data_dir_, "/", relative);
@@ -446,6 +519,7 @@ absl::StatusOr<Model> SqliteStore::ReadCheckpoint(const std::string& sha256) {
 }
 
 absl::Status SqliteStore::Audit(const AuditRecord& record) {
+  if (absl::Status s = CheckWritable("write to the audit log"); !s.ok()) return s;
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
       "INSERT INTO audit_log(at_ms, client_id, event, detail, run_id, round) "
@@ -472,15 +546,42 @@ absl::StatusOr<std::vector<AuditRecord>> SqliteStore::AuditLog(int limit) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir) {
+absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir,
+                                                   const StoreOpenOptions& options) {
   const std::string checkpoints = absl::StrCat(data_dir, "/", kCheckpointSubdir);
   if (absl::Status s = MakeDirectories(checkpoints); !s.ok()) return s;
-  RemoveStaleTempFiles(checkpoints);
+  if (options.remove_stale_temp_files) RemoveStaleTempFiles(checkpoints);
   absl::StatusOr<sqlite::DbPtr> db = sqlite::OpenDatabase(absl::StrCat(data_dir, "/", kDbFile));
   if (!db.ok()) return db.status();
   absl::StatusOr<int> version = sqlite::Migrate(db->get());
   if (!version.ok()) return version.status();
-  return std::make_unique<SqliteStore>(data_dir, *std::move(db), *version);
+  return std::make_unique<SqliteStore>(data_dir, *std::move(db), *version, /*read_only=*/false);
+}
+
+absl::StatusOr<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& data_dir) {
+  const std::string path = absl::StrCat(data_dir, "/", kDbFile);
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::NotFoundError(absl::StrCat("no federation database at ", path));
+  }
+  absl::StatusOr<sqlite::DbPtr> db = sqlite::OpenDatabaseReadOnly(path);
+  if (!db.ok()) return db.status();
+  absl::StatusOr<int> version = sqlite::SchemaVersion(db->get());
+  if (!version.ok()) {
+    if (absl::IsFailedPrecondition(version.status())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, ": ", std::string(version.status().message())));
+    }
+    return version.status();
+  }
+  if (*version != sqlite::LatestSchemaVersion()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, " is at schema version ", *version, " but this program reads version ",
+        sqlite::LatestSchemaVersion(), *version < sqlite::LatestSchemaVersion()
+            ? "; start this version's server on it once to migrate it"
+            : "; use the newer program that wrote it"));
+  }
+  return std::make_unique<SqliteStore>(data_dir, *std::move(db), *version, /*read_only=*/true);
 }
 
 }  // namespace fl::server

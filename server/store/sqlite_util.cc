@@ -63,6 +63,25 @@ absl::StatusOr<DbPtr> OpenDatabase(const std::string& path) {
   return db;
 }
 
+absl::StatusOr<DbPtr> OpenDatabaseReadOnly(const std::string& path) {
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nullptr);
+  DbPtr db(raw);
+  if ((rc & 0xff) == SQLITE_CANTOPEN) {
+    return absl::NotFoundError(absl::StrCat("cannot open database ", path, " for reading: ",
+                                            db != nullptr ? sqlite3_errmsg(db.get()) : "no file"));
+  }
+  if (rc != SQLITE_OK) return Error(db.get(), rc, absl::StrCat("open database ", path));
+  sqlite3_extended_result_codes(db.get(), 1);
+  if (absl::Status s = Exec(db.get(), "PRAGMA busy_timeout = 5000", "set busy_timeout"); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = Exec(db.get(), "PRAGMA query_only = ON", "set query_only"); !s.ok()) {
+    return s;
+  }
+  return db;
+}
+
 absl::Status Exec(sqlite3* db, const char* sql, absl::string_view what) {
   int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return Error(db, rc, what);

@@ -39,6 +39,11 @@ absl::Status Error(sqlite3* db, int rc, absl::string_view what);
 // foreign_keys=ON, synchronous=NORMAL.
 absl::StatusOr<DbPtr> OpenDatabase(const std::string& path);
 
+// Opens an existing database file for reading only (SQLITE_OPEN_READONLY, never creating it) with
+// extended result codes, busy_timeout=5000 and query_only=ON. The journal mode is left as the
+// file has it. NOT_FOUND naming the path when SQLite cannot open the file.
+absl::StatusOr<DbPtr> OpenDatabaseReadOnly(const std::string& path);
+
 // Runs constant SQL text (schema, pragmas, transaction control) that carries no values.
 absl::Status Exec(sqlite3* db, const char* sql, absl::string_view what);
 

@@ -133,6 +133,7 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   o.engine.min_fit_clients = 2;
   o.engine.round_timeout = absl::Seconds(60);
   o.max_poll_wait = absl::Seconds(1);
+  o.metrics_address = "127.0.0.1:0";
   const ModelSpec spec = client::SoftmaxRegressionSpec(784, 10);
   absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Start(o, Model(spec));
   ASSERT_TRUE(server.ok()) << server.status();
@@ -247,6 +248,20 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
                                "already received"}) {
     EXPECT_NE(all.find(fragment), std::string::npos) << fragment << "\n" << all;
   }
+  // The Prometheus endpoint counted what happened.
+  const std::string metrics = HttpGet((*server)->metrics_port(), "/metrics");
+  EXPECT_NE(metrics.find("HTTP/1.1 200"), std::string::npos) << metrics;
+  for (const char* line : {"fl_rounds_committed_total 6\n", "fl_updates_accepted_total 13\n",
+                           "fl_updates_refused_total{reason=\"INVALID_ARGUMENT\"} 5\n",
+                           "fl_updates_refused_total{reason=\"FAILED_PRECONDITION\"} 3\n",
+                           "fl_updates_refused_total{reason=\"DATA_LOSS\"} 1\n",
+                           "fl_updates_refused_total{reason=\"ALREADY_EXISTS\"} 1\n",
+                           "fl_update_bytes_received_total 408200\n"}) {
+    EXPECT_NE(metrics.find(line), std::string::npos) << line << metrics;
+  }
+  EXPECT_NE(HttpGet((*server)->metrics_port(), "/healthz").find("\"status\":\"ok\""),
+            std::string::npos);
+
   std::string raw_id = *CertificateFingerprint(*ReadFile(pki.client_certs[2]));
   for (int round = 1; round <= 5; ++round) {
     absl::StatusOr<std::vector<server::ParticipationRecord>> parts =

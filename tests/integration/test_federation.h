@@ -80,6 +80,9 @@ client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index
 
 int FreeLoopbackPort();
 
+// The whole HTTP/1.0 response (status line, headers, body) to GET `path` on 127.0.0.1:port.
+std::string HttpGet(int port, const std::string& path);
+
 }  // namespace fl::testing
 
 

@@ -494,5 +494,208 @@ TEST_F(StoreTest, MissingCheckpointIsNotFound) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// --- Runs, Evaluations, ParticipationCounts and OpenReadOnly (read by `fl admin`).
+
+TEST_F(StoreTest, RunsListsEveryRunOldestFirst) {
+  EXPECT_TRUE(store_->Runs()->empty());
+  int64_t first = NewRun("first", 1000);
+  int64_t second = NewRun("second", 2000);
+  ASSERT_TRUE(store_->FinishRun(first, RunStatus::kFinished, "", 1500).ok());
+  absl::StatusOr<std::vector<RunRecord>> runs = store_->Runs();
+  ASSERT_TRUE(runs.ok()) << runs.status();
+  ASSERT_EQ(runs->size(), 2u);
+  EXPECT_EQ((*runs)[0].run_id, first);
+  EXPECT_EQ((*runs)[0].status, RunStatus::kFinished);
+  EXPECT_EQ((*runs)[0].ended_at_ms, 1500);
+  EXPECT_EQ((*runs)[1].run_id, second);
+  EXPECT_EQ((*runs)[1].name, "second");
+  EXPECT_EQ((*runs)[1].status, RunStatus::kRunning);
+}
+
+TEST_F(StoreTest, EvaluationsOfOneRunByRound) {
+  int64_t run = NewRun("r", 1);
+  int64_t other = NewRun("other", 2);
+  ASSERT_TRUE(store_->RecordEvaluation(run, 2, "server", 0.4, 0.85, 100, 20).ok());
+  ASSERT_TRUE(store_->RecordEvaluation(run, 1, "server", 0.6, 0.75, 100, 10).ok());
+  ASSERT_TRUE(store_->RecordEvaluation(other, 1, "server", 9, 0.1, 1, 30).ok());
+  absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(run);
+  ASSERT_TRUE(evals.ok()) << evals.status();
+  ASSERT_EQ(evals->size(), 2u);
+  EXPECT_EQ((*evals)[0].round, 1);
+  EXPECT_EQ((*evals)[0].run_id, run);
+  EXPECT_EQ((*evals)[0].source, "server");
+  EXPECT_DOUBLE_EQ((*evals)[0].loss, 0.6);
+  EXPECT_DOUBLE_EQ((*evals)[0].accuracy, 0.75);
+  EXPECT_EQ((*evals)[0].num_examples, 100);
+  EXPECT_EQ((*evals)[0].at_ms, 10);
+  EXPECT_EQ((*evals)[1].round, 2);
+  EXPECT_TRUE(store_->Evaluations(99)->empty());
+}
+
+TEST_F(StoreTest, ParticipationCountsSumEveryAttemptPerClient) {
+  int64_t run = NewRun("r", 1);
+  int64_t other = NewRun("other", 2);
+  std::string sha = NewCheckpoint(1.0f);
+  // Run 1: round 1 attempt 0 fails with alice refused and bob dropped, attempt 1 commits with
+  // both accepted; round 2 is still running with alice assigned. Run 2: bob accepted once.
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  ParticipationRecord refused = Participation(run, 1, 0, "alice");
+  refused.status = ParticipationStatus::kRefused;
+  refused.reason = "NaN in update";
+  ParticipationRecord dropped = Participation(run, 1, 0, "bob");
+  dropped.status = ParticipationStatus::kDropped;
+  ASSERT_TRUE(store_->RecordParticipation(refused).ok());
+  ASSERT_TRUE(store_->RecordParticipation(dropped).ok());
+  ASSERT_TRUE(store_->EndRound(run, 1, 0, RoundStatus::kFailed, "too few updates", 150).ok());
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 1)).ok());
+  ASSERT_TRUE(Commit(run, 1, 1, sha).ok());
+  ASSERT_TRUE(store_->BeginRound(Round(run, 2, 0)).ok());
+  ASSERT_TRUE(store_->RecordParticipation(Participation(run, 2, 0, "alice")).ok());
+  ASSERT_TRUE(store_->BeginRound(Round(other, 1, 0)).ok());
+  ASSERT_TRUE(Commit(other, 1, 0, sha).ok());  // alice and bob accepted
+
+  absl::StatusOr<std::vector<ParticipationCount>> all = store_->ParticipationCounts(std::nullopt);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 2u);
+  const ParticipationCount& alice = (*all)[0];
+  EXPECT_EQ(alice.client_id, "alice");
+  EXPECT_EQ(alice.accepted, 2);
+  EXPECT_EQ(alice.refused, 1);
+  EXPECT_EQ(alice.dropped, 0);
+  EXPECT_EQ(alice.assigned, 1);
+  EXPECT_EQ(alice.last_round_started_ms, 200);  // Round(..., 2, 0) starts at 200
+  const ParticipationCount& bob = (*all)[1];
+  EXPECT_EQ(bob.client_id, "bob");
+  EXPECT_EQ(bob.accepted, 2);
+  EXPECT_EQ(bob.dropped, 1);
+  EXPECT_EQ(bob.refused, 0);
+  EXPECT_EQ(bob.last_round_started_ms, 101);
+
+  absl::StatusOr<std::vector<ParticipationCount>> one = store_->ParticipationCounts(other);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_EQ(one->size(), 2u);
+  EXPECT_EQ((*one)[0].accepted, 1);
+  EXPECT_EQ((*one)[0].refused, 0);
+  EXPECT_EQ((*one)[0].assigned, 0);
+  EXPECT_EQ((*one)[0].last_round_started_ms, 100);
+  EXPECT_TRUE(store_->ParticipationCounts(99)->empty());
+}
+
+TEST_F(StoreTest, OpenReadOnlyRefusesAMissingDatabaseAndCreatesNothing) {
+  const std::string missing = dir_ + "/nothing-here";
+  absl::StatusOr<std::unique_ptr<Store>> ro = Store::OpenReadOnly(missing);
+  EXPECT_EQ(ro.status().code(), absl::StatusCode::kNotFound) << ro.status();
+  EXPECT_NE(ro.status().message().find(missing + "/federation.db"), absl::string_view::npos)
+      << ro.status();
+  EXPECT_FALSE(std::filesystem::exists(missing));
+
+  // An empty directory stays empty.
+  const std::string empty = dir_ + "/empty";
+  ASSERT_TRUE(std::filesystem::create_directory(empty));
+  EXPECT_EQ(Store::OpenReadOnly(empty).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(std::filesystem::is_empty(empty));
+
+  // A file that is not a federation database is refused, and not migrated.
+  const std::string foreign = dir_ + "/foreign";
+  ASSERT_TRUE(std::filesystem::create_directory(foreign));
+  {
+    RawDb raw(foreign + "/federation.db");  // SQLITE_OPEN_READWRITE without CREATE: no file
+    EXPECT_FALSE(raw.ok());
+  }
+  sqlite3* handle = nullptr;
+  ASSERT_EQ(sqlite3_open((foreign + "/federation.db").c_str(), &handle), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(handle, "CREATE TABLE t(x)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(handle);
+  ro = Store::OpenReadOnly(foreign);
+  EXPECT_EQ(ro.status().code(), absl::StatusCode::kFailedPrecondition) << ro.status();
+  RawDb check(foreign + "/federation.db");
+  EXPECT_EQ(check.QueryText("SELECT count(*) FROM sqlite_master WHERE name = 'schema_version'"),
+            "0");
+  EXPECT_FALSE(std::filesystem::exists(foreign + "/checkpoints"));
+}
+
+TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
+  int64_t run = NewRun("r", 1);
+  std::string sha = NewCheckpoint(1.0f);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  ASSERT_TRUE(Commit(run, 1, 0, sha).ok());
+
+  absl::StatusOr<std::unique_ptr<Store>> ro = Store::OpenReadOnly(dir_);
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  Store& reader = **ro;
+  EXPECT_TRUE(reader.read_only());
+  EXPECT_FALSE(store_->read_only());
+  EXPECT_EQ(reader.schema_version(), 1);
+  EXPECT_EQ(reader.db_path(), store_->db_path());
+
+  // The writer keeps committing rounds while the reader reads; every read succeeds and sees a
+  // prefix of the commits, never a round without its participations.
+  std::thread writer([&] {
+    for (int32_t round = 2; round <= 30; ++round) {
+      ASSERT_TRUE(store_->BeginRound(Round(run, round, 0)).ok());
+      ASSERT_TRUE(Commit(run, round, 0, sha).ok());
+      ASSERT_TRUE(store_->Audit(Event(round, "", "tick", round)).ok());
+    }
+  });
+  size_t last_seen = 0;
+  for (int i = 0; i < 200; ++i) {
+    absl::StatusOr<std::vector<RoundRecord>> rounds = reader.Rounds(run);
+    ASSERT_TRUE(rounds.ok()) << rounds.status();
+    ASSERT_GE(rounds->size(), last_seen);
+    last_seen = rounds->size();
+    for (const RoundRecord& r : *rounds) {
+      if (r.status != RoundStatus::kCommitted) continue;
+      absl::StatusOr<std::vector<ParticipationRecord>> ps = reader.Participations(run, r.round);
+      ASSERT_TRUE(ps.ok()) << ps.status();
+      EXPECT_EQ(ps->size(), 2u) << "round " << r.round;
+    }
+    ASSERT_TRUE(reader.ParticipationCounts(std::nullopt).ok());
+    ASSERT_TRUE(reader.AuditLog(10).ok());
+  }
+  writer.join();
+  EXPECT_EQ(reader.Rounds(run)->size(), 30u);
+  EXPECT_EQ(reader.Runs()->size(), 1u);
+  EXPECT_EQ(reader.ParticipationCounts(run)->at(0).accepted, 30);
+  absl::StatusOr<Model> model = reader.ReadCheckpoint(sha);
+  EXPECT_TRUE(model.ok()) << model.status();
+
+  // Every write is refused before it touches a row or a file.
+  const size_t checkpoint_files = std::distance(
+      std::filesystem::directory_iterator(reader.checkpoint_dir()), {});
+  std::vector<absl::Status> writes = {
+      reader.CreateRun(RunRecord()).status(),
+      reader.FinishRun(run, RunStatus::kFinished, "", 5),
+      reader.BeginRound(Round(run, 31, 0)),
+      reader.EndRound(run, 30, 0, RoundStatus::kAborted, "", 5),
+      reader.AbortInFlightRounds(run, 5).status(),
+      reader.RecordParticipation(Participation(run, 1, 0, "carol")),
+      reader.EnrollClient("fp-x", "x", 5),
+      reader.RevokeClient("fp-x", 5),
+      reader.TouchClient("fp-x", 5),
+      reader.RecordEvaluation(run, 1, "server", 0, 0, 0, 5),
+      reader.WriteCheckpoint(MakeModel(4, 7.0f)).status(),
+      reader.Audit(Event(1, "", "x", 1)),
+  };
+  for (const absl::Status& s : writes) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find("read-only"), absl::string_view::npos) << s;
+  }
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(reader.checkpoint_dir()), {}),
+            static_cast<std::ptrdiff_t>(checkpoint_files));
+  EXPECT_EQ(store_->Runs()->size(), 1u);
+  EXPECT_EQ(store_->AuditLog(100)->size(), 29u);
+}
+
+TEST_F(StoreTest, OpenCanLeaveTemporaryCheckpointFilesAlone) {
+  const std::string temp = store_->checkpoint_dir() + "/abc.ckpt.tmp.123456";
+  std::ofstream(temp) << "in progress";
+  absl::StatusOr<std::unique_ptr<Store>> beside =
+      Store::Open(dir_, StoreOpenOptions{.remove_stale_temp_files = false});
+  ASSERT_TRUE(beside.ok()) << beside.status();
+  EXPECT_TRUE(std::filesystem::exists(temp));
+  Reopen();  // the default, as at a server's start, removes it
+  EXPECT_FALSE(std::filesystem::exists(temp));
+}
+
 }  // namespace
 }  // namespace fl::server

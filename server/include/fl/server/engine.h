@@ -139,6 +139,9 @@ struct EngineHooks {
   std::function<std::map<std::string, double>(const Model&)> evaluate;
   // Called after every round attempt ends (outside the engine's lock). May be empty.
   std::function<void(const RoundSummary&)> on_round_end;
+  // Called when an update is accepted (OK, with its payload bytes) or refused (the refusal),
+  // from the uploading thread, outside the engine's lock. May be empty.
+  std::function<void(const absl::Status& outcome, int64_t bytes)> on_update;
 };
 
 // One client's update while its chunks stream in. Destroying it before Finish refuses it as
@@ -219,6 +222,8 @@ class RoundEngine {
   virtual void Abort(const std::string& reason) = 0;
 
   virtual bool finished() const = 0;
+  // Clients seen (poll, heartbeat, upload) within client_timeout.
+  virtual int clients_online() const = 0;
   virtual int64_t run_id() const = 0;
   // The last committed round (0 before the first commit).
   virtual int32_t committed_round() const = 0;

@@ -36,6 +36,9 @@ struct ServerOptions {
   std::vector<std::string> enroll_cert_paths;
   EngineOptions engine;  // spill_dir defaults to <data_dir>/spill
   absl::Duration max_poll_wait = absl::Seconds(20);
+  // host:port of the Prometheus text endpoint (/metrics) and the health check (/healthz), served
+  // over plain HTTP; empty: off. Port 0 picks a free port (see metrics_port()).
+  std::string metrics_address;
   absl::Duration tick_interval = absl::Milliseconds(50);
 };
 
@@ -48,6 +51,8 @@ class Server {
   virtual ~Server() = default;
 
   virtual int port() const = 0;
+  // The metrics endpoint's port; 0 when it is off.
+  virtual int metrics_port() const = 0;
   virtual RoundEngine& engine() = 0;
   virtual Store& store() = 0;
   // Blocks until the run is over, then serves `grace` longer so that clients hear DONE.

@@ -10,6 +10,11 @@
 // tests are exact. Every method is thread-safe (one connection, one mutex) and returns a Status
 // naming the table and the SQLite error on failure. Committing a round uses synchronous=FULL: once
 // CommitRound returns OK the round survives a crash or power loss.
+//
+// Other processes may open the same data directory while a server runs (the operator's `fl admin`):
+// WAL mode lets a reader see the last committed state without blocking the server, and writers
+// take turns (busy_timeout of 5 s). A store opened with OpenReadOnly never writes: every method
+// that would returns FAILED_PRECONDITION and leaves files and rows alone.
 #ifndef FL_SERVER_STORE_H_
 #define FL_SERVER_STORE_H_
 
@@ -80,6 +85,27 @@ struct ClientRecord {
   int64_t last_seen_ms = 0;
 };
 
+struct EvaluationRecord {
+  int64_t id = 0;
+  int64_t run_id = 0;
+  int32_t round = 0;
+  std::string source;  // who evaluated, e.g. "server"
+  double loss = 0;
+  double accuracy = 0;
+  int64_t num_examples = 0;
+  int64_t at_ms = 0;
+};
+
+// How one client's participations ended, summed over the attempts it was sampled for.
+struct ParticipationCount {
+  std::string client_id;
+  int64_t assigned = 0;  // sampled, never finished (a round still running, or a crash)
+  int64_t accepted = 0;
+  int64_t refused = 0;
+  int64_t dropped = 0;
+  int64_t last_round_started_ms = 0;  // start of the newest attempt it was sampled for
+};
+
 struct AuditRecord {
   int64_t id = 0;
   int64_t at_ms = 0;
@@ -90,21 +116,40 @@ struct AuditRecord {
   int32_t round = 0;
 };
 
+struct StoreOpenOptions {
+  // Removes the temporary checkpoint files (checkpoints/*.tmp.*) that a crash left behind. A
+  // process that opens the store beside a running server (e.g. `fl admin enroll`) sets this to
+  // false: those files may be the server's checkpoint being written right now.
+  bool remove_stale_temp_files = true;
+};
+
 class Store {
  public:
   // Opens (creating if needed) the store under `data_dir` and migrates it to the current schema.
-  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& data_dir);
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& data_dir,
+                                                     const StoreOpenOptions& options = {});
+  // Opens an existing store for reading only (SQLITE_OPEN_READONLY, query_only), also while a
+  // server holds it open and writes. Runs no migration and creates no directory, database or
+  // checkpoint (SQLite itself may create the database's empty -wal and -shm side files, as for
+  // any WAL reader). Each call reads the last committed state at that moment. NOT_FOUND naming
+  // the path when there is no database under `data_dir`; FAILED_PRECONDITION when the file is not
+  // a federation database or its schema version is not this build's (start the matching server
+  // once to migrate it); DATA_LOSS when it is not an SQLite file.
+  static absl::StatusOr<std::unique_ptr<Store>> OpenReadOnly(const std::string& data_dir);
   virtual ~Store() = default;
 
   virtual std::string db_path() const = 0;
   virtual std::string checkpoint_dir() const = 0;
   virtual int schema_version() const = 0;
+  virtual bool read_only() const = 0;
 
   // --- runs
   virtual absl::StatusOr<int64_t> CreateRun(const RunRecord& run) = 0;  // run_id is assigned
   // The newest run whose status is running, if any.
   virtual absl::StatusOr<std::optional<RunRecord>> ActiveRun() = 0;
   virtual absl::StatusOr<RunRecord> GetRun(int64_t run_id) = 0;  // NOT_FOUND
+  // Every run, oldest (smallest run_id) first; empty when there is none.
+  virtual absl::StatusOr<std::vector<RunRecord>> Runs() = 0;
   // Ends a running run with `status` (finished or failed, else INVALID_ARGUMENT). NOT_FOUND for an
   // unknown run, FAILED_PRECONDITION for one already ended.
   virtual absl::Status FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
@@ -137,6 +182,11 @@ class Store {
   virtual absl::Status RecordParticipation(const ParticipationRecord& p) = 0;
   virtual absl::StatusOr<std::vector<ParticipationRecord>> Participations(int64_t run_id,
                                                                           int32_t round) = 0;
+  // One row per client that was ever sampled, in the run `run_id` or, when nullopt, in any run,
+  // by client_id. Every attempt counts (a retried round counts once per attempt). Clients that
+  // were never sampled have no row.
+  virtual absl::StatusOr<std::vector<ParticipationCount>> ParticipationCounts(
+      std::optional<int64_t> run_id) = 0;
 
   // --- clients
   // Idempotent; re-enrolling a revoked client clears the revocation.
@@ -154,6 +204,9 @@ class Store {
   virtual absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
                                         double loss, double accuracy, int64_t num_examples,
                                         int64_t now_ms) = 0;
+  // The run's evaluations by round, then in the order they were recorded; empty for a run with
+  // none or an unknown run.
+  virtual absl::StatusOr<std::vector<EvaluationRecord>> Evaluations(int64_t run_id) = 0;
 
   // --- checkpoints
   // Writes the model to checkpoints/<sha>.ckpt (temporary file, fsync, rename, fsync of the

@@ -1,0 +1,347 @@
+// The reports of `fl admin`. Enrollment and revocation are in enroll.cc.
+#include "server/admin/admin.h"
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "server/admin/format.h"
+
+namespace fl::server::admin {
+namespace {
+
+using internal::CsvLine;
+using internal::CsvText;
+using internal::FormatTime;
+using internal::MetricsSummary;
+using internal::ParseMetrics;
+using internal::TextTable;
+using Json = nlohmann::ordered_json;  // fields in the documented order
+
+std::string DumpJson(const Json& j) {
+  // Text from clients may not be valid UTF-8; replacing it keeps dump() from throwing.
+  return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
+std::string ShortId(const std::string& client_id) {
+  if (client_id.empty()) return "-";
+  return client_id.substr(0, kTableIdDigits);
+}
+
+std::optional<int64_t> DurationMs(const RoundRecord& r) {
+  if (r.ended_at_ms == 0) return std::nullopt;
+  return r.ended_at_ms - r.started_at_ms;
+}
+
+// The configured number of rounds of a run, when its configuration says.
+std::optional<int64_t> ConfiguredRounds(const RunRecord& run) {
+  Json j = Json::parse(run.config_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  auto it = j.find("num_rounds");
+  if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& rounds) {
+  TextTable table(
+      {"ROUND", "ATTEMPT", "STATUS", "SAMPLED", "REPORTED", "DURATION_MS", "METRICS", "REASON"});
+  for (const RoundRecord& r : rounds) {
+    std::optional<int64_t> duration = DurationMs(r);
+    table.AddRow({absl::StrCat(r.round), absl::StrCat(r.attempt), ToString(r.status),
+                  absl::StrCat(r.num_sampled), absl::StrCat(r.num_reported),
+                  duration ? absl::StrCat(*duration) : "-",
+                  MetricsSummary(ParseMetrics(r.metrics_json)), r.reason});
+  }
+  return absl::StrCat("Run ", run.run_id, " '", internal::TableText(run.name), "' (",
+                      ToString(run.status), "), ", rounds.size(), " attempts\n", table.Render());
+}
+
+std::string RoundsCsv(const std::vector<RoundRecord>& rounds) {
+  std::set<std::string> metric_names;
+  std::vector<std::map<std::string, double>> metrics;
+  for (const RoundRecord& r : rounds) {
+    metrics.push_back(ParseMetrics(r.metrics_json));
+    for (const auto& [name, value] : metrics.back()) metric_names.insert(name);
+  }
+  std::vector<std::string> header = {"run_id",        "round",       "attempt",     "status",
+                                     "started_at_ms", "ended_at_ms", "duration_ms", "num_sampled",
+                                     "num_reported",  "checkpoint",  "reason"};
+  for (const std::string& name : metric_names) header.push_back(CsvText("metric_" + name));
+  std::string out = CsvLine(header);
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    const RoundRecord& r = rounds[i];
+    std::optional<int64_t> duration = DurationMs(r);
+    std::vector<std::string> row = {absl::StrCat(r.run_id),
+                                    absl::StrCat(r.round),
+                                    absl::StrCat(r.attempt),
+                                    ToString(r.status),
+                                    absl::StrCat(r.started_at_ms),
+                                    absl::StrCat(r.ended_at_ms),
+                                    duration ? absl::StrCat(*duration) : "",
+                                    absl::StrCat(r.num_sampled),
+                                    absl::StrCat(r.num_reported),
+                                    CsvText(r.checkpoint),
+                                    CsvText(r.reason)};
+    for (const std::string& name : metric_names) {
+      auto it = metrics[i].find(name);
+      row.push_back(it == metrics[i].end() ? "" : internal::FormatDouble(it->second));
+    }
+    absl::StrAppend(&out, CsvLine(row));
+  }
+  return out;
+}
+
+Json RoundsJson(const RunRecord& run, const std::vector<RoundRecord>& rounds,
+                const std::vector<EvaluationRecord>& evaluations) {
+  Json out = {{"run",
+               {{"run_id", run.run_id},
+                {"name", run.name},
+                {"status", ToString(run.status)},
+                {"reason", run.reason},
+                {"created_at_ms", run.created_at_ms},
+                {"ended_at_ms", run.ended_at_ms}}},
+              {"rounds", Json::array()},
+              {"evaluations", Json::array()}};
+  for (const RoundRecord& r : rounds) {
+    std::optional<int64_t> duration = DurationMs(r);
+    Json metrics = Json::object();
+    for (const auto& [name, value] : ParseMetrics(r.metrics_json)) metrics[name] = value;
+    out["rounds"].push_back({{"run_id", r.run_id},
+                             {"round", r.round},
+                             {"attempt", r.attempt},
+                             {"status", ToString(r.status)},
+                             {"started_at_ms", r.started_at_ms},
+                             {"ended_at_ms", r.ended_at_ms},
+                             {"duration_ms", duration ? Json(*duration) : Json(nullptr)},
+                             {"num_sampled", r.num_sampled},
+                             {"num_reported", r.num_reported},
+                             {"checkpoint", r.checkpoint},
+                             {"reason", r.reason},
+                             {"metrics", std::move(metrics)}});
+  }
+  for (const EvaluationRecord& e : evaluations) {
+    out["evaluations"].push_back({{"round", e.round},
+                                  {"source", e.source},
+                                  {"loss", e.loss},
+                                  {"accuracy", e.accuracy},
+                                  {"num_examples", e.num_examples},
+                                  {"at_ms", e.at_ms}});
+  }
+  return out;
+}
+
+// A client row of ClientsReport: the enrollment (absent for an identity that was never enrolled)
+// and the participation counts (zero when never sampled).
+struct ClientRow {
+  ClientRecord client;
+  bool enrolled_ever = true;
+  ParticipationCount counts;
+};
+
+const char* ClientStatus(const ClientRow& row) {
+  if (!row.enrolled_ever) return "not_enrolled";
+  return row.client.revoked_at_ms != 0 ? "revoked" : "enrolled";
+}
+
+}  // namespace
+
+absl::StatusOr<Format> ParseFormat(absl::string_view name) {
+  if (name == "table") return Format::kTable;
+  if (name == "csv") return Format::kCsv;
+  if (name == "json") return Format::kJson;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown format '", name, "': choose table, csv or json"));
+}
+
+absl::StatusOr<RunRecord> ResolveRun(Store& store, std::optional<int64_t> run_id) {
+  if (run_id.has_value()) return store.GetRun(*run_id);
+  absl::StatusOr<std::vector<RunRecord>> runs = store.Runs();
+  if (!runs.ok()) return runs.status();
+  if (runs->empty()) {
+    return absl::NotFoundError(absl::StrCat("no run yet in ", store.db_path()));
+  }
+  return std::move(runs->back());
+}
+
+absl::StatusOr<std::string> StatusReport(Store& store, int64_t now_ms) {
+  absl::StatusOr<std::vector<RunRecord>> runs = store.Runs();
+  if (!runs.ok()) return runs.status();
+  std::string out = absl::StrCat("Database ", store.db_path(), " (schema ", store.schema_version(),
+                                 "), read at ", FormatTime(now_ms), "\n\n");
+  if (runs->empty()) {
+    absl::StrAppend(&out, "No run yet.\n");
+  } else {
+    TextTable table({"RUN", "NAME", "STATUS", "CREATED", "COMMITTED", "ATTEMPTS", "LAST_ATTEMPT",
+                     "LAST_METRICS", "REASON"});
+    for (const RunRecord& run : *runs) {
+      absl::StatusOr<std::vector<RoundRecord>> rounds = store.Rounds(run.run_id);
+      if (!rounds.ok()) return rounds.status();
+      int committed = 0;
+      const RoundRecord* last_committed = nullptr;
+      for (const RoundRecord& r : *rounds) {
+        if (r.status != RoundStatus::kCommitted) continue;
+        ++committed;
+        if (last_committed == nullptr || r.round > last_committed->round) last_committed = &r;
+      }
+      // Rounds() is ordered by round, then attempt: the last row is the newest attempt.
+      std::string last_attempt = "-";
+      if (!rounds->empty()) {
+        const RoundRecord& r = rounds->back();
+        last_attempt = r.attempt == 0 ? absl::StrCat("round ", r.round, " ", ToString(r.status))
+                                      : absl::StrCat("round ", r.round, " attempt ", r.attempt, " ",
+                                                     ToString(r.status));
+      }
+      std::optional<int64_t> configured = ConfiguredRounds(run);
+      table.AddRow(
+          {absl::StrCat(run.run_id), run.name, ToString(run.status), FormatTime(run.created_at_ms),
+           absl::StrCat(committed, "/", configured ? absl::StrCat(*configured) : "?"),
+           absl::StrCat(rounds->size()), last_attempt,
+           last_committed ? MetricsSummary(ParseMetrics(last_committed->metrics_json)) : "-",
+           run.reason});
+    }
+    absl::StrAppend(&out, table.Render());
+  }
+
+  absl::StatusOr<std::vector<ClientRecord>> clients = store.Clients();
+  if (!clients.ok()) return clients.status();
+  int enrolled = 0, revoked = 0, recent = 0;
+  for (const ClientRecord& c : *clients) {
+    (c.revoked_at_ms == 0 ? enrolled : revoked) += 1;
+    if (c.last_seen_ms != 0 && now_ms - c.last_seen_ms <= kRecentlySeenMs) ++recent;
+  }
+  absl::StrAppend(&out, "\nClients: ", enrolled, " enrolled, ", revoked, " revoked, ", recent,
+                  " seen in the last ", kRecentlySeenMs / 60000, " minutes\n");
+  return out;
+}
+
+absl::StatusOr<std::string> RoundsReport(Store& store, std::optional<int64_t> run_id,
+                                         Format format) {
+  absl::StatusOr<RunRecord> run = ResolveRun(store, run_id);
+  if (!run.ok()) return run.status();
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store.Rounds(run->run_id);
+  if (!rounds.ok()) return rounds.status();
+  switch (format) {
+    case Format::kTable:
+      return RoundsTable(*run, *rounds);
+    case Format::kCsv:
+      return RoundsCsv(*rounds);
+    case Format::kJson: {
+      absl::StatusOr<std::vector<EvaluationRecord>> evaluations = store.Evaluations(run->run_id);
+      if (!evaluations.ok()) return evaluations.status();
+      return DumpJson(RoundsJson(*run, *rounds, *evaluations));
+    }
+  }
+  return absl::InvalidArgumentError("unknown format");
+}
+
+absl::StatusOr<std::string> ClientsReport(Store& store, Format format) {
+  absl::StatusOr<std::vector<ClientRecord>> clients = store.Clients();
+  if (!clients.ok()) return clients.status();
+  absl::StatusOr<std::vector<ParticipationCount>> counts = store.ParticipationCounts(std::nullopt);
+  if (!counts.ok()) return counts.status();
+
+  std::vector<ClientRow> rows;
+  std::map<std::string, size_t> index;
+  for (ClientRecord& c : *clients) {
+    index[c.client_id] = rows.size();
+    ClientRow& row = rows.emplace_back();
+    row.client = std::move(c);
+    row.counts.client_id = row.client.client_id;
+  }
+  for (ParticipationCount& p : *counts) {
+    auto it = index.find(p.client_id);
+    if (it != index.end()) {
+      rows[it->second].counts = std::move(p);
+      continue;
+    }
+    ClientRow& row = rows.emplace_back();
+    row.client.client_id = p.client_id;
+    row.enrolled_ever = false;
+    row.counts = std::move(p);
+  }
+
+  if (format == Format::kTable) {
+    TextTable table(
+        {"CLIENT", "NAME", "STATUS", "ENROLLED", "LAST_SEEN", "ACCEPTED", "REFUSED", "DROPPED"});
+    for (const ClientRow& row : rows) {
+      table.AddRow({ShortId(row.client.client_id), row.client.name.empty() ? "-" : row.client.name,
+                    ClientStatus(row), FormatTime(row.client.enrolled_at_ms),
+                    FormatTime(row.client.last_seen_ms, "never"), absl::StrCat(row.counts.accepted),
+                    absl::StrCat(row.counts.refused), absl::StrCat(row.counts.dropped)});
+    }
+    return table.Render();
+  }
+  if (format == Format::kCsv) {
+    std::string out =
+        CsvLine({"client_id", "name", "status", "enrolled_at_ms", "revoked_at_ms", "last_seen_ms",
+                 "assigned", "accepted", "refused", "dropped", "last_round_started_ms"});
+    for (const ClientRow& row : rows) {
+      absl::StrAppend(
+          &out,
+          CsvLine({CsvText(row.client.client_id), CsvText(row.client.name), ClientStatus(row),
+                   absl::StrCat(row.client.enrolled_at_ms), absl::StrCat(row.client.revoked_at_ms),
+                   absl::StrCat(row.client.last_seen_ms), absl::StrCat(row.counts.assigned),
+                   absl::StrCat(row.counts.accepted), absl::StrCat(row.counts.refused),
+                   absl::StrCat(row.counts.dropped),
+                   absl::StrCat(row.counts.last_round_started_ms)}));
+    }
+    return out;
+  }
+  Json out = Json::array();
+  for (const ClientRow& row : rows) {
+    out.push_back({{"client_id", row.client.client_id},
+                   {"name", row.client.name},
+                   {"status", ClientStatus(row)},
+                   {"enrolled_at_ms", row.client.enrolled_at_ms},
+                   {"revoked_at_ms", row.client.revoked_at_ms},
+                   {"last_seen_ms", row.client.last_seen_ms},
+                   {"assigned", row.counts.assigned},
+                   {"accepted", row.counts.accepted},
+                   {"refused", row.counts.refused},
+                   {"dropped", row.counts.dropped},
+                   {"last_round_started_ms", row.counts.last_round_started_ms}});
+  }
+  return DumpJson(out);
+}
+
+absl::StatusOr<std::string> AuditReport(Store& store, int limit, Format format) {
+  absl::StatusOr<std::vector<AuditRecord>> log = store.AuditLog(limit);
+  if (!log.ok()) return log.status();
+  if (format == Format::kTable) {
+    TextTable table({"ID", "TIME", "EVENT", "CLIENT", "RUN", "ROUND", "DETAIL"});
+    for (const AuditRecord& r : *log) {
+      table.AddRow({absl::StrCat(r.id), FormatTime(r.at_ms), r.event, ShortId(r.client_id),
+                    r.run_id ? absl::StrCat(r.run_id) : "-", r.round ? absl::StrCat(r.round) : "-",
+                    r.detail});
+    }
+    return table.Render();
+  }
+  if (format == Format::kCsv) {
+    std::string out = CsvLine({"id", "at_ms", "event", "client_id", "run_id", "round", "detail"});
+    for (const AuditRecord& r : *log) {
+      absl::StrAppend(&out, CsvLine({absl::StrCat(r.id), absl::StrCat(r.at_ms), CsvText(r.event),
+                                     CsvText(r.client_id), absl::StrCat(r.run_id),
+                                     absl::StrCat(r.round), CsvText(r.detail)}));
+    }
+    return out;
+  }
+  Json out = Json::array();
+  for (const AuditRecord& r : *log) {
+    out.push_back({{"id", r.id},
+                   {"at_ms", r.at_ms},
+                   {"event", r.event},
+                   {"client_id", r.client_id},
+                   {"run_id", r.run_id},
+                   {"round", r.round},
+                   {"detail", r.detail}});
+  }
+  return DumpJson(out);
+}
+
+}  // namespace fl::server::admin

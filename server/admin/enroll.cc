@@ -1,0 +1,141 @@
+// Enrolling and revoking clients for `fl admin`; the reports are in admin.cc.
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fl/common/crypto.h"
+#include "server/admin/admin.h"
+
+namespace fl::server::admin {
+namespace {
+
+constexpr size_t kFingerprintDigits = 64;  // SHA-256 in hex
+
+std::string Describe(const ClientRecord& c) {
+  return absl::StrCat("'", c.name, "' (fingerprint ", c.client_id, ")");
+}
+
+// Writes the audit record of an operator's action on a client.
+absl::Status AuditAction(Store& store, const std::string& event, const std::string& client_id,
+                         const std::string& detail, int64_t now_ms) {
+  AuditRecord record;
+  record.at_ms = now_ms;
+  record.client_id = client_id;
+  record.event = event;
+  record.detail = detail;
+  return store.Audit(record);
+}
+
+}  // namespace
+
+absl::StatusOr<Enrollment> EnrollCertificate(Store& store, absl::string_view cert_pem,
+                                             absl::string_view ca_pem, const std::string& name,
+                                             const std::string& operator_name, int64_t now_ms) {
+  // fl/common/crypto.h takes std::string_view; Debian's Abseil has its own string_view.
+  const std::string cert(cert_pem);
+  const std::string ca(ca_pem);
+  absl::StatusOr<std::string> fingerprint = CertificateFingerprint(cert);
+  if (!fingerprint.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a client certificate: ", std::string(fingerprint.status().message())));
+  }
+  if (absl::StatusOr<std::string> ca_fp = CertificateFingerprint(ca); !ca_fp.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a CA certificate: ", std::string(ca_fp.status().message())));
+  }
+  if (absl::Status s = VerifyClientCertificate(cert, ca); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("refusing to enroll certificate ", *fingerprint,
+                                               ": ", std::string(s.message())));
+  }
+  Enrollment out{.client_id = *fingerprint, .name = name};
+  if (out.name.empty()) {
+    absl::StatusOr<std::string> cn = CertificateCommonName(cert);
+    out.name = cn.ok() ? *cn : fingerprint->substr(0, kTableIdDigits);
+  }
+
+  absl::StatusOr<std::vector<ClientRecord>> clients = store.Clients();
+  if (!clients.ok()) return clients.status();
+  std::string before;  // what changed for a client that was already known
+  for (const ClientRecord& c : *clients) {
+    if (c.client_id != out.client_id) continue;
+    if (c.revoked_at_ms == 0 && c.name == out.name) return out;  // nothing to do
+    before = c.revoked_at_ms != 0 ? "; it had been revoked"
+                                  : absl::StrCat("; it was enrolled as '", c.name, "'");
+  }
+  if (absl::Status s = store.EnrollClient(out.client_id, out.name, now_ms); !s.ok()) return s;
+  out.changed = true;
+  const std::string detail =
+      absl::StrCat("client '", out.name, "' (fingerprint ", out.client_id,
+                   ") enrolled by operator '", operator_name, "' with fl admin", before);
+  if (absl::Status s = AuditAction(store, "client_enrolled", out.client_id, detail, now_ms);
+      !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("client ", out.client_id,
+                                     " is enrolled, but writing the audit record failed: ",
+                                     std::string(s.message())));
+  }
+  return out;
+}
+
+absl::StatusOr<ClientRecord> FindClient(Store& store, absl::string_view fingerprint_or_prefix) {
+  std::string prefix;
+  for (char c : fingerprint_or_prefix) {
+    if (c == ':') continue;
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", fingerprint_or_prefix, "' is not a fingerprint: expected hex digits"));
+    }
+    prefix += absl::ascii_tolower(static_cast<unsigned char>(c));
+  }
+  if (prefix.size() < static_cast<size_t>(kMinPrefixDigits) || prefix.size() > kFingerprintDigits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", fingerprint_or_prefix, "' has ", prefix.size(), " hex digits: give between ",
+        kMinPrefixDigits, " and ", kFingerprintDigits, " digits of the client's fingerprint"));
+  }
+  absl::StatusOr<std::vector<ClientRecord>> clients = store.Clients();
+  if (!clients.ok()) return clients.status();
+  std::vector<const ClientRecord*> matches;
+  for (const ClientRecord& c : *clients) {
+    if (absl::StartsWith(c.client_id, prefix)) matches.push_back(&c);
+  }
+  if (matches.empty()) {
+    return absl::NotFoundError(absl::StrCat("no enrolled client's fingerprint starts with ", prefix,
+                                            " (", clients->size(),
+                                            " clients; see `fl admin clients`)"));
+  }
+  if (matches.size() > 1) {
+    std::vector<std::string> names;
+    for (const ClientRecord* c : matches) names.push_back(Describe(*c));
+    return absl::InvalidArgumentError(
+        absl::StrCat("fingerprint prefix ", prefix, " is ambiguous: it matches ", matches.size(),
+                     " clients: ", absl::StrJoin(names, ", "), "; give more digits"));
+  }
+  return *matches[0];
+}
+
+absl::StatusOr<Revocation> RevokeClient(Store& store, absl::string_view fingerprint_or_prefix,
+                                        const std::string& operator_name, int64_t now_ms) {
+  absl::StatusOr<ClientRecord> client = FindClient(store, fingerprint_or_prefix);
+  if (!client.ok()) return client.status();
+  Revocation out{.client = *client};
+  if (client->revoked_at_ms != 0) {
+    out.already_revoked = true;
+    return out;
+  }
+  if (absl::Status s = store.RevokeClient(client->client_id, now_ms); !s.ok()) return s;
+  const std::string detail = absl::StrCat("client ", Describe(*client), " revoked by operator '",
+                                          operator_name, "' with fl admin");
+  if (absl::Status s = AuditAction(store, "client_revoked", client->client_id, detail, now_ms);
+      !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("client ", client->client_id,
+                                               " is revoked, but writing the audit record failed: ",
+                                               std::string(s.message())));
+  }
+  return out;
+}
+
+}  // namespace fl::server::admin

@@ -1,0 +1,435 @@
+#include "server/daemon/config.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "fl/common/file_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fl::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = std::filesystem::temp_directory_path() /
+           absl::StrCat("fl_config_test_", ::getpid(), "_", info->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::string Write(const std::string& name, const std::string& contents) const {
+    const std::string path = Path(name);
+    EXPECT_TRUE(WriteFileAtomic(path, contents).ok());
+    return path;
+  }
+
+  // Applies `contents` (as server.toml) over a default config and returns the error.
+  absl::Status ApplyText(const std::string& contents) {
+    ServerConfig config;
+    return ApplyServerConfig(Write("server.toml", contents), config);
+  }
+
+  std::filesystem::path dir_;
+};
+
+constexpr char kFullFile[] = R"(# every key, none at its default
+[server]
+listen = "0.0.0.0:9443"
+data_dir = "/var/lib/fl"
+ca = "ca.pem"
+cert = "server.pem"
+key = "server.key"
+enroll = ["site-0.pem", "site-1.pem"]
+insecure_plaintext = true
+max_poll_wait_s = 5.5
+grace_s = 2
+
+[run]
+name = "mnist-1"
+rounds = 25
+min_clients = 8
+min_fit_clients = 6
+sample_fraction = 0.5
+round_timeout_s = 120
+client_timeout_s = 30.25
+max_round_retries = 0
+seed = 42
+
+[fit]
+local_epochs = 3
+batch_size = 64
+learning_rate = 0.01
+
+[model]
+features = 3072
+classes = 100
+)";
+
+TEST_F(ConfigTest, FullFileSetsEveryKey) {
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(Write("server.toml", kFullFile), c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.server.listen_address, "0.0.0.0:9443");
+  EXPECT_EQ(c.server.data_dir, "/var/lib/fl");
+  EXPECT_EQ(c.server.ca_cert_path, "ca.pem");
+  EXPECT_EQ(c.server.cert_path, "server.pem");
+  EXPECT_EQ(c.server.key_path, "server.key");
+  EXPECT_THAT(c.server.enroll_cert_paths, ElementsAre("site-0.pem", "site-1.pem"));
+  EXPECT_TRUE(c.server.insecure_plaintext);
+  EXPECT_EQ(c.server.max_poll_wait, absl::Milliseconds(5500));
+  EXPECT_EQ(c.grace, absl::Seconds(2));
+  EXPECT_EQ(c.server.engine.run_name, "mnist-1");
+  EXPECT_EQ(c.server.engine.num_rounds, 25);
+  EXPECT_EQ(c.server.engine.min_clients, 8);
+  EXPECT_EQ(c.server.engine.min_fit_clients, 6);
+  EXPECT_EQ(c.server.engine.sample_fraction, 0.5);
+  EXPECT_EQ(c.server.engine.round_timeout, absl::Seconds(120));
+  EXPECT_EQ(c.server.engine.client_timeout, absl::Milliseconds(30250));
+  EXPECT_EQ(c.server.engine.max_round_retries, 0);
+  EXPECT_EQ(c.server.engine.seed, 42u);
+  EXPECT_EQ(c.server.engine.fit.local_epochs, 3);
+  EXPECT_EQ(c.server.engine.fit.batch_size, 64);
+  EXPECT_EQ(c.server.engine.fit.learning_rate, 0.01f);
+  EXPECT_EQ(c.model.features, 3072);
+  EXPECT_EQ(c.model.classes, 100);
+}
+
+TEST_F(ConfigTest, AbsentKeysKeepTheirValues) {
+  ServerConfig c;
+  c.server.listen_address = "127.0.0.1:0";  // set before, e.g. by a caller's own default
+  absl::Status s = ApplyServerConfig(Write("server.toml", "[run]\nrounds = 3\n"), c);
+  ASSERT_TRUE(s.ok()) << s;
+  ServerConfig want;
+  want.server.listen_address = "127.0.0.1:0";
+  want.server.engine.num_rounds = 3;
+  EXPECT_EQ(ServerConfigToToml(c), ServerConfigToToml(want));
+
+  ServerConfig empty;
+  ASSERT_TRUE(ApplyServerConfig(Write("empty.toml", ""), empty).ok());
+  EXPECT_EQ(ServerConfigToToml(empty), ServerConfigToToml(ServerConfig{}));
+}
+
+TEST_F(ConfigTest, FloatKeysAcceptIntegersAndDottedKeysWork) {
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(
+      Write("server.toml",
+            "run.sample_fraction = 1\nrun.round_timeout_s = 30\nfit.learning_rate = 1\n"),
+      c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.server.engine.sample_fraction, 1.0);
+  EXPECT_EQ(c.server.engine.round_timeout, absl::Seconds(30));
+  EXPECT_EQ(c.server.engine.fit.learning_rate, 1.0f);
+}
+
+TEST_F(ConfigTest, UnknownKeyNamesFileLineAndKey) {
+  const std::string text =
+      "[server]\nlisten = \"127.0.0.1:7443\"\n\n[run]\nrounds = 3\n\nroundz = 4\n";
+  absl::Status s = ApplyText(text);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), absl::StrCat(Path("server.toml"), ":7: unknown key 'run.roundz'"));
+}
+
+TEST_F(ConfigTest, UnknownTableAndTopLevelKey) {
+  absl::Status s = ApplyText("[run]\nrounds = 3\n[runs]\nrounds = 3\n");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), absl::StrCat(Path("server.toml"), ":3: unknown table 'runs'"));
+
+  s = ApplyText("rounds = 3\n");
+  EXPECT_EQ(s.message(), absl::StrCat(Path("server.toml"), ":1: unknown key 'rounds'"));
+
+  s = ApplyText("run = 3\n");
+  EXPECT_EQ(s.message(),
+            absl::StrCat(Path("server.toml"), ":1: key 'run' must be a table, got an integer"));
+}
+
+TEST_F(ConfigTest, WrongTypeNamesFileLineKeyAndType) {
+  const std::string file = Path("server.toml");
+  absl::Status s = ApplyText("[run]\nname = \"a\"\nrounds = \"10\"\n");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            absl::StrCat(file, ":3: key 'run.rounds' must be an integer, got a string"));
+
+  s = ApplyText("[run]\nrounds = 2.5\n");
+  EXPECT_EQ(s.message(),
+            absl::StrCat(file, ":2: key 'run.rounds' must be an integer, got a float"));
+
+  s = ApplyText("[fit]\nlearning_rate = \"0.1\"\n");
+  EXPECT_EQ(s.message(),
+            absl::StrCat(file, ":2: key 'fit.learning_rate' must be a number, got a string"));
+
+  s = ApplyText("[server]\ninsecure_plaintext = 1\n");
+  EXPECT_EQ(
+      s.message(),
+      absl::StrCat(file, ":2: key 'server.insecure_plaintext' must be a boolean, got an integer"));
+
+  s = ApplyText("[server]\nlisten = 7443\n");
+  EXPECT_EQ(s.message(),
+            absl::StrCat(file, ":2: key 'server.listen' must be a string, got an integer"));
+}
+
+TEST_F(ConfigTest, ArrayElementOfWrongType) {
+  const std::string file = Path("server.toml");
+  absl::Status s = ApplyText("[server]\nenroll = [1]\n");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            absl::StrCat(file, ":2: key 'server.enroll[0]' must be a string, got an integer"));
+
+  // The line is the element's own.
+  s = ApplyText("[server]\nenroll = [\n  \"a.pem\",\n  false,\n]\n");
+  EXPECT_EQ(s.message(),
+            absl::StrCat(file, ":4: key 'server.enroll[1]' must be a string, got a boolean"));
+
+  s = ApplyText("[server]\nenroll = \"a.pem\"\n");
+  EXPECT_EQ(
+      s.message(),
+      absl::StrCat(file, ":2: key 'server.enroll' must be an array of strings, got a string"));
+}
+
+TEST_F(ConfigTest, OutOfRangeValuesNameTheRange) {
+  struct Case {
+    std::string line;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"run.sample_fraction = 1.5", "key 'run.sample_fraction' must be in (0, 1], got 1.5"},
+      {"run.sample_fraction = 0", "key 'run.sample_fraction' must be in (0, 1], got 0.0"},
+      {"run.rounds = 0", "key 'run.rounds' must be >= 1, got 0"},
+      {"run.rounds = 3000000000", "key 'run.rounds' must be <= 2147483647, got 3000000000"},
+      {"run.min_clients = 0", "key 'run.min_clients' must be >= 1, got 0"},
+      {"run.min_fit_clients = 0", "key 'run.min_fit_clients' must be >= 1, got 0"},
+      {"run.max_round_retries = -1", "key 'run.max_round_retries' must be >= 0, got -1"},
+      {"run.seed = -1", "key 'run.seed' must be >= 0, got -1"},
+      {"run.round_timeout_s = 0", "key 'run.round_timeout_s' must be > 0, got 0.0"},
+      {"run.round_timeout_s = -2.5", "key 'run.round_timeout_s' must be > 0, got -2.5"},
+      {"run.round_timeout_s = inf", "key 'run.round_timeout_s' must be finite, got inf"},
+      {"run.client_timeout_s = nan", "key 'run.client_timeout_s' must be > 0, got nan"},
+      {"server.max_poll_wait_s = 0", "key 'server.max_poll_wait_s' must be > 0, got 0.0"},
+      {"server.grace_s = -1", "key 'server.grace_s' must be >= 0, got -1.0"},
+      {"server.listen = \"\"", "key 'server.listen' must not be empty"},
+      {"fit.batch_size = 0", "key 'fit.batch_size' must be >= 1, got 0"},
+      {"fit.local_epochs = 0", "key 'fit.local_epochs' must be >= 1, got 0"},
+      {"fit.learning_rate = 0.0", "key 'fit.learning_rate' must be > 0, got 0.0"},
+      {"model.features = 0", "key 'model.features' must be >= 1, got 0"},
+      {"model.classes = 1", "key 'model.classes' must be >= 2, got 1"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ApplyText(absl::StrCat("# comment\n\n", c.line, "\n"));
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.line;
+    EXPECT_EQ(s.message(), absl::StrCat(Path("server.toml"), ":3: ", c.message)) << c.line;
+  }
+  EXPECT_TRUE(ApplyText("server.grace_s = 0\nrun.max_round_retries = 0\n").ok());
+}
+
+TEST_F(ConfigTest, FirstProblemInTheFileIsReported) {
+  // toml++ iterates keys in order; the report follows the file.
+  absl::Status s = ApplyText("[run]\nseed = \"x\"\nmin_clients = \"y\"\n");
+  EXPECT_EQ(s.message(), absl::StrCat(Path("server.toml"),
+                                      ":2: key 'run.seed' must be an integer, got a string"));
+}
+
+TEST_F(ConfigTest, SyntaxErrorGivesLineColumnAndDescription) {
+  absl::Status s = ApplyText("[run]\nrounds = = 3\n");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat(Path("server.toml"), ":2:")));
+  EXPECT_GT(s.message().size(), Path("server.toml").size() + 6);  // and a description
+
+  s = ApplyText("[run]\nrounds = 3\nrounds = 4\n");  // redefinition is a syntax error too
+  EXPECT_THAT(std::string(s.message()), HasSubstr(absl::StrCat(Path("server.toml"), ":3:")));
+}
+
+TEST_F(ConfigTest, MissingFileIsNotFoundAndNamesThePath) {
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(Path("absent.toml"), c);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(Path("absent.toml")));
+}
+
+TEST_F(ConfigTest, ToTomlReadsBackToTheSameValues) {
+  ServerConfig original;
+  ASSERT_TRUE(ApplyServerConfig(Write("full.toml", kFullFile), original).ok());
+  original.server.engine.run_name = "quote \" backslash \\ tab \t end";
+  original.server.engine.fit.learning_rate = 0.1f;
+  original.server.engine.seed = 1234567890123;
+  const std::string text = ServerConfigToToml(original);
+  ServerConfig back;
+  absl::Status s = ApplyServerConfig(Write("back.toml", text), back);
+  ASSERT_TRUE(s.ok()) << s << "\n" << text;
+  EXPECT_EQ(ServerConfigToToml(back), text);
+  EXPECT_EQ(back.server.engine.run_name, original.server.engine.run_name);
+  EXPECT_EQ(back.server.engine.fit.learning_rate, 0.1f);
+  EXPECT_EQ(back.server.engine.seed, 1234567890123u);
+  EXPECT_EQ(back.server.max_poll_wait, original.server.max_poll_wait);
+}
+
+TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) {
+  const std::string reference = ServerConfigReference();
+  const std::vector<std::pair<std::string, std::vector<std::string>>> keys = {
+      {"server",
+       {"listen", "data_dir", "ca", "cert", "key", "enroll", "insecure_plaintext",
+        "max_poll_wait_s", "grace_s"}},
+      {"run",
+       {"name", "rounds", "min_clients", "min_fit_clients", "sample_fraction", "round_timeout_s",
+        "client_timeout_s", "max_round_retries", "seed"}},
+      {"fit", {"local_epochs", "batch_size", "learning_rate"}},
+      {"model", {"features", "classes"}},
+  };
+  for (const auto& [table, names] : keys) {
+    const size_t table_at = reference.find(absl::StrCat("\n[", table, "]\n"));
+    ASSERT_NE(table_at, std::string::npos) << table;
+    for (const std::string& name : names) {
+      const size_t at = reference.find(absl::StrCat("\n", name, " = "), table_at);
+      ASSERT_NE(at, std::string::npos) << table << "." << name;
+      const size_t comment = reference.rfind('\n', at - 1);
+      EXPECT_EQ(reference.substr(comment + 1, 2), "# ") << table << "." << name;
+    }
+  }
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(Write("reference.toml", reference), c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ServerConfigToToml(c), ServerConfigToToml(ServerConfig{}));
+}
+
+TEST_F(ConfigTest, CheckedInExampleIsTheReference) {
+  const std::string path = absl::StrCat(FL_SOURCE_DIR, "/deploy/server.example.toml");
+  absl::StatusOr<std::string> example = ReadFile(path);
+  ASSERT_TRUE(example.ok()) << example.status();
+  EXPECT_EQ(*example, ServerConfigReference())
+      << "regenerate it: fl server --print-config-reference > deploy/server.example.toml";
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(path, c);
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// The real `fl` binary: `fl server --config FILE` and the flags over it.
+class ServerCommandTest : public ConfigTest {
+ protected:
+  struct Result {
+    int exit_code = -1;
+    std::string out, err;
+  };
+
+  Result Run(const std::string& args) {
+    const std::string out = Path("stdout"), err = Path("stderr");
+    const std::string command = absl::StrCat(FL_BINARY, " ", args, " >", out, " 2>", err);
+    const int status = std::system(command.c_str());
+    Result r;
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    r.out = ReadFile(out).value_or("");
+    r.err = ReadFile(err).value_or("");
+    return r;
+  }
+
+  // The merged configuration `fl server <args> --print-effective-config` prints, read back.
+  ServerConfig Effective(const std::string& args) {
+    Result r = Run(absl::StrCat("server ", args, " --print-effective-config"));
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    ServerConfig c;
+    absl::Status s = ApplyServerConfig(Write("effective.toml", r.out), c);
+    EXPECT_TRUE(s.ok()) << s << "\n" << r.out;
+    return c;
+  }
+};
+
+TEST_F(ServerCommandTest, BadConfigFailsNamingFileLineAndKey) {
+  const std::string bad = Write("bad.toml", "[run]\nrounds = 3\nroundz = 4\n");
+  Result r = Run(absl::StrCat("server --config ", bad, " --insecure-plaintext --listen 127.0.0.1:0",
+                              " --data-dir ", Path("data")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat(bad, ":3: unknown key 'run.roundz'")));
+  EXPECT_FALSE(std::filesystem::exists(Path("data")));  // refused before starting
+
+  const std::string wrong = Write("wrong.toml", "[fit]\nbatch_size = \"32\"\n");
+  r = Run(absl::StrCat("server --config=", wrong));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat(wrong, ":2: key 'fit.batch_size' must be an integer")));
+
+  r = Run(absl::StrCat("server --config ", Path("absent.toml")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(r.err, HasSubstr(Path("absent.toml")));
+}
+
+TEST_F(ServerCommandTest, FlagsGivenOverrideTheFileAndOnlyThey) {
+  const std::string good = Write("good.toml", R"([server]
+listen = "127.0.0.1:9999"
+data_dir = "from-file"
+enroll = ["a.pem", "b.pem"]
+insecure_plaintext = true
+grace_s = 3
+[run]
+rounds = 7
+min_clients = 4
+min_fit_clients = 3
+round_timeout_s = 42
+sample_fraction = 0.5
+seed = 9
+[fit]
+learning_rate = 0.2
+batch_size = 16
+[model]
+features = 20
+classes = 3
+)");
+  ServerConfig c = Effective(absl::StrCat("--config ", good, " --rounds 1 --lr 0.5 --classes 4"));
+  // Given on the command line:
+  EXPECT_EQ(c.server.engine.num_rounds, 1);
+  EXPECT_EQ(c.server.engine.fit.learning_rate, 0.5f);
+  EXPECT_EQ(c.model.classes, 4);
+  // From the file, although each has a flag with a default:
+  EXPECT_EQ(c.server.listen_address, "127.0.0.1:9999");
+  EXPECT_EQ(c.server.data_dir, "from-file");
+  EXPECT_THAT(c.server.enroll_cert_paths, ElementsAre("a.pem", "b.pem"));
+  EXPECT_TRUE(c.server.insecure_plaintext);
+  EXPECT_EQ(c.grace, absl::Seconds(3));
+  EXPECT_EQ(c.server.engine.min_clients, 4);
+  EXPECT_EQ(c.server.engine.min_fit_clients, 3);
+  EXPECT_EQ(c.server.engine.round_timeout, absl::Seconds(42));
+  EXPECT_EQ(c.server.engine.sample_fraction, 0.5);
+  EXPECT_EQ(c.server.engine.seed, 9u);
+  EXPECT_EQ(c.server.engine.fit.batch_size, 16);
+  EXPECT_EQ(c.model.features, 20);
+
+  // The duration flags and a repeated flag replace the file's values.
+  c = Effective(absl::StrCat("--config ", good,
+                             " --round-timeout 5 --grace 0 --enroll c.pem --listen 127.0.0.1:1"));
+  EXPECT_EQ(c.server.engine.round_timeout, absl::Seconds(5));
+  EXPECT_EQ(c.grace, absl::ZeroDuration());
+  EXPECT_THAT(c.server.enroll_cert_paths, ElementsAre("c.pem"));
+  EXPECT_EQ(c.server.listen_address, "127.0.0.1:1");
+  EXPECT_EQ(c.server.engine.num_rounds, 7);
+}
+
+TEST_F(ServerCommandTest, WithoutAFileTheFlagsDefaultsAreTheConfigDefaults) {
+  ServerConfig c = Effective("");
+  EXPECT_EQ(ServerConfigToToml(c), ServerConfigToToml(ServerConfig{}));
+  c = Effective("--rounds 2 --insecure-plaintext");
+  EXPECT_EQ(c.server.engine.num_rounds, 2);
+  EXPECT_TRUE(c.server.insecure_plaintext);
+}
+
+TEST_F(ServerCommandTest, PrintConfigReference) {
+  Result r = Run("server --print-config-reference");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, ServerConfigReference());
+}
+
+}  // namespace
+}  // namespace fl::server
