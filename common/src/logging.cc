@@ -8,6 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 
 namespace fl {
 namespace {
@@ -28,28 +29,6 @@ std::atomic<int>& Format() {
                                                                            : LogFormat::kText);
   }()};
   return format;
-}
-
-void AppendJsonString(std::string& line, std::string_view value) {
-  line.push_back('"');
-  for (unsigned char c : value) {
-    switch (c) {
-      case '"': line.append("\\\""); break;
-      case '\\': line.append("\\\\"); break;
-      case '\n': line.append("\\n"); break;
-      case '\r': line.append("\\r"); break;
-      case '\t': line.append("\\t"); break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          line.append(buf);
-        } else {
-          line.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  line.push_back('"');
 }
 
 std::atomic<int>& Level() {
@@ -98,15 +77,13 @@ void LogEvent(LogLevel level, std::string_view event, std::initializer_list<LogF
       absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
   std::string line;
   if (Format().load() == static_cast<int>(LogFormat::kJson)) {
-    line = "{\"ts\":\"" + ts + "\",\"level\":\"" + LevelName(level) + "\",\"event\":";
-    AppendJsonString(line, event);
-    for (const LogField& f : fields) {
-      line.push_back(',');
-      AppendJsonString(line, f.first);
-      line.push_back(':');
-      AppendJsonString(line, f.second);
-    }
-    line.append("}\n");
+    nlohmann::ordered_json j;
+    j["ts"] = ts;
+    j["level"] = LevelName(level);
+    j["event"] = std::string(event);
+    for (const LogField& f : fields) j[std::string(f.first)] = f.second;
+    line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    line.push_back('\n');
   } else {
     line = ts;
     line.push_back(' ');

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -35,44 +36,14 @@ std::string HostPort(const std::string& host, int port) {
   return absl::StrCat(host, ":", port);
 }
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out.append("\\\"");
-        break;
-      case '\\':
-        out.append("\\\\");
-        break;
-      case '\n':
-        out.append("\\n");
-        break;
-      case '\r':
-        out.append("\\r");
-        break;
-      case '\t':
-        out.append("\\t");
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out.append(absl::StrFormat("\\u%04x", static_cast<int>(c)));
-        } else {
-          out.push_back(c);
-        }
-    }
-  }
-  out.push_back('"');
-  return out;
-}
-
 std::string HealthJson(const HealthReport& report) {
-  std::string out = report.healthy ? std::string("{\"status\":\"ok\"")
-                                   : absl::StrCat("{\"status\":\"unhealthy\",\"reason\":",
-                                                  JsonString(report.reason));
-  absl::StrAppend(&out, ",\"run_id\":", report.run_id, ",\"round\":", report.round,
-                  ",\"clients_online\":", report.clients_online, "}");
-  return out;
+  nlohmann::ordered_json j;
+  j["status"] = report.healthy ? "ok" : "unhealthy";
+  if (!report.healthy) j["reason"] = report.reason;
+  j["run_id"] = report.run_id;
+  j["round"] = report.round;
+  j["clients_online"] = report.clients_online;
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 class HttpEndpointImpl final : public HttpEndpoint {
