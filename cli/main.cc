@@ -101,8 +101,22 @@ std::string ServerConfigPath(int argc, char** argv) {
 int RunServer(const fl::server::ServerConfig& config) {
   fl::Model initial(
       fl::client::SoftmaxRegressionSpec(config.model.features, config.model.classes));
+  fl::server::EngineHooks hooks;
+  std::shared_ptr<fl::client::Dataset> eval_set;
+  if (!config.model.eval_images.empty() || !config.model.eval_labels.empty()) {
+    absl::StatusOr<fl::client::Dataset> data =
+        fl::client::LoadIdx(config.model.eval_images, config.model.eval_labels);
+    if (!data.ok()) return Fail(data.status());
+    eval_set = std::make_shared<fl::client::Dataset>(*std::move(data));
+    hooks.evaluate = [eval_set](const fl::Model& model) -> std::map<std::string, double> {
+      absl::StatusOr<fl::client::EvalResult> r =
+          fl::client::EvaluateSoftmaxRegression(model, *eval_set);
+      if (!r.ok()) return {};
+      return {{"test_loss", r->loss}, {"test_accuracy", r->metrics["accuracy"]}};
+    };
+  }
   absl::StatusOr<std::unique_ptr<fl::server::Server>> server =
-      fl::server::Server::Start(config.server, std::move(initial));
+      fl::server::Server::Start(config.server, std::move(initial), hooks);
   if (!server.ok()) return Fail(server.status());
   fl::server::Server* s = server->get();
   std::thread signals = WatchSignals([s](int sig) {
@@ -421,6 +435,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   server_cmd->add_option("--classes", server_model.classes, "Softmax model: classes")
       ->capture_default_str();
+  server_cmd->add_option("--eval-images", server_model.eval_images,
+                         "Server-side evaluation of each new model: IDX images");
+  server_cmd->add_option("--eval-labels", server_model.eval_labels,
+                         "Server-side evaluation: IDX labels");
   server_cmd->add_option("--grace", grace_s, "Seconds to keep serving DONE after the run ends")
       ->capture_default_str();
 

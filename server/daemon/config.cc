@@ -405,6 +405,13 @@ const std::vector<KeySpec>& Keys() {
       IntKey<int32_t>(
           "model", "classes", "Output classes.", 2,
           [](auto& c) -> auto& { return c.model.classes; }),
+      StringKey(
+          "model", "eval_images",
+          "Server-side evaluation: IDX images the server scores each new model on; empty: none.",
+          true, [](auto& c) -> auto& { return c.model.eval_images; }),
+      StringKey(
+          "model", "eval_labels", "Server-side evaluation: the IDX labels of eval_images.", true,
+          [](auto& c) -> auto& { return c.model.eval_labels; }),
   };
   return *kKeys;
 }

@@ -30,6 +30,10 @@ namespace fl::server {
 struct ServerModelOptions {
   int64_t features = 784;
   int32_t classes = 10;
+  // Server-side evaluation: an IDX image and label file (optionally .gz) the server scores every
+  // new global model on ("test_loss", "test_accuracy" in the round's metrics). Empty: none.
+  std::string eval_images;
+  std::string eval_labels;
 };
 
 // Everything `fl server` runs with. The round timeout lives in server.engine.round_timeout.

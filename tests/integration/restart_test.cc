@@ -3,6 +3,7 @@
 // intact at the end.
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -20,7 +21,7 @@ using server::RoundRecord;
 using server::RoundStatus;
 
 std::vector<std::string> ServerCommand(const ProvisionedFiles& pki, const std::string& data_dir,
-                                       int port) {
+                                       int port, const std::vector<std::string>& extra = {}) {
   std::vector<std::string> argv = {FL_BINARY,
                                    "server",
                                    "--listen",
@@ -48,6 +49,16 @@ std::vector<std::string> ServerCommand(const ProvisionedFiles& pki, const std::s
   for (const std::string& cert : pki.client_certs) {
     argv.push_back("--enroll");
     argv.push_back(cert);
+  }
+  // A flag given in `extra` replaces the default one above.
+  for (size_t i = 0; i + 1 < extra.size(); i += 2) {
+    auto it = std::find(argv.begin(), argv.end(), extra[i]);
+    if (it != argv.end() && it + 1 != argv.end()) {
+      *(it + 1) = extra[i + 1];
+    } else {
+      argv.push_back(extra[i]);
+      argv.push_back(extra[i + 1]);
+    }
   }
   return argv;
 }
@@ -230,6 +241,91 @@ TEST(CrashTest, SigkillAtEachPointOfARoundLosesNothingAndChangesNothing) {
     }
     EXPECT_LT(max_diff, 1e-5f) << "the final model differs from the uninterrupted run's";
   }
+}
+
+}  // namespace
+}  // namespace fl::testing
+
+namespace fl::testing {
+namespace {
+
+std::vector<std::unique_ptr<ClientThread>> StartSlowClients(const ProvisionedFiles& pki, int port,
+                                                            absl::Duration delay) {
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < 3; ++i) {
+    client::ClientOptions options = TlsClientOptions(pki, i, port);
+    options.reconnect_timeout = absl::Seconds(60);
+    clients.push_back(std::make_unique<ClientThread>(
+        options, std::make_unique<SlowTrainer>(
+                     client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {}),
+                     delay)));
+  }
+  return clients;
+}
+
+TEST(RestartTest, SigtermMidRoundRecordsItAbortedAndTheRestartRunsItAgain) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  const std::string data_dir = dir.path() + "/server";
+  const std::string log = dir.path() + "/server.log";
+  const int port = FreeLoopbackPort();
+  auto server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log);
+  auto clients = StartSlowClients(pki, port, absl::Milliseconds(500));
+  // Stop the server while round 2 is in flight.
+  int rows = 0;
+  std::map<int, RoundRecord> committed;
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  while ((committed.size() < 1 || rows < 2) && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(20));
+    committed = CommittedRounds(data_dir, &rows);
+  }
+  ASSERT_EQ(committed.size(), 1u);
+  server->Kill(SIGTERM);
+  EXPECT_EQ(server->Wait(), 0) << *ReadFile(log);
+  {
+    absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+    ASSERT_TRUE(store.ok());
+    absl::StatusOr<std::vector<RoundRecord>> rounds = (*store)->Rounds(1);
+    ASSERT_TRUE(rounds.ok());
+    ASSERT_EQ(rounds->size(), 2u);
+    EXPECT_EQ((*rounds)[1].round, 2);
+    EXPECT_EQ((*rounds)[1].status, RoundStatus::kAborted);
+    EXPECT_EQ((*rounds)[1].reason, "server shutting down");
+  }
+  server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log);
+  for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
+  EXPECT_EQ(server->Wait(), 0) << *ReadFile(log);
+  EXPECT_EQ(CommittedRounds(data_dir).size(), 4u);
+}
+
+TEST(RestartTest, ServerSideEvaluationAndAStoppingRuleFromTheCommandLine) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  const std::string data_dir = dir.path() + "/server";
+  const std::string log = dir.path() + "/server.log";
+  const int port = FreeLoopbackPort();
+  const std::string fmnist = FL_FASHION_MNIST_DIR;
+  ChildProcess server(
+      ServerCommand(pki, data_dir, port,
+                    {"--rounds", "50", "--eval-images", fmnist + "/t10k-images-idx3-ubyte.gz",
+                     "--eval-labels", fmnist + "/t10k-labels-idx1-ubyte.gz", "--stop-metric",
+                     "test_accuracy", "--stop-threshold", "0.7"}),
+      log);
+  auto clients = StartSlowClients(pki, port, absl::ZeroDuration());
+  for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
+  EXPECT_EQ(server.Wait(), 0) << *ReadFile(log);
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<server::RunRecord> run = (*store)->GetRun(1);
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, server::RunStatus::kFinished);
+  EXPECT_NE(run->reason.find("stopping rule met after round"), std::string::npos) << run->reason;
+  const size_t committed = CommittedRounds(data_dir).size();
+  EXPECT_LT(committed, 50u);
+  EXPECT_GE(committed, 1u);
+  absl::StatusOr<std::vector<RoundRecord>> rounds = (*store)->Rounds(1);
+  ASSERT_TRUE(rounds.ok());
+  EXPECT_NE(rounds->back().metrics_json.find("test_accuracy"), std::string::npos);
 }
 
 }  // namespace

@@ -817,6 +817,30 @@ TEST_F(EngineTest, FederatedEvaluationEveryKRoundsIsWeightedAndRecorded) {
   EXPECT_TRUE(declined_audited);
 }
 
+TEST_F(EngineTest, AFinishedRunIsFollowedByANewRunWithItsOwnConfiguration) {
+  options_.num_rounds = 1;
+  StartEngine();
+  JoinAll();
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    ASSERT_TRUE(Submit(clients_[i], engine_->Poll(clients_[i]), RandomModel(i), 1).ok());
+  }
+  ASSERT_TRUE(engine_->finished());
+  const int64_t first = engine_->run_id();
+  engine_.reset();
+  options_.num_rounds = 2;
+  options_.run_name = "second";
+  StartEngine();
+  EXPECT_NE(engine_->run_id(), first);
+  EXPECT_FALSE(engine_->finished());
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->name, "second");
+  absl::StatusOr<EngineOptions> recorded = EngineOptions::FromJson(run->config_json);
+  ASSERT_TRUE(recorded.ok());
+  EXPECT_EQ(recorded->num_rounds, 2);
+  EXPECT_EQ(store_->GetRun(first)->status, RunStatus::kFinished);
+}
+
 TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {
   EngineOptions o;
   o.num_rounds = 42;
