@@ -1,0 +1,181 @@
+// What the engine tells clients: joins, polls, heartbeats and the task each client gets, which
+// clients are online, and dropping the sampled clients that went silent.
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fl/common/logging.h"
+#include "server/engine/engine_impl.h"
+
+namespace fl::server::internal {
+
+absl::StatusOr<int64_t> EngineImpl::Join(const std::string& client_id, const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ClientState& c = clients_[client_id];
+    c.name = name;
+    c.last_seen = clock_->Now();
+    (void)store_->TouchClient(client_id, ToMs(c.last_seen));
+    LogEvent(LogLevel::kInfo, "client_joined",
+             {{"client", client_id.substr(0, 16)}, {"name", name}});
+    MaybeAdvanceLocked();
+    BumpLocked();
+  }
+  FlushSummaries();
+  return run_.run_id;
+}
+
+Task EngineImpl::Poll(const std::string& client_id) {
+  Task task;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    clients_[client_id].last_seen = clock_->Now();
+    MaybeAdvanceLocked();
+    task = TaskForLocked(client_id);
+  }
+  FlushSummaries();
+  return task;
+}
+
+absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_id, int64_t run_id,
+                                                      int32_t round, const std::string& task_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (eval_ != nullptr && run_id == run_.run_id && round == eval_->round) {
+    auto task = eval_->task_of.find(client_id);
+    if (task != eval_->task_of.end() && task->second == task_id) {
+      return GlobalModel{global_, global_sha_};
+    }
+  }
+  if (absl::Status s = CheckTaskLocked(client_id, run_id, round, task_id); !s.ok()) return s;
+  return GlobalModel{global_, global_sha_};
+}
+
+bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
+                           const std::string& task_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  clients_[client_id].last_seen = clock_->Now();
+  if (current_ == nullptr || current_->round != round) return false;
+  auto task = current_->task_of.find(client_id);
+  if (task == current_->task_of.end() || task->second != task_id) return false;
+  auto up = current_->uploads.find(client_id);
+  return up == current_->uploads.end() || up->second->phase == Phase::kStreaming;
+}
+
+void EngineImpl::AuditRefusal(const std::string& client_id, const std::string& event,
+                              const absl::Status& status) {
+  if (event == "update_refused" && hooks_.on_update) hooks_.on_update(status, 0);
+  LogEvent(LogLevel::kWarn, event,
+           {{"client", client_id.substr(0, 16)}, {"reason", std::string(status.message())}});
+  AuditRecord rec;
+  rec.at_ms = ToMs(clock_->Now());
+  rec.client_id = client_id;
+  rec.event = event;
+  rec.detail = absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
+  rec.run_id = run_.run_id;
+  (void)store_->Audit(rec);
+}
+
+absl::Status EngineImpl::CheckTaskLocked(const std::string& client_id, int64_t run_id,
+                                         int32_t round, const std::string& task_id) const {
+  if (run_id != run_.run_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("request is for run ", run_id, " but the active run is ", run_.run_id));
+  }
+  if (finished_) return absl::FailedPreconditionError("the run is over");
+  if (current_ == nullptr || current_->round != round) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "request is for round ", round, " but ",
+        current_ == nullptr ? std::string("no round is open")
+                            : absl::StrCat("the open round is ", current_->round)));
+  }
+  auto it = current_->task_of.find(client_id);
+  if (it == current_->task_of.end() || it->second != task_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("task '", task_id, "' is not this client's task in round ", round));
+  }
+  return absl::OkStatus();
+}
+
+Task EngineImpl::TaskForLocked(const std::string& client_id) const {
+  Task t;
+  t.run_id = run_.run_id;
+  if (finished_) {
+    t.kind = Task::Kind::kDone;
+    t.message = absl::StrCat("run ", run_.run_id, " is ", ToString(run_.status),
+                             run_.reason.empty() ? "" : ": ", run_.reason);
+    return t;
+  }
+  if (eval_ != nullptr) {
+    t.round = eval_->round;
+    auto task = eval_->task_of.find(client_id);
+    if (task == eval_->task_of.end() || eval_->reports.count(client_id) != 0) {
+      t.message = absl::StrCat("waiting for the federated evaluation of round ", eval_->round);
+      return t;
+    }
+    t.kind = Task::Kind::kEvaluate;
+    t.task_id = task->second;
+    t.spec = global_->spec();
+    t.model_bytes = global_->NumBytes();
+    t.model_sha256 = global_sha_;
+    return t;
+  }
+  if (current_ == nullptr) {
+    t.message = aborted_ ? "the server is shutting down" : "waiting for clients to come online";
+    return t;
+  }
+  t.round = current_->round;
+  auto task = current_->task_of.find(client_id);
+  if (task == current_->task_of.end()) {
+    t.message = absl::StrCat("not sampled in round ", current_->round);
+    return t;
+  }
+  if (current_->uploads.count(client_id) != 0) {
+    t.message = absl::StrCat("update received; waiting for round ", current_->round, " to close");
+    return t;
+  }
+  t.kind = Task::Kind::kFit;
+  t.task_id = task->second;
+  t.fit = options_.fit;
+  t.spec = global_->spec();
+  t.model_bytes = global_->NumBytes();
+  t.model_sha256 = global_sha_;
+  return t;
+}
+
+std::vector<std::string> EngineImpl::OnlineLocked(absl::Time now) const {
+  std::vector<std::string> online;
+  for (const auto& [id, c] : clients_) {
+    if (now - c.last_seen <= options_.client_timeout) online.push_back(id);
+  }
+  return online;  // std::map keeps them sorted
+}
+
+void EngineImpl::DropOfflineClientsLocked(absl::Time now) {
+  for (const std::string& id : current_->sampled) {
+    if (current_->uploads.count(id) != 0) continue;  // reported, refused or uploading
+    const absl::Duration silent = now - clients_[id].last_seen;
+    if (silent <= options_.client_timeout) continue;
+    auto state = std::make_shared<UploadState>();
+    state->client_id = id;
+    state->task_id = current_->task_of[id];
+    state->reason = absl::StrCat("offline: no poll or heartbeat for ",
+                                 absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))));
+    state->phase = Phase::kAborted;
+    current_->uploads[id] = state;
+    AuditRecord rec;
+    rec.at_ms = ToMs(now);
+    rec.client_id = id;
+    rec.event = "client_offline";
+    rec.detail = absl::StrCat(state->reason, "; dropped from round ", current_->round);
+    rec.run_id = run_.run_id;
+    rec.round = current_->round;
+    (void)store_->Audit(rec);
+    LogEvent(LogLevel::kWarn, "client_offline",
+             {{"client", id.substr(0, 16)}, {"round", absl::StrCat(current_->round)},
+              {"reason", state->reason}});
+  }
+}
+
+}  // namespace fl::server::internal

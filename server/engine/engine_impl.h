@@ -1,0 +1,241 @@
+// Internal to the engine: the implementation of RoundEngine and of its Upload, shared by the
+// engine's source files:
+//   round_engine.cc    Create, resuming a run, advancing, starting and closing rounds, ending it
+//   clients.cc         joins, polls, heartbeats, task assignment, liveness, dropping the silent
+//   uploads.cc         registering, checking, streaming and folding updates; declines
+//   evaluation.cc      federated evaluation between rounds
+//   engine_options.cc  EngineOptions' JSON form and the real clock
+//
+// Thread safety: EngineImpl's members whose names end in `Locked` expect `mu_` held;
+// UploadImpl::RefuseLocked expects the round's gate held shared (see upload.h).
+#ifndef FL_SERVER_ENGINE_ENGINE_IMPL_H_
+#define FL_SERVER_ENGINE_ENGINE_IMPL_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "fl/aggregation/strategy.h"
+#include "fl/common/chunking.h"
+#include "fl/server/engine.h"
+#include "fl/server/store.h"
+#include "server/engine/upload.h"
+
+namespace fl::server::internal {
+
+using Phase = UploadState::Phase;
+
+inline int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
+
+// The largest example count an update may claim (its FedAvg weight): far above any site's data,
+// small enough that one client cannot swamp the float64 sum.
+inline constexpr int64_t kMaxExamples = int64_t{1} << 40;
+
+// `metrics` as a JSON object.
+std::string MetricsJson(const std::map<std::string, double>& metrics);
+
+class EngineImpl;
+
+class UploadImpl final : public Upload {
+ public:
+  UploadImpl(EngineImpl* engine, std::shared_ptr<RoundState> round,
+             std::shared_ptr<UploadState> state, int64_t payload_bytes)
+      : engine_(engine),
+        round_(std::move(round)),
+        state_(std::move(state)),
+        assembler_(payload_bytes),
+        buffer_(static_cast<size_t>(kMaxChunkBytes / sizeof(float))) {}
+  ~UploadImpl() override;
+
+  absl::Status AddChunk(int64_t offset, std::string_view data) override;
+  absl::Status Finish(std::string_view sha256_hex) override;
+  absl::Status Abandon() override {
+    return Refuse(absl::DataLossError(absl::StrCat("update stream ended after ",
+                                                   assembler_.received(), " of ",
+                                                   assembler_.expected(),
+                                                   " bytes, without its SHA-256")));
+  }
+  absl::Status Refuse(absl::Status why) override;
+
+ private:
+  // The round is closing or closed: this update is cut off (the close records why).
+  absl::Status NoLongerAccepted();
+  // Refuses the update: folds it out and records why. Caller holds the gate shared.
+  absl::Status RefuseLocked(absl::Status why);
+
+  EngineImpl* engine_;
+  std::shared_ptr<RoundState> round_;
+  std::shared_ptr<UploadState> state_;
+  ChunkAssembler assembler_;
+  std::vector<float> buffer_;
+  bool done_ = false;
+};
+
+class EngineImpl final : public RoundEngine {
+ public:
+  EngineImpl(EngineOptions options, Store* store, aggregation::Strategy* strategy, Clock* clock,
+             EngineHooks hooks)
+      : options_(std::move(options)),
+        store_(store),
+        strategy_(strategy),
+        clock_(clock),
+        hooks_(std::move(hooks)) {}
+
+  absl::Status Init(Model initial_model);
+
+  absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) override;
+  Task Poll(const std::string& client_id) override;
+  absl::StatusOr<GlobalModel> ModelForTask(const std::string& client_id, int64_t run_id,
+                                            int32_t round, const std::string& task_id) override;
+  absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
+                                                      const UpdateMeta& meta) override;
+  void Abort(const std::string& reason) override;
+  absl::Status SubmitEvaluation(const std::string& client_id,
+                                const EvaluationReport& report) override;
+  absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
+                       const std::string& reason) override;
+  bool Heartbeat(const std::string& client_id, int32_t round,
+                 const std::string& task_id) override;
+  void AuditRefusal(const std::string& client_id, const std::string& event,
+                    const absl::Status& status) override;
+
+  void Tick() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      MaybeAdvanceLocked();
+    }
+    FlushSummaries();
+  }
+
+  uint64_t WaitForChange(uint64_t seen_version, absl::Duration timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
+                 [&] { return version_ != seen_version; });
+    return version_;
+  }
+
+  uint64_t version() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return version_;
+  }
+  bool finished() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return finished_;
+  }
+  int clients_online() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int>(OnlineLocked(clock_->Now()).size());
+  }
+  int64_t run_id() const override { return run_.run_id; }
+  int32_t committed_round() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return committed_round_;
+  }
+  std::shared_ptr<const Model> global_model() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return global_;
+  }
+
+  // Called by uploads, without the gate held, after they reached a final phase.
+  void OnUploadEnded(const std::shared_ptr<RoundState>& round, const UploadState& up,
+                     const absl::Status& refusal, const std::string& event = "update_refused");
+
+ private:
+  struct ClientState {
+    std::string name;
+    absl::Time last_seen = absl::InfinitePast();
+  };
+
+  void BumpLocked() {
+    ++version_;
+    cv_.notify_all();
+  }
+
+  ParticipationRecord ParticipationFor(const RoundState& round, const UploadState& up) const;
+  absl::Status CheckTaskLocked(const std::string& client_id, int64_t run_id, int32_t round,
+                               const std::string& task_id) const;
+  Task TaskForLocked(const std::string& client_id) const;
+
+  // Records `state` as the client's one upload for the open round and returns that round, or
+  // sets `refusal` (stale or foreign task, second update) and returns null.
+  std::shared_ptr<RoundState> RegisterUploadLocked(const std::string& client_id,
+                                                   const UpdateMeta& meta,
+                                                   std::shared_ptr<UploadState> state,
+                                                   absl::Status& refusal);
+  // Shape, size, example count and metrics of an update against the global model.
+  absl::Status CheckUpdateLocked(const UpdateMeta& meta) const;
+  void MaybeAdvanceLocked();
+  void StartEvaluationLocked(absl::Time now);
+  void FinishEvaluationLocked(absl::Time now);
+  // Clients seen within client_timeout, sorted.
+  std::vector<std::string> OnlineLocked(absl::Time now) const;
+  // Sampled clients of the open round that have neither reported nor been seen for
+  // client_timeout are dropped from it, so that the round does not wait for them.
+  void DropOfflineClientsLocked(absl::Time now);
+  void StartRoundLocked(std::vector<std::string> online);
+  void CloseRoundLocked(const std::string& why);
+  void FailRunLocked(const std::string& reason);
+  void FinishRunLocked(const std::string& reason);
+  // Why the run's stopping rule ends it after a commit with `metrics`; empty when it does not.
+  std::string StoppingRuleMet(const std::map<std::string, double>& metrics) const;
+
+  void FlushSummaries() {
+    std::lock_guard<std::mutex> deliver(deliver_mu_);
+    std::vector<RoundSummary> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      batch.swap(pending_summaries_);
+    }
+    if (!hooks_.on_round_end) return;
+    for (const RoundSummary& s : batch) hooks_.on_round_end(s);
+  }
+
+  friend class UploadImpl;
+
+  EngineOptions options_;
+  Store* store_;
+  aggregation::Strategy* strategy_;
+  Clock* clock_;
+  EngineHooks hooks_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t version_ = 0;
+  RunRecord run_;
+  bool finished_ = false;
+  std::shared_ptr<const Model> global_;
+  std::string global_sha_;
+  int32_t committed_round_ = 0;
+  int32_t next_attempt_ = 0;     // attempt number of the next round to start
+  int32_t failed_attempts_ = 0;  // attempts of that round that failed (not those a restart cut)
+  absl::Time waiting_since_;     // when the engine last started waiting for clients
+  // A federated evaluation in progress (between rounds), if any.
+  struct EvalState {
+    int32_t round = 0;
+    absl::Time deadline;
+    std::vector<std::string> sampled;
+    std::map<std::string, std::string> task_of;  // client id -> task id
+    std::map<std::string, EvaluationReport> reports;
+  };
+  std::unique_ptr<EvalState> eval_;
+  std::optional<std::string> finish_after_eval_;  // the run ends when the evaluation does
+  bool aborted_ = false;         // Abort was called: no more rounds in this process
+  std::shared_ptr<RoundState> current_;
+  std::map<std::string, ClientState> clients_;
+  std::vector<RoundSummary> pending_summaries_;
+  std::mutex deliver_mu_;
+};
+
+}  // namespace fl::server::internal
+
+#endif  // FL_SERVER_ENGINE_ENGINE_IMPL_H_

@@ -1,0 +1,143 @@
+// Federated evaluation between rounds: sampling the evaluators, collecting their reports and
+// recording the example-weighted result.
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "fl/common/logging.h"
+#include "fl/common/random.h"
+#include "server/engine/engine_impl.h"
+
+namespace fl::server::internal {
+
+void EngineImpl::StartEvaluationLocked(absl::Time now) {
+  std::vector<std::string> online = OnlineLocked(now);
+  if (online.empty()) {
+    LogEvent(LogLevel::kWarn, "evaluation_skipped",
+             {{"round", absl::StrCat(committed_round_)}, {"reason", "no client online"}});
+    if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);
+    finish_after_eval_.reset();
+    return;
+  }
+  auto eval = std::make_unique<EvalState>();
+  eval->round = committed_round_;
+  eval->deadline = now + options_.eval_timeout;
+  std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(eval->round) * 7919u +
+                      0x65766131u);
+  Shuffle(online, rng);
+  const int32_t n = static_cast<int32_t>(online.size());
+  const int32_t k =
+      std::clamp(static_cast<int32_t>(std::ceil(options_.eval_fraction * n - 1e-9)), 1, n);
+  online.resize(static_cast<size_t>(k));
+  std::sort(online.begin(), online.end());
+  eval->sampled = online;
+  for (const std::string& id : eval->sampled) {
+    eval->task_of[id] = absl::StrFormat("e%d.%s", eval->round, id.substr(0, 12));
+  }
+  LogEvent(LogLevel::kInfo, "evaluation_started",
+           {{"round", absl::StrCat(eval->round)}, {"sampled", absl::StrCat(k)}});
+  eval_ = std::move(eval);
+  BumpLocked();
+}
+
+void EngineImpl::FinishEvaluationLocked(absl::Time now) {
+  std::unique_ptr<EvalState> eval = std::move(eval_);
+  double examples = 0, loss = 0;
+  std::map<std::string, double> metrics;
+  int declined = 0;
+  for (const auto& [id, r] : eval->reports) {
+    if (!r.error.empty()) {
+      ++declined;
+      continue;
+    }
+    const double n = static_cast<double>(r.num_examples);
+    examples += n;
+    loss += n * r.loss;
+    for (const auto& [k, v] : r.metrics) metrics[k] += n * v;
+  }
+  if (examples > 0) {
+    loss /= examples;
+    for (auto& [k, v] : metrics) v /= examples;
+    const double accuracy = metrics.count("accuracy") ? metrics["accuracy"] : 0.0;
+    (void)store_->RecordEvaluation(run_.run_id, eval->round, "federated", loss, accuracy,
+                                   static_cast<int64_t>(examples), ToMs(now));
+    LogEvent(LogLevel::kInfo, "evaluation_finished",
+             {{"round", absl::StrCat(eval->round)},
+              {"clients", absl::StrCat(eval->reports.size() - declined, "/", eval->sampled.size())},
+              {"examples", absl::StrCat(static_cast<int64_t>(examples))},
+              {"loss", absl::StrCat(loss)},
+              {"accuracy", absl::StrCat(accuracy)}});
+  } else {
+    LogEvent(LogLevel::kWarn, "evaluation_empty",
+             {{"round", absl::StrCat(eval->round)},
+              {"reason", absl::StrCat("no client reported an evaluation before ",
+                                      eval->reports.size() < eval->sampled.size()
+                                          ? "the deadline"
+                                          : "all declined")}});
+  }
+  waiting_since_ = now;
+  if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);
+  finish_after_eval_.reset();
+  BumpLocked();
+}
+
+absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
+                                          const EvaluationReport& report) {
+  absl::Status refusal;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    clients_[client_id].last_seen = clock_->Now();
+    if (report.run_id != run_.run_id) {
+      refusal = absl::FailedPreconditionError(absl::StrCat(
+          "request is for run ", report.run_id, " but the active run is ", run_.run_id));
+    } else if (eval_ == nullptr || eval_->round != report.round) {
+      refusal = absl::FailedPreconditionError(absl::StrCat(
+          "no evaluation of round ", report.round, " is open"));
+    } else if (auto it = eval_->task_of.find(client_id);
+               it == eval_->task_of.end() || it->second != report.task_id) {
+      refusal = absl::FailedPreconditionError(absl::StrCat(
+          "task '", report.task_id, "' is not this client's evaluation of round ", report.round));
+    } else if (eval_->reports.count(client_id) != 0) {
+      refusal = absl::AlreadyExistsError(absl::StrCat(
+          "an evaluation for task '", report.task_id, "' was already received"));
+    } else if (report.error.empty() &&
+               (report.num_examples <= 0 || report.num_examples > kMaxExamples)) {
+      refusal = absl::InvalidArgumentError(absl::StrCat(
+          "evaluation claims ", report.num_examples, " examples; it must be in [1, ",
+          kMaxExamples, "]"));
+    } else if (report.error.empty() && !std::isfinite(report.loss)) {
+      refusal = absl::InvalidArgumentError("evaluation loss is not finite");
+    } else {
+      for (const auto& [k, v] : report.metrics) {
+        if (report.error.empty() && !std::isfinite(v)) {
+          refusal = absl::InvalidArgumentError(
+              absl::StrCat("evaluation metric '", k, "' is not finite"));
+        }
+      }
+    }
+    if (refusal.ok()) {
+      eval_->reports[client_id] = report;
+      MaybeAdvanceLocked();
+      BumpLocked();
+    }
+  }
+  if (!refusal.ok()) {
+    AuditRefusal(client_id, "evaluation_refused", refusal);
+  } else if (!report.error.empty()) {
+    AuditRefusal(client_id, "evaluation_declined",
+                 absl::FailedPreconditionError(absl::StrCat(
+                     "the client declined to evaluate round ", report.round, ": ",
+                     report.error)));
+  }
+  FlushSummaries();
+  return refusal;
+}
+
+}  // namespace fl::server::internal

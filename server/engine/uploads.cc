@@ -1,0 +1,333 @@
+// Updates: registering a client's one update for the round, checking its metadata, streaming and
+// staging its chunks, folding it into the aggregate once verified whole; and declined tasks.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fl/common/chunking.h"
+#include "fl/common/crash_point.h"
+#include "fl/common/crypto.h"
+#include "fl/common/logging.h"
+#include "server/engine/engine_impl.h"
+
+namespace fl::server::internal {
+
+namespace {
+
+// Names the first tensor whose name or shape differs between an update and the model.
+std::string SpecMismatch(const ModelSpec& got, const ModelSpec& want) {
+  auto shape = [](const TensorSpec& t) {
+    std::string out = "[";
+    for (size_t i = 0; i < t.shape.size(); ++i) absl::StrAppend(&out, i ? "," : "", t.shape[i]);
+    return out + "]";
+  };
+  const size_t n = std::min(got.tensors().size(), want.tensors().size());
+  for (size_t i = 0; i < n; ++i) {
+    const TensorSpec& g = got.tensors()[i];
+    const TensorSpec& w = want.tensors()[i];
+    if (g.name != w.name) {
+      return absl::StrCat("update's tensor ", i, " is '", g.name, "' but the model's is '", w.name,
+                          "'");
+    }
+    if (g.shape != w.shape) {
+      return absl::StrCat("update's tensor '", g.name, "' has shape ", shape(g),
+                          " but the model's has shape ", shape(w));
+    }
+  }
+  return absl::StrCat("update has ", got.tensors().size(), " tensors but the model has ",
+                      want.tensors().size());
+}
+
+}  // namespace
+
+std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& client_id,
+                                                             const UpdateMeta& meta,
+                                                             std::shared_ptr<UploadState> state,
+                                                             absl::Status& refusal) {
+  clients_[client_id].last_seen = clock_->Now();
+  refusal = CheckTaskLocked(client_id, meta.run_id, meta.round, meta.task_id);
+  if (!refusal.ok()) return nullptr;
+  if (auto it = current_->uploads.find(client_id);
+      it != current_->uploads.end() && it->second->phase == Phase::kAborted) {
+    refusal = absl::FailedPreconditionError(absl::StrCat(
+        "this client was dropped from round ", meta.round, ": ", it->second->reason));
+    return nullptr;
+  }
+  if (current_->uploads.count(client_id) != 0) {
+    // The first update keeps its place; this one is not the round's business.
+    refusal = absl::AlreadyExistsError(absl::StrCat(
+        "an update for task '", meta.task_id, "' was already received in round ", meta.round));
+    return nullptr;
+  }
+  current_->uploads[client_id] = std::move(state);
+  return current_;
+}
+
+absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
+  const int64_t expected = global_->NumBytes();
+  if (meta.spec.has_value() && !(*meta.spec == global_->spec())) {
+    return absl::InvalidArgumentError(SpecMismatch(*meta.spec, global_->spec()));
+  }
+  if (meta.payload_bytes != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update payload is ", meta.payload_bytes, " bytes but the model has ",
+        global_->spec().NumFloats(), " float32 parameters (", expected, " bytes)"));
+  }
+  if (meta.num_examples <= 0 || meta.num_examples > kMaxExamples) {
+    return absl::InvalidArgumentError(absl::StrCat("update claims ", meta.num_examples,
+                                                   " examples; it must be in [1, ", kMaxExamples,
+                                                   "]"));
+  }
+  for (const auto& [k, v] : meta.metrics) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(absl::StrCat("update metric '", k, "' is not finite"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::string& client_id,
+                                                                 const UpdateMeta& meta) {
+  auto state = std::make_shared<UploadState>();
+  state->client_id = client_id;
+  state->task_id = meta.task_id;
+  state->num_examples = meta.num_examples;
+  state->metrics = meta.metrics;
+  absl::Status refusal;
+  std::shared_ptr<RoundState> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = RegisterUploadLocked(client_id, meta, state, refusal);
+    if (round != nullptr) {
+      // Registered: from here on the client's one update for this task is spent, whether it is
+      // accepted or refused, and the round need not wait for it.
+      refusal = CheckUpdateLocked(meta);
+      if (refusal.ok()) {
+        // One upload per client per attempt: the name is unique to them.
+        state->spill_path = absl::StrCat(options_.spill_dir, "/", run_.run_id, "-", round->round,
+                                         "-", round->attempt, "-",
+                                         fl::Sha256Hex(client_id).substr(0, 32), ".part");
+        state->spill_fd = ::open(state->spill_path.c_str(),
+                                 O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (state->spill_fd < 0) {
+          refusal = absl::InternalError(absl::StrCat("cannot create spill file ",
+                                                     state->spill_path, ": ",
+                                                     std::strerror(errno)));
+          state->spill_path.clear();
+        }
+      }
+      if (!refusal.ok()) {
+        std::shared_lock<std::shared_mutex> gate(round->gate);
+        state->reason = std::string(refusal.message());
+        state->phase = Phase::kRefused;
+      }
+    }
+  }
+  if (!refusal.ok()) {
+    if (round != nullptr) {
+      OnUploadEnded(round, *state, refusal);
+    } else {
+      AuditRefusal(client_id, "update_refused", refusal);
+    }
+    return refusal;
+  }
+  return std::make_unique<UploadImpl>(this, std::move(round), std::move(state), meta.payload_bytes);
+}
+
+absl::Status EngineImpl::Decline(const std::string& client_id, const UpdateMeta& meta,
+                                 const std::string& reason) {
+  auto state = std::make_shared<UploadState>();
+  state->client_id = client_id;
+  state->task_id = meta.task_id;
+  state->phase = Phase::kRefused;
+  state->reason = absl::StrCat("the client declined the task: ", reason);
+  absl::Status refusal;
+  std::shared_ptr<RoundState> round;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    round = RegisterUploadLocked(client_id, meta, state, refusal);
+  }
+  if (round == nullptr) {
+    AuditRefusal(client_id, "decline_refused", refusal);
+    return refusal;
+  }
+  OnUploadEnded(round, *state, absl::FailedPreconditionError(state->reason), "task_declined");
+  return absl::OkStatus();
+}
+
+void EngineImpl::OnUploadEnded(const std::shared_ptr<RoundState>& round, const UploadState& up,
+                               const absl::Status& refusal, const std::string& event) {
+  if (refusal.ok() && hooks_.on_update) hooks_.on_update(refusal, up.bytes_received);
+  if (!refusal.ok()) {
+    AuditRefusal(up.client_id, event, refusal);
+    ParticipationRecord p = ParticipationFor(*round, up);
+    (void)store_->RecordParticipation(p);
+  } else {
+    LogEvent(LogLevel::kInfo, "update_accepted",
+             {{"client", up.client_id.substr(0, 16)},
+              {"round", absl::StrCat(round->round)},
+              {"examples", absl::StrCat(up.num_examples)}});
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    MaybeAdvanceLocked();
+    BumpLocked();
+  }
+  FlushSummaries();
+}
+
+ParticipationRecord EngineImpl::ParticipationFor(const RoundState& round,
+                                                 const UploadState& up) const {
+  ParticipationRecord p;
+  p.run_id = run_.run_id;
+  p.round = round.round;
+  p.attempt = round.attempt;
+  p.client_id = up.client_id;
+  p.task_id = up.task_id;
+  p.num_examples = up.num_examples;
+  p.bytes_received = up.bytes_received;
+  p.metrics_json = MetricsJson(up.metrics);
+  p.reason = up.reason;
+  switch (up.phase) {
+    case Phase::kAccepted: p.status = ParticipationStatus::kAccepted; break;
+    case Phase::kRefused: p.status = ParticipationStatus::kRefused; break;
+    case Phase::kAborted: p.status = ParticipationStatus::kDropped; break;
+    case Phase::kStreaming: p.status = ParticipationStatus::kAssigned; break;
+  }
+  return p;
+}
+
+UploadImpl::~UploadImpl() {
+  if (!done_) (void)Abandon();
+}
+
+absl::Status UploadImpl::Refuse(absl::Status why) {
+  {
+    std::shared_lock<std::shared_mutex> gate(round_->gate);
+    done_ = true;
+    if (state_->phase != Phase::kStreaming) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("update no longer accepted: ", state_->reason));
+    }
+    (void)RefuseLocked(why);
+  }
+  engine_->OnUploadEnded(round_, *state_, why);
+  return why;
+}
+
+absl::Status UploadImpl::RefuseLocked(absl::Status why) {
+  state_->reason = std::string(why.message());
+  state_->phase = Phase::kRefused;
+  state_->RemoveSpill();
+  done_ = true;
+  return why;
+}
+
+absl::Status UploadImpl::NoLongerAccepted() {
+  done_ = true;
+  std::shared_lock<std::shared_mutex> gate(round_->gate);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "update no longer accepted: ",
+      state_->reason.empty() ? "the round is closing" : state_->reason));
+}
+
+absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
+  if (round_->closing.load()) return NoLongerAccepted();
+  absl::Status why;
+  {
+    std::shared_lock<std::shared_mutex> gate(round_->gate);
+    if (state_->phase != Phase::kStreaming) {
+      done_ = true;
+      return absl::FailedPreconditionError(
+          absl::StrCat("update no longer accepted: ", state_->reason));
+    }
+    why = assembler_.Add(offset, data);
+    if (why.ok()) {
+      std::span<float> values(buffer_.data(), data.size() / sizeof(float));
+      std::memcpy(values.data(), data.data(), data.size());
+      why = CheckFinite(values, offset / static_cast<int64_t>(sizeof(float)));
+    }
+    if (why.ok()) {
+      ssize_t written = ::pwrite(state_->spill_fd, data.data(), data.size(), offset);
+      if (written != static_cast<ssize_t>(data.size())) {
+        why = absl::InternalError(absl::StrCat("cannot stage the update in ", state_->spill_path,
+                                               ": ", std::strerror(errno)));
+      }
+    }
+    if (why.ok()) {
+      state_->bytes_received += static_cast<int64_t>(data.size());
+      CrashPoint("mid_upload");
+      return absl::OkStatus();
+    }
+    (void)RefuseLocked(why);
+  }
+  engine_->OnUploadEnded(round_, *state_, why);
+  return why;
+}
+
+absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
+  if (round_->closing.load()) return NoLongerAccepted();
+  absl::Status why;
+  {
+    std::shared_lock<std::shared_mutex> gate(round_->gate);
+    done_ = true;
+    if (state_->phase != Phase::kStreaming) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("update no longer accepted: ", state_->reason));
+    }
+    why = assembler_.Finish(sha256_hex);
+    if (why.ok()) {
+      // Verified whole: only now does it touch the aggregate.
+      why = state_->FoldInto(*round_->aggregator);
+      if (!why.ok()) round_->poisoned = true;
+    }
+    if (why.ok()) {
+      round_->aggregator->Accept(static_cast<double>(state_->num_examples));
+      state_->phase = Phase::kAccepted;
+      state_->RemoveSpill();
+    } else {
+      (void)RefuseLocked(why);
+    }
+  }
+  engine_->OnUploadEnded(round_, *state_, why);
+  return why;
+}
+
+UploadState::~UploadState() { RemoveSpill(); }
+
+void UploadState::RemoveSpill() {
+  if (spill_fd >= 0) ::close(spill_fd);
+  spill_fd = -1;
+  if (!spill_path.empty()) ::unlink(spill_path.c_str());
+  spill_path.clear();
+}
+
+absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator) const {
+  std::vector<float> buf(static_cast<size_t>(kMaxChunkBytes / sizeof(float)));
+  for (int64_t off = 0; off < bytes_received;) {
+    size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, bytes_received - off));
+    ssize_t got = ::pread(spill_fd, buf.data(), n, off);
+    if (got != static_cast<ssize_t>(n)) {
+      return absl::InternalError(absl::StrCat("cannot read back the staged update ", spill_path,
+                                              ": ", got < 0 ? std::strerror(errno) : "short read"));
+    }
+    aggregator.Fold(off / static_cast<int64_t>(sizeof(float)),
+                    std::span<const float>(buf.data(), n / sizeof(float)),
+                    static_cast<double>(num_examples));
+    off += static_cast<int64_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fl::server::internal

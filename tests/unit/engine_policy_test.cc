@@ -1,0 +1,424 @@
+// The round engine's policies, driven with a fake clock over a real SQLite store: deadlines,
+// dropping silent clients, heartbeats, waiting for clients, the stopping rule, aborts and restarts,
+// federated evaluation, sampling, and a new run after a finished one.
+#include <cmath>
+#include <filesystem>
+
+#include "sqlite3.h"
+#include "tests/unit/engine_test_fixture.h"
+
+namespace fl::server {
+namespace {
+
+TEST_F(EngineTest, DeadlineClosesTheRoundWithWhoeverReported) {
+  StartEngine();
+  JoinAll();
+  Model a = RandomModel(1), b = RandomModel(2);
+  ASSERT_TRUE(Submit("client-a", engine_->Poll("client-a"), a, 10).ok());
+  ASSERT_TRUE(Submit("client-b", engine_->Poll("client-b"), b, 30).ok());
+  Task tc = engine_->Poll("client-c");  // sampled, alive, but never reports
+  engine_->Tick();
+  EXPECT_EQ(engine_->committed_round(), 0);
+  for (int minute = 1; minute <= 5; ++minute) {
+    clock_.Advance(absl::Minutes(1));
+    (void)engine_->Heartbeat("client-c", 1, tc.task_id);
+    engine_->Tick();
+  }
+  ASSERT_EQ(engine_->committed_round(), 1);
+  absl::StatusOr<Model> expected = aggregation::WeightedAverage({&a, &b}, {10, 30});
+  ExpectModelsNear(*engine_->global_model(), *expected);
+  absl::StatusOr<std::vector<ParticipationRecord>> parts =
+      store_->Participations(engine_->run_id(), 1);
+  ASSERT_TRUE(parts.ok());
+  int dropped = 0;
+  for (const ParticipationRecord& p : *parts) {
+    if (p.client_id == "client-c") {
+      EXPECT_EQ(p.status, ParticipationStatus::kDropped);
+      EXPECT_NE(p.reason.find("deadline"), std::string::npos) << p.reason;
+      ++dropped;
+    }
+  }
+  EXPECT_EQ(dropped, 1);
+}
+
+TEST_F(EngineTest, DeadlineCutsOffAnUploadInFlight) {
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b"),
+       tc = engine_->Poll("client-c");
+  Model a = RandomModel(1), b = RandomModel(2), c = RandomModel(3);
+  ASSERT_TRUE(Submit("client-a", ta, a, 1).ok());
+  ASSERT_TRUE(Submit("client-b", tb, b, 1).ok());
+  absl::StatusOr<std::unique_ptr<Upload>> slow = engine_->BeginUpload("client-c", MetaFor(tc, 5));
+  ASSERT_TRUE(slow.ok());
+  ASSERT_TRUE((*slow)->AddChunk(0, std::string_view(reinterpret_cast<const char*>(c.bytes().data()),
+                                                    kMaxChunkBytes))
+                  .ok());
+  clock_.Advance(absl::Minutes(5));
+  engine_->Tick();
+  ASSERT_EQ(engine_->committed_round(), 1);
+  ExpectModelsNear(*engine_->global_model(), *aggregation::WeightedAverage({&a, &b}, {1, 1}));
+  absl::Status late = (*slow)->AddChunk(
+      kMaxChunkBytes, std::string_view(reinterpret_cast<const char*>(c.bytes().data()) +
+                                           kMaxChunkBytes,
+                                       c.bytes().size() - kMaxChunkBytes));
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(late.message().find("round closed"), absl::string_view::npos) << late;
+}
+
+TEST_F(EngineTest, ResumesAfterRestartAtTheNextUncommittedRound) {
+  StartEngine();
+  JoinAll();
+  std::vector<Model> models;
+  for (uint64_t seed : {1, 2, 3}) models.push_back(RandomModel(seed));
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    ASSERT_TRUE(Submit(clients_[i], engine_->Poll(clients_[i]), models[i], 1).ok());
+  }
+  ASSERT_EQ(engine_->committed_round(), 1);
+  const int64_t run_id = engine_->run_id();
+  Model after_round_1 = engine_->global_model()->Clone();
+  // Round 2 is in flight with a partial upload when the server "dies".
+  Task t2 = engine_->Poll("client-a");
+  ASSERT_EQ(t2.round, 2);
+  {
+    absl::StatusOr<std::unique_ptr<Upload>> partial =
+        engine_->BeginUpload("client-a", MetaFor(t2, 1));
+    ASSERT_TRUE(partial.ok());
+    ASSERT_TRUE((*partial)->AddChunk(0, std::string(kMaxChunkBytes, '\0')).ok());
+    (*partial)->Refuse(absl::CancelledError("test")).IgnoreError();
+  }
+  engine_.reset();
+  store_.reset();
+  OpenStore();
+  options_.num_rounds = 99;  // a restarted server keeps the run's recorded configuration
+  StartEngine();
+  EXPECT_EQ(engine_->run_id(), run_id);
+  EXPECT_EQ(engine_->committed_round(), 1);
+  ExpectModelsNear(*engine_->global_model(), after_round_1);
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run_id);
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[1].status, RoundStatus::kAborted);
+
+  // Rounds 2 and 3 run to the end of the recorded configuration (3 rounds).
+  for (int round = 2; round <= 3; ++round) {
+    JoinAll();
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Task t = engine_->Poll(clients_[i]);
+      ASSERT_EQ(t.kind, Task::Kind::kFit);
+      ASSERT_EQ(t.round, round);
+      ASSERT_TRUE(Submit(clients_[i], t, models[i], 1).ok());
+    }
+  }
+  EXPECT_TRUE(engine_->finished());
+  EXPECT_EQ(engine_->committed_round(), 3);
+  rounds = store_->Rounds(run_id);
+  ASSERT_TRUE(rounds.ok());
+  int committed = 0;
+  for (const RoundRecord& r : *rounds) committed += r.status == RoundStatus::kCommitted;
+  EXPECT_EQ(committed, 3);
+  EXPECT_EQ(store_->GetRun(run_id)->status, RunStatus::kFinished);
+}
+
+TEST_F(EngineTest, SamplesAFractionReproduciblyFromTheSeed) {
+  clients_ = {"c0", "c1", "c2", "c3", "c4", "c5", "c6", "c7", "c8", "c9"};
+  options_.min_clients = 10;
+  options_.min_fit_clients = 2;
+  options_.sample_fraction = 0.3;
+  auto sampled_in_round_1 = [&] {
+    std::vector<std::string> sampled;
+    for (const std::string& c : clients_) {
+      if (engine_->Poll(c).kind == Task::Kind::kFit) sampled.push_back(c);
+    }
+    return sampled;
+  };
+  StartEngine();
+  JoinAll();
+  std::vector<std::string> first = sampled_in_round_1();
+  EXPECT_EQ(first.size(), 3u);  // ceil(0.3 * 10)
+
+  // The same seed over a fresh store samples the same clients; another seed, others.
+  auto fresh_engine = [&](uint64_t seed) {
+    engine_.reset();
+    store_.reset();
+    for (const char* f : {"/federation.db", "/federation.db-wal", "/federation.db-shm"}) {
+      std::filesystem::remove(dir_ + f);
+    }
+    options_.seed = seed;
+    OpenStore();
+    StartEngine();
+    JoinAll();
+  };
+  fresh_engine(7);
+  EXPECT_EQ(sampled_in_round_1(), first);
+
+  std::vector<std::vector<std::string>> others;
+  for (uint64_t seed : {8, 9, 10}) {
+    fresh_engine(seed);
+    others.push_back(sampled_in_round_1());
+  }
+  bool any_differs = false;
+  for (const auto& o : others) any_differs |= o != first;
+  EXPECT_TRUE(any_differs);
+}
+
+TEST_F(EngineTest, ARestartDoesNotSpendARetry) {
+  StartEngine();  // max_round_retries = 1
+  JoinAll();
+  ASSERT_EQ(engine_->Poll("client-a").kind, Task::Kind::kFit);
+  // Two restarts abort two attempts of round 1.
+  for (int i = 0; i < 2; ++i) {
+    engine_.reset();
+    store_.reset();
+    OpenStore();
+    StartEngine();
+    JoinAll();
+  }
+  // One real failure: within the single allowed retry.
+  clock_.Advance(absl::Minutes(6));
+  engine_->Tick();
+  EXPECT_FALSE(engine_->finished());
+  for (const std::string& c : clients_) (void)engine_->Poll(c);
+  Task t = engine_->Poll("client-a");
+  EXPECT_EQ(t.kind, Task::Kind::kFit);
+  EXPECT_EQ(t.round, 1);
+}
+
+TEST_F(EngineTest, WaitingForClientsTimesOutWithAReason) {
+  options_.wait_timeout = absl::Minutes(10);
+  StartEngine();
+  ASSERT_TRUE(engine_->Join("client-a", "a").ok());
+  ASSERT_TRUE(engine_->Join("client-b", "b").ok());
+  // Two clients keep polling; the third never comes.
+  for (int minute = 1; minute <= 10; ++minute) {
+    clock_.Advance(absl::Minutes(1));
+    (void)engine_->Poll("client-a");
+    (void)engine_->Poll("client-b");
+    ASSERT_FALSE(engine_->finished()) << "minute " << minute;
+  }
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kDone);
+  ASSERT_TRUE(engine_->finished());
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, RunStatus::kFailed);
+  EXPECT_NE(run->reason.find("only 2 of the 3 clients needed (min_clients) came online within 10m"),
+            std::string::npos)
+      << run->reason;
+}
+
+TEST_F(EngineTest, StoppingRuleEndsTheRunEarly) {
+  options_.num_rounds = 5;
+  options_.stop_metric = "test_accuracy";
+  options_.stop_threshold = 0.5;
+  int evaluations = 0;
+  hooks_.evaluate = [&evaluations](const Model&) -> std::map<std::string, double> {
+    return {{"test_accuracy", 0.3 * ++evaluations}};
+  };
+  StartEngine();
+  JoinAll();
+  for (int round = 1; round <= 2; ++round) {
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Task t = engine_->Poll(clients_[i]);
+      ASSERT_EQ(t.kind, Task::Kind::kFit) << "round " << round;
+      ASSERT_TRUE(Submit(clients_[i], t, RandomModel(i), 1).ok());
+    }
+  }
+  ASSERT_TRUE(engine_->finished());
+  EXPECT_EQ(engine_->committed_round(), 2);
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  EXPECT_EQ(run->status, RunStatus::kFinished);
+  EXPECT_NE(run->reason.find("stopping rule met after round 2: test_accuracy = 0.6 >= 0.5"),
+            std::string::npos)
+      << run->reason;
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kDone);
+}
+
+TEST_F(EngineTest, AbortRecordsTheRoundAndARestartRunsItAgain) {
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a");
+  absl::StatusOr<std::unique_ptr<Upload>> upload = engine_->BeginUpload("client-a", MetaFor(ta, 1));
+  ASSERT_TRUE(upload.ok());
+  ASSERT_TRUE((*upload)->AddChunk(0, std::string(kMaxChunkBytes, '\0')).ok());
+  engine_->Abort("server shutting down");
+  absl::Status late = (*upload)->AddChunk(kMaxChunkBytes, std::string(1200000 - kMaxChunkBytes, 0));
+  EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
+  Task t = engine_->Poll("client-b");
+  EXPECT_EQ(t.kind, Task::Kind::kWait);
+  EXPECT_EQ(t.message, "the server is shutting down");
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(engine_->run_id());
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].status, RoundStatus::kAborted);
+  EXPECT_EQ((*rounds)[0].reason, "server shutting down");
+
+  upload->reset();
+  engine_.reset();
+  store_.reset();
+  OpenStore();
+  StartEngine();
+  JoinAll();
+  Task again = engine_->Poll("client-a");
+  ASSERT_EQ(again.kind, Task::Kind::kFit);
+  EXPECT_EQ(again.round, 1);
+  EXPECT_NE(again.task_id, ta.task_id);  // a new attempt
+}
+
+TEST_F(EngineTest, ASilentClientIsDroppedFromItsRound) {
+  StartEngine();  // client_timeout 90 s, round_timeout 5 min
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b"),
+       tc = engine_->Poll("client-c");
+  Model a = RandomModel(1), b = RandomModel(2);
+  ASSERT_TRUE(Submit("client-a", ta, a, 1).ok());
+  ASSERT_TRUE(Submit("client-b", tb, b, 1).ok());
+  clock_.Advance(absl::Seconds(60));
+  engine_->Tick();
+  EXPECT_EQ(engine_->committed_round(), 0);  // client-c may still be training
+  clock_.Advance(absl::Seconds(31));
+  engine_->Tick();  // 91 s without a word from client-c: dropped, the round closes
+  ASSERT_EQ(engine_->committed_round(), 1);
+  ExpectModelsNear(*engine_->global_model(), *aggregation::WeightedAverage({&a, &b}, {1, 1}));
+  absl::StatusOr<std::vector<ParticipationRecord>> parts =
+      store_->Participations(engine_->run_id(), 1);
+  ASSERT_TRUE(parts.ok());
+  for (const ParticipationRecord& p : *parts) {
+    if (p.client_id != "client-c") continue;
+    EXPECT_EQ(p.status, ParticipationStatus::kDropped);
+    EXPECT_NE(p.reason.find("offline: no poll or heartbeat for 1m31s"), std::string::npos)
+        << p.reason;
+  }
+  absl::StatusOr<std::vector<AuditRecord>> audit = store_->AuditLog(100);
+  bool audited = false;
+  for (const AuditRecord& r : *audit) audited |= r.event == "client_offline";
+  EXPECT_TRUE(audited);
+  EXPECT_FALSE(engine_->Heartbeat("client-c", 1, tc.task_id));
+}
+
+TEST_F(EngineTest, HeartbeatsKeepALongTrainingInTheRound) {
+  options_.round_timeout = absl::Minutes(30);
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b"),
+       tc = engine_->Poll("client-c");
+  Model a = RandomModel(1), b = RandomModel(2), c = RandomModel(3);
+  ASSERT_TRUE(Submit("client-a", ta, a, 1).ok());
+  ASSERT_TRUE(Submit("client-b", tb, b, 1).ok());
+  for (int i = 0; i < 20; ++i) {  // ten minutes of training, a heartbeat every 30 s
+    clock_.Advance(absl::Seconds(30));
+    EXPECT_TRUE(engine_->Heartbeat("client-c", 1, tc.task_id));
+    engine_->Tick();
+  }
+  EXPECT_EQ(engine_->committed_round(), 0);
+  ASSERT_TRUE(Submit("client-c", tc, c, 1).ok());
+  ASSERT_EQ(engine_->committed_round(), 1);
+  ExpectModelsNear(*engine_->global_model(),
+                   *aggregation::WeightedAverage({&a, &b, &c}, {1, 1, 1}));
+  EXPECT_FALSE(engine_->Heartbeat("client-c", 1, tc.task_id));  // that round is closed
+}
+
+TEST_F(EngineTest, FederatedEvaluationEveryKRoundsIsWeightedAndRecorded) {
+  options_.num_rounds = 2;
+  options_.eval_every = 1;
+  StartEngine();
+  JoinAll();
+  auto run_round = [&](int round) {
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Task t = engine_->Poll(clients_[i]);
+      ASSERT_EQ(t.kind, Task::Kind::kFit) << "round " << round;
+      ASSERT_TRUE(Submit(clients_[i], t, RandomModel(i), 1).ok());
+    }
+  };
+  run_round(1);
+  // Every client evaluates round 1's model before round 2 starts.
+  std::map<std::string, Task> tasks;
+  for (const std::string& c : clients_) {
+    Task t = engine_->Poll(c);
+    ASSERT_EQ(t.kind, Task::Kind::kEvaluate);
+    EXPECT_EQ(t.round, 1);
+    EXPECT_EQ(t.model_sha256, engine_->global_model()->Sha256Hex());
+    ASSERT_TRUE(engine_->ModelForTask(c, t.run_id, t.round, t.task_id).ok());
+    tasks[c] = t;
+  }
+  auto report = [&](const std::string& c, int64_t n, double loss, double acc) {
+    EvaluationReport r;
+    r.run_id = tasks[c].run_id;
+    r.round = 1;
+    r.task_id = tasks[c].task_id;
+    r.num_examples = n;
+    r.loss = loss;
+    r.metrics = {{"accuracy", acc}};
+    return r;
+  };
+  ASSERT_TRUE(engine_->SubmitEvaluation("client-a", report("client-a", 100, 1.0, 0.5)).ok());
+  EXPECT_EQ(engine_->SubmitEvaluation("client-a", report("client-a", 100, 1.0, 0.5)).code(),
+            absl::StatusCode::kAlreadyExists);
+  EvaluationReport nan = report("client-b", 300, std::nan(""), 0.9);
+  EXPECT_EQ(engine_->SubmitEvaluation("client-b", nan).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(engine_->SubmitEvaluation("client-b", report("client-b", 300, 2.0, 0.9)).ok());
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait);  // round 2 waits
+  EvaluationReport declined = report("client-c", 0, 0, 0);
+  declined.error = "no held-out data at this site";
+  ASSERT_TRUE(engine_->SubmitEvaluation("client-c", declined).ok());
+  run_round(2);  // the evaluation ended; round 2 runs
+  EXPECT_EQ(engine_->committed_round(), 2);
+  for (const std::string& c : clients_) EXPECT_EQ(engine_->Poll(c).kind, Task::Kind::kEvaluate);
+  EXPECT_FALSE(engine_->finished());  // the run ends after the final evaluation
+  clock_.Advance(absl::Minutes(6));   // nobody reports: eval_timeout
+  engine_->Tick();
+  EXPECT_TRUE(engine_->finished());
+
+  absl::StatusOr<std::unique_ptr<Store>> reader = Store::Open(dir_);
+  ASSERT_TRUE(reader.ok());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/federation.db").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db,
+                               "SELECT round, loss, accuracy, num_examples FROM evaluations "
+                               "WHERE source = 'federated'",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int(st, 0), 1);
+  EXPECT_DOUBLE_EQ(sqlite3_column_double(st, 1), (100 * 1.0 + 300 * 2.0) / 400);
+  EXPECT_DOUBLE_EQ(sqlite3_column_double(st, 2), (100 * 0.5 + 300 * 0.9) / 400);
+  EXPECT_EQ(sqlite3_column_int64(st, 3), 400);
+  EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);  // round 2's evaluation got no result
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  absl::StatusOr<std::vector<AuditRecord>> audit = store_->AuditLog(100);
+  bool declined_audited = false;
+  for (const AuditRecord& r : *audit) {
+    declined_audited |= r.event == "evaluation_declined" &&
+                        r.detail.find("no held-out data") != std::string::npos;
+  }
+  EXPECT_TRUE(declined_audited);
+}
+
+TEST_F(EngineTest, AFinishedRunIsFollowedByANewRunWithItsOwnConfiguration) {
+  options_.num_rounds = 1;
+  StartEngine();
+  JoinAll();
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    ASSERT_TRUE(Submit(clients_[i], engine_->Poll(clients_[i]), RandomModel(i), 1).ok());
+  }
+  ASSERT_TRUE(engine_->finished());
+  const int64_t first = engine_->run_id();
+  engine_.reset();
+  options_.num_rounds = 2;
+  options_.run_name = "second";
+  StartEngine();
+  EXPECT_NE(engine_->run_id(), first);
+  EXPECT_FALSE(engine_->finished());
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->name, "second");
+  absl::StatusOr<EngineOptions> recorded = EngineOptions::FromJson(run->config_json);
+  ASSERT_TRUE(recorded.ok());
+  EXPECT_EQ(recorded->num_rounds, 2);
+  EXPECT_EQ(store_->GetRun(first)->status, RunStatus::kFinished);
+}
+
+}  // namespace
+}  // namespace fl::server
