@@ -45,8 +45,15 @@ sigset_t TerminationSignals() {
   return set;
 }
 
-// Returns a thread that calls `on_signal` when SIGINT or SIGTERM arrives. main blocked both
-// before any thread existed, so every thread inherited the mask and only this one receives them.
+// Blocks SIGINT and SIGTERM; call before the subcommand starts any thread, so that every thread
+// inherits the mask and only the WatchSignals thread receives them.
+void BlockTerminationSignals() {
+  const sigset_t signals = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+// Returns a thread that calls `on_signal` when SIGINT or SIGTERM arrives (after
+// BlockTerminationSignals).
 std::thread WatchSignals(std::function<void(int)> on_signal) {
   return std::thread([set = TerminationSignals(), on_signal] {
     int sig = 0;
@@ -99,6 +106,7 @@ std::string ServerConfigPath(int argc, char** argv) {
 }
 
 int RunServer(const fl::server::ServerConfig& config) {
+  BlockTerminationSignals();
   fl::Model initial(
       fl::client::SoftmaxRegressionSpec(config.model.features, config.model.classes));
   fl::server::EngineHooks hooks;
@@ -108,6 +116,12 @@ int RunServer(const fl::server::ServerConfig& config) {
         fl::client::LoadIdx(config.model.eval_images, config.model.eval_labels);
     if (!data.ok()) return Fail(data.status());
     eval_set = std::make_shared<fl::client::Dataset>(*std::move(data));
+    // Refuse at start a test set that does not fit the model, instead of rounds without metrics.
+    if (absl::Status s = fl::client::EvaluateSoftmaxRegression(initial, *eval_set).status();
+        !s.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--eval-images/--eval-labels do not fit the model: ", s.message())));
+    }
     hooks.evaluate = [eval_set](const fl::Model& model) -> std::map<std::string, double> {
       absl::StatusOr<fl::client::EvalResult> r =
           fl::client::EvaluateSoftmaxRegression(model, *eval_set);
@@ -126,6 +140,11 @@ int RunServer(const fl::server::ServerConfig& config) {
   signals.detach();
   s->WaitUntilFinished(config.grace);
   s->Shutdown();
+  // A failed run exits non-zero, so that systemd and scripts see it.
+  absl::StatusOr<fl::server::RunRecord> run = s->store().GetRun(s->engine().run_id());
+  if (run.ok() && run->status == fl::server::RunStatus::kFailed) {
+    return Fail(absl::AbortedError(absl::StrCat("run ", run->run_id, " failed: ", run->reason)));
+  }
   return 0;
 }
 
@@ -137,6 +156,7 @@ struct ClientArgs {
 };
 
 int RunClient(ClientArgs args) {
+  BlockTerminationSignals();
   absl::StatusOr<fl::client::Dataset> data =
       !args.csv.empty() ? fl::client::LoadCsv(args.csv, args.label_column)
       : !args.images.empty()
@@ -354,8 +374,6 @@ int RunAdmin(const AdminArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const sigset_t signals = TerminationSignals();
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   CLI::App app{"fl: federated learning — aggregation server, client, simulation, provisioning"};
   app.require_subcommand(1);
 

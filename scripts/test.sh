@@ -6,5 +6,5 @@ start=$(date +%s)
 ./scripts/install-deps.sh
 ./scripts/build.sh
 cd build
-ctest --output-on-failure --timeout 600 -j "${JOBS:-$(nproc)}"
+ctest --output-on-failure --timeout 300 -j "${JOBS:-$(nproc)}"
 echo "test.sh: finished in $(( $(date +%s) - start )) s"

@@ -22,6 +22,12 @@ namespace {
 
 constexpr char kClientNameHeader[] = "fl-client-name";
 
+// A deadline for moving `bytes` of model: generous (1 MB/s), but never infinite, so that a
+// transfer stuck on a connection that no longer leads anywhere ends in a retry.
+absl::Duration TransferTimeout(int64_t bytes) {
+  return absl::Seconds(60) + absl::Microseconds(bytes);
+}
+
 bool IsRetryable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
 }
@@ -136,7 +142,7 @@ absl::Status Client::Impl::Poll(fl::v1::Task* task) {
 }
 
 absl::StatusOr<Model> Client::Impl::Download(const fl::v1::Task& task, const ModelSpec& spec) {
-  Call call(this, absl::InfiniteDuration());
+  Call call(this, TransferTimeout(task.fit().model_bytes()));
   fl::v1::DownloadRequest req;
   req.set_run_id(task.run_id());
   req.set_round(task.round());
@@ -167,7 +173,7 @@ absl::StatusOr<Model> Client::Impl::Download(const fl::v1::Task& task, const Mod
 }
 
 absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& result) {
-  Call call(this, absl::InfiniteDuration());
+  Call call(this, TransferTimeout(result.model.NumBytes()));
   fl::v1::SubmitReply reply;
   std::unique_ptr<grpc::ClientWriter<fl::v1::UpdatePart>> writer =
       stub_->SubmitUpdate(&call.ctx, &reply);

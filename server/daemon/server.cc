@@ -98,6 +98,18 @@ class ServerImpl final : public Server {
       absl::StatusOr<std::string> fp = CertificateFingerprint(*pem);
       absl::StatusOr<std::string> cn = CertificateCommonName(*pem);
       if (!fp.ok()) return fp.status();
+      // A certificate listed in the configuration must not undo `fl admin revoke` at the next
+      // restart: a revoked client stays revoked until an operator enrolls it again by hand.
+      absl::StatusOr<std::vector<ClientRecord>> known = store_->Clients();
+      if (!known.ok()) return known.status();
+      bool revoked = false;
+      for (const ClientRecord& c : *known) revoked |= c.client_id == *fp && c.revoked_at_ms != 0;
+      if (revoked) {
+        LogEvent(LogLevel::kWarn, "enroll_skipped",
+                 {{"certificate", path}, {"reason", "the client was revoked; `fl admin enroll` "
+                                                    "re-admits it"}});
+        continue;
+      }
       if (absl::Status s = store_->EnrollClient(*fp, cn.ok() ? *cn : path, now_ms); !s.ok()) {
         return s;
       }

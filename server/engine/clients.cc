@@ -56,6 +56,11 @@ bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
                            const std::string& task_id) {
   std::lock_guard<std::mutex> lock(mu_);
   clients_[client_id].last_seen = clock_->Now();
+  if (eval_ != nullptr && eval_->round == round) {
+    auto task = eval_->task_of.find(client_id);
+    return task != eval_->task_of.end() && task->second == task_id &&
+           eval_->reports.count(client_id) == 0;
+  }
   if (current_ == nullptr || current_->round != round) return false;
   auto task = current_->task_of.find(client_id);
   if (task == current_->task_of.end() || task->second != task_id) return false;

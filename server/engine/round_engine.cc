@@ -68,7 +68,20 @@ absl::Status EngineImpl::Init(Model initial_model) {
              {{"run", absl::StrCat(run_.run_id)},
               {"committed_round", absl::StrCat(committed_round_)},
               {"aborted_in_flight", absl::StrCat(*aborted)}});
-    if (committed_round_ >= options_.num_rounds) FinishRunLocked("");
+    if (committed_round_ >= options_.num_rounds) {
+      FinishRunLocked("");
+    } else if (last->has_value()) {
+      // A crash between a commit and the end of the run must not lose the stopping rule's
+      // decision: check it again on the last committed round's recorded metrics.
+      std::map<std::string, double> metrics;
+      nlohmann::json m = nlohmann::json::parse((*last)->metrics_json, nullptr, false);
+      if (m.is_object()) {
+        for (const auto& [k, v] : m.items()) {
+          if (v.is_number()) metrics[k] = v.get<double>();
+        }
+      }
+      if (std::string why = StoppingRuleMet(metrics); !why.empty()) FinishRunLocked(why);
+    }
     return absl::OkStatus();
   }
   if (absl::Status s = initial_model.spec().Validate(); !s.ok()) return s;
@@ -96,6 +109,16 @@ void EngineImpl::MaybeAdvanceLocked() {
   if (finished_) return;
   const absl::Time now = clock_->Now();
   if (eval_ != nullptr) {
+    // A sampled evaluator silent for client_timeout is offline: count it as declined.
+    for (const std::string& id : eval_->sampled) {
+      if (eval_->reports.count(id) != 0) continue;
+      const absl::Duration silent = now - clients_[id].last_seen;
+      if (silent <= options_.client_timeout) continue;
+      EvaluationReport offline;
+      offline.error = absl::StrCat("offline: no poll or heartbeat for ",
+                                   absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))));
+      eval_->reports[id] = offline;
+    }
     if (eval_->reports.size() < eval_->sampled.size() && now < eval_->deadline) return;
     FinishEvaluationLocked(now);
     if (finished_) return;
@@ -340,6 +363,12 @@ void EngineImpl::Abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     aborted_ = true;
+    if (eval_ != nullptr) {
+      LogEvent(LogLevel::kInfo, "evaluation_aborted",
+               {{"round", absl::StrCat(eval_->round)}, {"reason", reason}});
+      eval_.reset();
+      finish_after_eval_.reset();
+    }
     if (current_ != nullptr) {
       std::shared_ptr<RoundState> round = std::move(current_);
       current_ = nullptr;
@@ -388,6 +417,27 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
     return absl::InvalidArgumentError("sample_fraction must be in (0, 1]");
   }
   if (options.spill_dir.empty()) return absl::InvalidArgumentError("spill_dir is not set");
+  const FitSettings& fit = options.fit;
+  if (fit.local_epochs < 1 || fit.batch_size < 1 || !(fit.learning_rate > 0) ||
+      !std::isfinite(fit.learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "need local_epochs >= 1, batch_size >= 1 and a finite learning_rate > 0; got ",
+        fit.local_epochs, ", ", fit.batch_size, ", ", fit.learning_rate));
+  }
+  for (auto [name, d] : {std::pair{"round_timeout", options.round_timeout},
+                         std::pair{"client_timeout", options.client_timeout},
+                         std::pair{"wait_timeout", options.wait_timeout},
+                         std::pair{"eval_timeout", options.eval_timeout}}) {
+    if (d <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be positive, got ", absl::FormatDuration(d)));
+    }
+  }
+  if (options.max_round_retries < 0 || options.eval_every < 0 ||
+      !(options.eval_fraction > 0 && options.eval_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        "need max_round_retries >= 0, eval_every >= 0 and eval_fraction in (0, 1]");
+  }
   auto engine = std::make_unique<internal::EngineImpl>(std::move(options), store, strategy, clock,
                                                        std::move(hooks));
   if (absl::Status s = engine->Init(std::move(initial_model)); !s.ok()) return s;

@@ -226,6 +226,29 @@ TEST_F(RefusalTest, PlaintextClientIsRefused) {
       << AuditText(server_->store());
 }
 
+TEST(ServerStartTest, ARevokedClientStaysRevokedAcrossARestart) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  const std::string fp = *CertificateFingerprint(*ReadFile(pki.client_certs[0]));
+  {
+    absl::StatusOr<std::unique_ptr<server::Server>> server =
+        server::Server::Start(TlsServerOptions(pki, dir.path()), Model(FashionSpec()));
+    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_TRUE((*server)->store().RevokeClient(fp, 1).ok());
+  }
+  // The same configuration, still listing site-0's certificate under enroll.
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(TlsServerOptions(pki, dir.path()), Model(FashionSpec()));
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_FALSE(*(*server)->store().IsEnrolled(fp));
+  client::ClientOptions o = TlsClientOptions(pki, 0, (*server)->port());
+  auto trainer = FashionTrainer(0, 100);
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Create(o, trainer.get());
+  ASSERT_TRUE(c.ok());
+  absl::Status s = (*c)->Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+}
+
 TEST(ServerStartTest, PlaintextOnlyOnLoopback) {
   TempDir dir;
   server::ServerOptions o;

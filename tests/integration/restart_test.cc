@@ -67,7 +67,7 @@ std::vector<std::string> ServerCommand(const ProvisionedFiles& pki, const std::s
 // point of view, while the server may be writing.
 std::map<int, RoundRecord> CommittedRounds(const std::string& data_dir, int* attempts = nullptr) {
   std::map<int, RoundRecord> out;
-  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
   if (!store.ok()) return out;
   absl::StatusOr<std::vector<RoundRecord>> rounds = (*store)->Rounds(1);
   if (!rounds.ok()) return out;
@@ -130,11 +130,11 @@ TEST(RestartTest, SigkillMidRunThenRestartFinishesWithEveryCommittedRoundIntact)
   }
   for (const auto& [round, record] : after) {
     EXPECT_EQ(record.num_reported, 3);
-    absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+    absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
     ASSERT_TRUE(store.ok());
     EXPECT_TRUE((*store)->ReadCheckpoint(record.checkpoint).ok()) << "round " << round;
   }
-  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
   ASSERT_TRUE(store.ok());
   absl::StatusOr<server::RunRecord> run = (*store)->GetRun(1);
   ASSERT_TRUE(run.ok());
@@ -210,7 +210,7 @@ Outcome RunFederation(const std::string& crash_point) {
     EXPECT_TRUE(s.ok()) << s;
   }
   out.rounds = CommittedRounds(data_dir);
-  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
   EXPECT_TRUE(store.ok());
   if (out.rounds.count(4) != 0 && store.ok()) {
     absl::StatusOr<Model> final_model = (*store)->ReadCheckpoint(out.rounds[4].checkpoint);
@@ -283,7 +283,7 @@ TEST(RestartTest, SigtermMidRoundRecordsItAbortedAndTheRestartRunsItAgain) {
   server->Kill(SIGTERM);
   EXPECT_EQ(server->Wait(), 0) << *ReadFile(log);
   {
-    absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+    absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
     ASSERT_TRUE(store.ok());
     absl::StatusOr<std::vector<RoundRecord>> rounds = (*store)->Rounds(1);
     ASSERT_TRUE(rounds.ok());
@@ -296,6 +296,22 @@ TEST(RestartTest, SigtermMidRoundRecordsItAbortedAndTheRestartRunsItAgain) {
   for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
   EXPECT_EQ(server->Wait(), 0) << *ReadFile(log);
   EXPECT_EQ(CommittedRounds(data_dir).size(), 4u);
+}
+
+TEST(RestartTest, AnEvaluationSetThatDoesNotFitTheModelIsRefusedAtStart) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  const std::string log = dir.path() + "/server.log";
+  const std::string fmnist = FL_FASHION_MNIST_DIR;
+  ChildProcess server(
+      ServerCommand(pki, dir.path() + "/server", FreeLoopbackPort(),
+                    {"--features", "20", "--eval-images", fmnist + "/t10k-images-idx3-ubyte.gz",
+                     "--eval-labels", fmnist + "/t10k-labels-idx1-ubyte.gz"}),
+      log);
+  EXPECT_EQ(server.Wait(), 1);
+  EXPECT_NE(ReadFile(log)->find("--eval-images/--eval-labels do not fit the model"),
+            std::string::npos)
+      << *ReadFile(log);
 }
 
 TEST(RestartTest, ServerSideEvaluationAndAStoppingRuleFromTheCommandLine) {
@@ -314,7 +330,7 @@ TEST(RestartTest, ServerSideEvaluationAndAStoppingRuleFromTheCommandLine) {
   auto clients = StartSlowClients(pki, port, absl::ZeroDuration());
   for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
   EXPECT_EQ(server.Wait(), 0) << *ReadFile(log);
-  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
   ASSERT_TRUE(store.ok());
   absl::StatusOr<server::RunRecord> run = (*store)->GetRun(1);
   ASSERT_TRUE(run.ok());

@@ -420,5 +420,87 @@ TEST_F(EngineTest, AFinishedRunIsFollowedByANewRunWithItsOwnConfiguration) {
   EXPECT_EQ(store_->GetRun(first)->status, RunStatus::kFinished);
 }
 
+
+TEST_F(EngineTest, AnEvaluatorThatGoesSilentDoesNotHoldTheNextRound) {
+  options_.eval_every = 1;
+  options_.eval_timeout = absl::Minutes(30);
+  StartEngine();
+  JoinAll();
+  RunRound();
+  std::map<std::string, Task> tasks;
+  for (const std::string& c : clients_) tasks[c] = engine_->Poll(c);
+  EXPECT_TRUE(engine_->Heartbeat("client-a", 1, tasks["client-a"].task_id));
+  for (const std::string& c : {"client-a", "client-b"}) {
+    EvaluationReport r;
+    r.run_id = tasks[c].run_id;
+    r.round = 1;
+    r.task_id = tasks[c].task_id;
+    r.num_examples = 10;
+    r.loss = 1;
+    ASSERT_TRUE(engine_->SubmitEvaluation(c, r).ok());
+  }
+  // client-c evaluates forever without a word; a and b keep polling.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(30));
+    (void)engine_->Poll("client-a");
+    (void)engine_->Poll("client-b");
+  }
+  // After client_timeout client-c counts as declined: the evaluation ends, round 2 starts
+  // without it online.
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait);
+  JoinAll();
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kFit);
+}
+
+TEST_F(EngineTest, AbortDuringAnEvaluationHandsOutNoMoreTasks) {
+  options_.eval_every = 1;
+  StartEngine();
+  JoinAll();
+  RunRound();
+  ASSERT_EQ(engine_->Poll("client-a").kind, Task::Kind::kEvaluate);
+  engine_->Abort("server shutting down");
+  Task t = engine_->Poll("client-b");
+  EXPECT_EQ(t.kind, Task::Kind::kWait);
+  EXPECT_EQ(t.message, "the server is shutting down");
+}
+
+TEST_F(EngineTest, AStoppingRuleMetBeforeACrashEndsTheRunOnResume) {
+  options_.num_rounds = 5;
+  options_.eval_every = 1;  // the run would end after round 1's evaluation...
+  options_.stop_metric = "test_accuracy";
+  options_.stop_threshold = 0.5;
+  hooks_.evaluate = [](const Model&) -> std::map<std::string, double> {
+    return {{"test_accuracy", 0.9}};
+  };
+  StartEngine();
+  JoinAll();
+  RunRound();
+  EXPECT_FALSE(engine_->finished());  // ...but the server dies during that evaluation
+  engine_.reset();
+  store_.reset();
+  OpenStore();
+  StartEngine();
+  EXPECT_TRUE(engine_->finished());
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_NE(run->reason.find("stopping rule met after round 1"), std::string::npos)
+      << run->reason;
+}
+
+TEST_F(EngineTest, InvalidOptionsAreRefusedNamingThem) {
+  options_.fit.batch_size = 0;
+  absl::StatusOr<std::unique_ptr<RoundEngine>> engine = RoundEngine::Create(
+      options_, store_.get(), strategy_.get(), &clock_, Model(TestSpec()), {});
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(engine.status().message().find("batch_size >= 1"), absl::string_view::npos);
+  options_.fit.batch_size = 32;
+  options_.round_timeout = absl::Seconds(-5);
+  engine = RoundEngine::Create(options_, store_.get(), strategy_.get(), &clock_,
+                               Model(TestSpec()), {});
+  EXPECT_NE(engine.status().message().find("round_timeout must be positive"),
+            absl::string_view::npos)
+      << engine.status();
+}
+
 }  // namespace
 }  // namespace fl::server

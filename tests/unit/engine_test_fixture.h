@@ -110,6 +110,15 @@ class EngineTest : public ::testing::Test {
   }
 
   // Streams `model` as the client's update for `task`; returns the first refusal, if any.
+  // One round in which every client submits a random model with weight 1.
+  void RunRound() {
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Task task = engine_->Poll(clients_[i]);
+      ASSERT_EQ(task.kind, Task::Kind::kFit);
+      ASSERT_TRUE(Submit(clients_[i], task, RandomModel(i), 1).ok());
+    }
+  }
+
   absl::Status Submit(const std::string& client, const Task& task, const Model& model,
                       int64_t examples) {
     absl::StatusOr<std::unique_ptr<Upload>> upload =
