@@ -1,6 +1,9 @@
 #include "fl/server/server.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -50,7 +53,10 @@ void GrpcLogToAudit(gpr_log_func_args* args) {
 
 class ServerImpl final : public Server {
  public:
-  ~ServerImpl() override { Shutdown(); }
+  ~ServerImpl() override {
+    Shutdown();
+    if (lock_fd_ >= 0) ::close(lock_fd_);
+  }
 
   absl::Status Init(ServerOptions options, Model initial_model, EngineHooks hooks) {
     options_ = std::move(options);
@@ -76,6 +82,14 @@ class ServerImpl final : public Server {
       }
     }
     if (absl::Status s = MakeDirectories(options_.data_dir); !s.ok()) return s;
+    // One server per data directory: a second one would resume the same run beside the first.
+    const std::string lock_path = options_.data_dir + "/server.lock";
+    lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("another server is running on the data directory ", options_.data_dir,
+                       " (", lock_path, " is locked)"));
+    }
     if (options_.engine.spill_dir.empty()) options_.engine.spill_dir = options_.data_dir + "/spill";
     if (absl::Status s = MakeDirectories(options_.engine.spill_dir); !s.ok()) return s;
     // Spills of uploads that were in flight when a previous process died are worthless now.
@@ -147,6 +161,9 @@ class ServerImpl final : public Server {
     builder.AddListeningPort(options_.listen_address, creds, &port_);
     builder.RegisterService(service_.get());
     builder.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
+    // gRPC sets SO_REUSEPORT by default, which lets a second server bind the same port and take
+    // half the connections; a port in use must be an error instead.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     // Clients ping every 30 s to notice dead connections during long polls and transfers.
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 15000);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -280,6 +297,7 @@ class ServerImpl final : public Server {
   }
 
   ServerOptions options_;
+  int lock_fd_ = -1;  // flock'ed for the server's life
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<Store> store_;

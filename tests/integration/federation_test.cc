@@ -249,6 +249,39 @@ TEST(ServerStartTest, ARevokedClientStaysRevokedAcrossARestart) {
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
 }
 
+TEST(ServerStartTest, APortInUseIsAnError) {
+  TempDir dir;
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.data_dir = dir.path() + "/a";
+  o.insecure_plaintext = true;
+  absl::StatusOr<std::unique_ptr<server::Server>> first = server::Server::Start(o, Model(FashionSpec()));
+  ASSERT_TRUE(first.ok()) << first.status();
+  o.listen_address = absl::StrCat("127.0.0.1:", (*first)->port());
+  o.data_dir = dir.path() + "/b";
+  absl::StatusOr<std::unique_ptr<server::Server>> second =
+      server::Server::Start(o, Model(FashionSpec()));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_NE(second.status().message().find("cannot listen on"), absl::string_view::npos);
+}
+
+TEST(ServerStartTest, OneServerPerDataDirectory) {
+  TempDir dir;
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.data_dir = dir.path() + "/server";
+  o.insecure_plaintext = true;
+  absl::StatusOr<std::unique_ptr<server::Server>> first = server::Server::Start(o, Model(FashionSpec()));
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::unique_ptr<server::Server>> second =
+      server::Server::Start(o, Model(FashionSpec()));
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_NE(second.status().message().find("another server is running on the data directory"),
+            absl::string_view::npos);
+  first->reset();
+  EXPECT_TRUE(server::Server::Start(o, Model(FashionSpec())).ok()) << "the lock outlived its server";
+}
+
 TEST(ServerStartTest, PlaintextOnlyOnLoopback) {
   TempDir dir;
   server::ServerOptions o;
