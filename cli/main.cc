@@ -25,6 +25,7 @@
 #include "fl/common/provision.h"
 #include "fl/server/server.h"
 #include "fl/server/store.h"
+#include "fl/simulation/evaluation.h"
 #include "fl/simulation/partition.h"
 #include "fl/simulation/simulation.h"
 #include "server/admin/admin.h"
@@ -122,12 +123,7 @@ int RunServer(const fl::server::ServerConfig& config) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("--eval-images/--eval-labels do not fit the model: ", s.message())));
     }
-    hooks.evaluate = [eval_set](const fl::Model& model) -> std::map<std::string, double> {
-      absl::StatusOr<fl::client::EvalResult> r =
-          fl::client::EvaluateSoftmaxRegression(model, *eval_set);
-      if (!r.ok()) return {};
-      return {{"test_loss", r->loss}, {"test_accuracy", r->metrics["accuracy"]}};
-    };
+    hooks.evaluate = fl::simulation::SoftmaxTestSetEvaluation(eval_set);
   }
   absl::StatusOr<std::unique_ptr<fl::server::Server>> server =
       fl::server::Server::Start(config.server, std::move(initial), hooks);

@@ -12,6 +12,7 @@
 #include "fl/common/logging.h"
 #include "fl/common/provision.h"
 #include "fl/server/server.h"
+#include "fl/simulation/evaluation.h"
 #include "fl/simulation/partition.h"
 
 namespace fl::simulation {
@@ -74,12 +75,7 @@ absl::StatusOr<SimulationResult> RunSimulation(
   SimulationResult result;
   std::mutex result_mu;
   server::EngineHooks hooks;
-  const client::Dataset& test_set = *test;
-  hooks.evaluate = [&test_set](const Model& model) -> std::map<std::string, double> {
-    absl::StatusOr<client::EvalResult> eval = client::EvaluateSoftmaxRegression(model, test_set);
-    if (!eval.ok()) return {};
-    return {{"test_loss", eval->loss}, {"test_accuracy", eval->metrics["accuracy"]}};
-  };
+  hooks.evaluate = SoftmaxTestSetEvaluation(std::make_shared<const client::Dataset>(*std::move(test)));
   hooks.on_round_end = [&](const server::RoundSummary& summary) {
     {
       std::lock_guard<std::mutex> lock(result_mu);

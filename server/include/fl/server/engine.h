@@ -134,9 +134,10 @@ struct RoundSummary {
 };
 
 struct EngineHooks {
+  using EvaluateFn = std::function<std::map<std::string, double>(const Model&)>;
   // Server-side evaluation of a new global model before its round commits; its metrics are stored
   // with the round. May be empty.
-  std::function<std::map<std::string, double>(const Model&)> evaluate;
+  EvaluateFn evaluate;
   // Called after every round attempt ends (outside the engine's lock). May be empty.
   std::function<void(const RoundSummary&)> on_round_end;
   // Called when an update is accepted (OK, with its payload bytes) or refused (the refusal),
