@@ -28,6 +28,14 @@ absl::Duration TransferTimeout(int64_t bytes) {
   return absl::Seconds(60) + absl::Microseconds(bytes);
 }
 
+// Every answer to a task names it: run, round and task id.
+template <typename Message>
+void SetTaskIds(const fl::v1::Task& task, Message& m) {
+  m.set_run_id(task.run_id());
+  m.set_round(task.round());
+  m.set_task_id(task.task_id());
+}
+
 bool IsRetryable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
 }
@@ -179,9 +187,7 @@ absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& res
       stub_->SubmitUpdate(&call.ctx, &reply);
   fl::v1::UpdatePart part;
   fl::v1::UpdateMetadata* meta = part.mutable_metadata();
-  meta->set_run_id(task.run_id());
-  meta->set_round(task.round());
-  meta->set_task_id(task.task_id());
+  SetTaskIds(task, *meta);
   meta->set_num_examples(result.num_examples);
   for (const auto& [k, v] : result.metrics) (*meta->mutable_metrics())[k] = v;
   meta->set_encoding(fl::v1::UpdateMetadata::FLOAT32);
@@ -217,9 +223,7 @@ void Client::Impl::Decline(const fl::v1::Task& task, const absl::Status& why) {
       stub_->SubmitUpdate(&call.ctx, &reply);
   fl::v1::UpdatePart part;
   fl::v1::UpdateMetadata* meta = part.mutable_metadata();
-  meta->set_run_id(task.run_id());
-  meta->set_round(task.round());
-  meta->set_task_id(task.task_id());
+  SetTaskIds(task, *meta);
   meta->set_decline_reason(why.ToString());
   if (writer->Write(part)) writer->WritesDone();
   absl::Status s = FromGrpcStatus(writer->Finish());
@@ -319,9 +323,7 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
 absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
   HeartbeatThread heartbeats(this, task);
   fl::v1::EvaluationResult result;
-  result.set_run_id(task.run_id());
-  result.set_round(task.round());
-  result.set_task_id(task.task_id());
+  SetTaskIds(task, result);
   absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
   absl::Status failure;
   if (!spec.ok()) {

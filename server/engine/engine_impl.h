@@ -185,6 +185,7 @@ class EngineImpl final : public RoundEngine {
   void StartRoundLocked(std::vector<std::string> online);
   void CloseRoundLocked(const std::string& why);
   void FailRunLocked(const std::string& reason);
+  void EndRunLocked(RunStatus status, const std::string& reason);
   void FinishRunLocked(const std::string& reason);
   // Why the run's stopping rule ends it after a commit with `metrics`; empty when it does not.
   std::string StoppingRuleMet(const std::map<std::string, double>& metrics) const;

@@ -337,11 +337,20 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
 }
 
 void EngineImpl::FinishRunLocked(const std::string& reason) {
+  EndRunLocked(RunStatus::kFinished, reason);
+}
+
+void EngineImpl::FailRunLocked(const std::string& reason) {
+  EndRunLocked(RunStatus::kFailed, reason);
+}
+
+void EngineImpl::EndRunLocked(RunStatus status, const std::string& reason) {
   finished_ = true;
-  run_.status = RunStatus::kFinished;
+  run_.status = status;
   run_.reason = reason;
-  (void)store_->FinishRun(run_.run_id, RunStatus::kFinished, reason, ToMs(clock_->Now()));
-  LogEvent(LogLevel::kInfo, "run_finished",
+  (void)store_->FinishRun(run_.run_id, status, reason, ToMs(clock_->Now()));
+  const bool failed = status == RunStatus::kFailed;
+  LogEvent(failed ? LogLevel::kError : LogLevel::kInfo, failed ? "run_failed" : "run_finished",
            {{"run", absl::StrCat(run_.run_id)}, {"rounds", absl::StrCat(committed_round_)},
             {"reason", reason.empty() ? "all rounds committed" : reason}});
   BumpLocked();
@@ -389,14 +398,6 @@ void EngineImpl::Abort(const std::string& reason) {
   }
 }
 
-void EngineImpl::FailRunLocked(const std::string& reason) {
-  finished_ = true;
-  run_.status = RunStatus::kFailed;
-  run_.reason = reason;
-  (void)store_->FinishRun(run_.run_id, RunStatus::kFailed, reason, ToMs(clock_->Now()));
-  LogEvent(LogLevel::kError, "run_failed", {{"run", absl::StrCat(run_.run_id)}, {"reason", reason}});
-  BumpLocked();
-}
 
 }  // namespace fl::server::internal
 
