@@ -162,25 +162,47 @@ void EngineImpl::DropOfflineClientsLocked(absl::Time now) {
     if (current_->uploads.count(id) != 0) continue;  // reported, refused or uploading
     const absl::Duration silent = now - clients_[id].last_seen;
     if (silent <= options_.client_timeout) continue;
-    auto state = std::make_shared<UploadState>();
-    state->client_id = id;
-    state->task_id = current_->task_of[id];
-    state->reason = absl::StrCat("offline: no poll or heartbeat for ",
-                                 absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1))));
-    state->phase = Phase::kAborted;
-    current_->uploads[id] = state;
-    AuditRecord rec;
-    rec.at_ms = ToMs(now);
-    rec.client_id = id;
-    rec.event = "client_offline";
-    rec.detail = absl::StrCat(state->reason, "; dropped from round ", current_->round);
-    rec.run_id = run_.run_id;
-    rec.round = current_->round;
-    (void)store_->Audit(rec);
-    LogEvent(LogLevel::kWarn, "client_offline",
-             {{"client", id.substr(0, 16)}, {"round", absl::StrCat(current_->round)},
-              {"reason", state->reason}});
+    DropFromRoundLocked(id, "client_offline",
+                        absl::StrCat("offline: no poll or heartbeat for ",
+                                     absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1)))),
+                        now);
   }
+}
+
+void EngineImpl::DropFromRoundLocked(const std::string& client_id, const std::string& event,
+                                     const std::string& reason, absl::Time now) {
+  auto state = std::make_shared<UploadState>();
+  state->client_id = client_id;
+  state->task_id = current_->task_of[client_id];
+  state->reason = reason;
+  state->phase = Phase::kAborted;
+  current_->uploads[client_id] = state;
+  AuditRecord rec;
+  rec.at_ms = ToMs(now);
+  rec.client_id = client_id;
+  rec.event = event;
+  rec.detail = absl::StrCat(reason, "; dropped from round ", current_->round);
+  rec.run_id = run_.run_id;
+  rec.round = current_->round;
+  (void)store_->Audit(rec);
+  LogEvent(LogLevel::kWarn, event,
+           {{"client", client_id.substr(0, 16)}, {"round", absl::StrCat(current_->round)},
+            {"reason", reason}});
+}
+
+void EngineImpl::ForgetClient(const std::string& client_id, const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (clients_.erase(client_id) == 0) return;  // never seen by this engine
+    const absl::Time now = clock_->Now();
+    if (current_ != nullptr && current_->task_of.count(client_id) != 0 &&
+        current_->uploads.count(client_id) == 0) {
+      DropFromRoundLocked(client_id, "client_removed", reason, now);
+    }
+    MaybeAdvanceLocked();
+    BumpLocked();
+  }
+  FlushSummaries();
 }
 
 }  // namespace fl::server::internal

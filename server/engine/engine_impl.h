@@ -100,6 +100,7 @@ class EngineImpl final : public RoundEngine {
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
                                                       const UpdateMeta& meta) override;
   void Abort(const std::string& reason) override;
+  void ForgetClient(const std::string& client_id, const std::string& reason) override;
   absl::Status SubmitEvaluation(const std::string& client_id,
                                 const EvaluationReport& report) override;
   absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
@@ -182,6 +183,9 @@ class EngineImpl final : public RoundEngine {
   // Sampled clients of the open round that have neither reported nor been seen for
   // client_timeout are dropped from it, so that the round does not wait for them.
   void DropOfflineClientsLocked(absl::Time now);
+  // Records `client_id` (sampled, not yet reported) as dropped from the open round.
+  void DropFromRoundLocked(const std::string& client_id, const std::string& event,
+                           const std::string& reason, absl::Time now);
   void StartRoundLocked(std::vector<std::string> online);
   void CloseRoundLocked(const std::string& why);
   void FailRunLocked(const std::string& reason);

@@ -237,6 +237,7 @@ class FederationService final : public fl::v1::Federation::Service {
           "client certificate ", fingerprint->substr(0, 16), " (CN=", cn.ok() ? *cn : "?",
           ") is not enrolled in this federation"));
       engine_->AuditRefusal(*fingerprint, "client_refused", s);
+      engine_->ForgetClient(*fingerprint, "revoked or not enrolled");
       return s;
     }
     return *fingerprint;

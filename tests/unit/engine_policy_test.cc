@@ -502,5 +502,30 @@ TEST_F(EngineTest, InvalidOptionsAreRefusedNamingThem) {
       << engine.status();
 }
 
+TEST_F(EngineTest, AForgottenClientIsDroppedFromItsRoundAtOnce) {
+  StartEngine();
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b");
+  (void)engine_->Poll("client-c");
+  Model a = RandomModel(1), b = RandomModel(2);
+  ASSERT_TRUE(Submit("client-a", ta, a, 1).ok());
+  ASSERT_TRUE(Submit("client-b", tb, b, 1).ok());
+  EXPECT_EQ(engine_->committed_round(), 0);
+  EXPECT_EQ(engine_->clients_online(), 3);
+  engine_->ForgetClient("client-c", "revoked or not enrolled");
+  ASSERT_EQ(engine_->committed_round(), 1);  // no wait for the deadline or client_timeout
+  EXPECT_EQ(engine_->clients_online(), 2);
+  ExpectModelsNear(*engine_->global_model(), *aggregation::WeightedAverage({&a, &b}, {1, 1}));
+  absl::StatusOr<std::vector<ParticipationRecord>> parts =
+      store_->Participations(engine_->run_id(), 1);
+  ASSERT_TRUE(parts.ok());
+  for (const ParticipationRecord& p : *parts) {
+    if (p.client_id == "client-c") {
+      EXPECT_EQ(p.status, ParticipationStatus::kDropped);
+      EXPECT_EQ(p.reason, "revoked or not enrolled");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fl::server

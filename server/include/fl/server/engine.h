@@ -205,6 +205,9 @@ class RoundEngine {
   // when its round closed or the client was dropped from it as offline).
   virtual bool Heartbeat(const std::string& client_id, int32_t round,
                          const std::string& task_id) = 0;
+  // Forgets a client the service no longer admits (revoked): it stops counting as online at once,
+  // and a round it was sampled in records it as dropped instead of waiting for it.
+  virtual void ForgetClient(const std::string& client_id, const std::string& reason) = 0;
   // Records a refusal made before the engine saw the request (e.g. a bad certificate).
   virtual void AuditRefusal(const std::string& client_id, const std::string& event,
                             const absl::Status& status) = 0;
