@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,7 +78,8 @@ int RunCerts(const CertsArgs& args) {
   options.federation_name = args.federation;
   options.server_names = args.server_names;
   options.client_names = args.clients;
-  for (int i = 0; i < args.num_clients; ++i) options.client_names.push_back(absl::StrCat("site-", i));
+  for (int i = 0; i < args.num_clients; ++i)
+    options.client_names.push_back(absl::StrCat("site-", i));
   options.valid_days = args.valid_days;
   absl::StatusOr<fl::ProvisionedFiles> files = fl::ProvisionFederation(options);
   if (!files.ok()) return Fail(files.status());
@@ -108,8 +109,7 @@ std::string ServerConfigPath(int argc, char** argv) {
 
 int RunServer(const fl::server::ServerConfig& config) {
   BlockTerminationSignals();
-  fl::Model initial(
-      fl::client::SoftmaxRegressionSpec(config.model.features, config.model.classes));
+  fl::Model initial(fl::client::SoftmaxRegressionSpec(config.model.features, config.model.classes));
   fl::server::EngineHooks hooks;
   std::shared_ptr<fl::client::Dataset> eval_set;
   if (!config.model.eval_images.empty() || !config.model.eval_labels.empty()) {
@@ -179,7 +179,8 @@ int RunClient(ClientArgs args) {
   fl::client::Client* c = client->get();
   c->set_on_task([](const fl::client::TaskReport& r) {
     fl::LogEvent(fl::LogLevel::kInfo, "fit_task",
-                 {{"round", absl::StrCat(r.round)}, {"examples", absl::StrCat(r.num_examples)},
+                 {{"round", absl::StrCat(r.round)},
+                  {"examples", absl::StrCat(r.num_examples)},
                   {"train_time", absl::FormatDuration(r.train_time)},
                   {"status", r.status.ok() ? "accepted" : r.status.ToString()}});
   });
@@ -192,14 +193,15 @@ int RunClient(ClientArgs args) {
 
 int RunSim(fl::simulation::SimulationOptions options) {
   options.work_dir = absl::StrCat(options.work_dir, "/run-", absl::ToUnixMillis(absl::Now()));
-  std::printf("Simulated federation: %d clients, %d rounds, FedAvg, softmax regression on "
-              "Fashion-MNIST (%s split), %s\n",
-              options.num_clients, options.num_rounds, options.partition.c_str(),
-              options.tls ? "mutual TLS over loopback gRPC" : "plaintext loopback gRPC");
+  std::printf(
+      "Simulated federation: %d clients, %d rounds, FedAvg, softmax regression on "
+      "Fashion-MNIST (%s split), %s\n",
+      options.num_clients, options.num_rounds, options.partition.c_str(),
+      options.tls ? "mutual TLS over loopback gRPC" : "plaintext loopback gRPC");
   std::printf("%6s %9s %11s %10s %9s\n", "round", "clients", "train loss", "test acc", "time");
   std::fflush(stdout);
-  absl::StatusOr<fl::simulation::SimulationResult> result = fl::simulation::RunSimulation(
-      options, [](const fl::server::RoundSummary& r) {
+  absl::StatusOr<fl::simulation::SimulationResult> result =
+      fl::simulation::RunSimulation(options, [](const fl::server::RoundSummary& r) {
         auto metric = [&](const char* name) {
           auto it = r.metrics.find(name);
           return it == r.metrics.end() ? std::string("-") : absl::StrFormat("%.4f", it->second);
@@ -268,10 +270,10 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
   a.enroll->add_option("cert", a.cert, "The client's certificate (PEM)")->required();
   a.enroll->add_option("--ca", a.ca, "The federation CA certificate (PEM)")->required();
   a.enroll->add_option("--name", a.name, "Site name (default: the certificate's common name)");
-  a.revoke = cmd->add_subcommand(
-      "revoke", "Revoke a client; the server refuses its next call");
-  a.revoke->add_option("client", a.client,
-                       "The client's fingerprint, or a unique prefix of at least 8 hex digits")
+  a.revoke = cmd->add_subcommand("revoke", "Revoke a client; the server refuses its next call");
+  a.revoke
+      ->add_option("client", a.client,
+                   "The client's fingerprint, or a unique prefix of at least 8 hex digits")
       ->required();
   return cmd;
 }
@@ -309,8 +311,8 @@ int RunAdminEnroll(fl::server::Store& store, const AdminArgs& a, int64_t now_ms)
   if (!cert.ok()) return Fail(cert.status());
   absl::StatusOr<std::string> ca = fl::ReadFile(a.ca);
   if (!ca.ok()) return Fail(ca.status());
-  absl::StatusOr<fl::server::admin::Enrollment> enrolled = fl::server::admin::EnrollCertificate(
-      store, *cert, *ca, a.name, OperatorName(), now_ms);
+  absl::StatusOr<fl::server::admin::Enrollment> enrolled =
+      fl::server::admin::EnrollCertificate(store, *cert, *ca, a.name, OperatorName(), now_ms);
   if (!enrolled.ok()) {
     return Fail(absl::Status(enrolled.status().code(),
                              absl::StrCat(a.cert, ": ", std::string(enrolled.status().message()))));
@@ -377,12 +379,12 @@ int main(int argc, char** argv) {
   CLI::App* certs_cmd = app.add_subcommand(
       "certs", "Create a federation CA, the server certificate and one certificate per site");
   certs_cmd->add_option("--out", certs.out_dir, "Output directory")->capture_default_str();
-  certs_cmd->add_option("--federation", certs.federation, "Federation name")
-      ->capture_default_str();
+  certs_cmd->add_option("--federation", certs.federation, "Federation name")->capture_default_str();
   certs_cmd->add_option("--client", certs.clients, "A site's name (repeat for each site)");
   certs_cmd->add_option("--clients", certs.num_clients, "Also make N sites named site-0..N-1");
-  certs_cmd->add_option("--server-name", certs.server_names,
-                        "Host names and IP addresses the server certificate is valid for")
+  certs_cmd
+      ->add_option("--server-name", certs.server_names,
+                   "Host names and IP addresses the server certificate is valid for")
       ->capture_default_str();
   certs_cmd->add_option("--valid-days", certs.valid_days)->capture_default_str();
 
@@ -418,28 +420,32 @@ int main(int argc, char** argv) {
   server_cmd->add_flag("--insecure-plaintext", server.insecure_plaintext,
                        "No TLS; loopback addresses only; for tests");
   server_cmd->add_option("--rounds", server.engine.num_rounds)->capture_default_str();
-  server_cmd->add_option("--min-clients", server.engine.min_clients,
-                         "Clients online before a round starts")
+  server_cmd
+      ->add_option("--min-clients", server.engine.min_clients,
+                   "Clients online before a round starts")
       ->capture_default_str();
-  server_cmd->add_option("--min-fit-clients", server.engine.min_fit_clients,
-                         "Accepted updates needed to commit a round")
+  server_cmd
+      ->add_option("--min-fit-clients", server.engine.min_fit_clients,
+                   "Accepted updates needed to commit a round")
       ->capture_default_str();
-  server_cmd->add_option("--sample-fraction", server.engine.sample_fraction)
-      ->capture_default_str();
+  server_cmd->add_option("--sample-fraction", server.engine.sample_fraction)->capture_default_str();
   server_cmd->add_option("--round-timeout", round_timeout_s, "Round deadline in seconds")
       ->capture_default_str();
   server_cmd->add_option("--max-round-retries", server.engine.max_round_retries)
       ->capture_default_str();
   server_cmd->add_option("--seed", server.engine.seed)->capture_default_str();
-  server_cmd->add_option("--metrics-listen", server.metrics_address,
-                         "host:port of the /metrics and /healthz HTTP endpoint (empty: off)")
+  server_cmd
+      ->add_option("--metrics-listen", server.metrics_address,
+                   "host:port of the /metrics and /healthz HTTP endpoint (empty: off)")
       ->capture_default_str();
-  server_cmd->add_option("--eval-every", server.engine.eval_every,
-                         "Federated evaluation after every N committed rounds (0: never)")
+  server_cmd
+      ->add_option("--eval-every", server.engine.eval_every,
+                   "Federated evaluation after every N committed rounds (0: never)")
       ->capture_default_str();
-  server_cmd->add_option("--stop-metric", server.engine.stop_metric,
-                         "Stopping rule: end the run when this round metric reaches "
-                         "--stop-threshold")
+  server_cmd
+      ->add_option("--stop-metric", server.engine.stop_metric,
+                   "Stopping rule: end the run when this round metric reaches "
+                   "--stop-threshold")
       ->capture_default_str();
   server_cmd->add_option("--stop-threshold", server.engine.stop_threshold)->capture_default_str();
   server_cmd->add_option("--local-epochs", server.engine.fit.local_epochs)->capture_default_str();
@@ -457,14 +463,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   ClientArgs client;
-  CLI::App* client_cmd = app.add_subcommand("client", "Run a site's client with the built-in "
-                                                      "softmax-regression trainer");
+  CLI::App* client_cmd = app.add_subcommand("client",
+                                            "Run a site's client with the built-in "
+                                            "softmax-regression trainer");
   client_cmd->add_option("--server", client.options.server_address, "host:port of the server")
       ->capture_default_str();
   client_cmd->add_option("--ca", client.options.ca_cert_path, "Federation CA certificate (PEM)");
   client_cmd->add_option("--cert", client.options.cert_path, "This site's certificate (PEM)");
   client_cmd->add_option("--key", client.options.key_path, "This site's private key (PEM)");
-  client_cmd->add_option("--name", client.options.name, "Site name for logs (default: the certificate's CN; the identity in plaintext mode)")
+  client_cmd
+      ->add_option(
+          "--name", client.options.name,
+          "Site name for logs (default: the certificate's CN; the identity in plaintext mode)")
       ->capture_default_str();
   client_cmd->add_flag("--insecure-plaintext", client.options.insecure_plaintext,
                        "No TLS; loopback only; for tests");

@@ -47,9 +47,9 @@ class FedAvgAggregator final : public RoundAggregator {
     for (size_t i = 0; i < data.size(); ++i) {
       data[i] = static_cast<float>(sum_[i] * inv);
       if (!std::isfinite(data[i])) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "FedAvg: the average is not finite at parameter ", i,
-            " (the updates' weights or values are too large)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("FedAvg: the average is not finite at parameter ", i,
+                         " (the updates' weights or values are too large)"));
       }
     }
     return out;

@@ -40,7 +40,6 @@ bool IsRetryable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
 }
 
-
 }  // namespace
 
 class Client::Impl {
@@ -174,7 +173,8 @@ absl::StatusOr<Model> Client::Impl::Download(const fl::v1::Task& task, const Mod
   }
   if (absl::Status s = FromGrpcStatus(reader->Finish()); !s.ok()) return s;
   if (last_sha != task.fit().model_sha256()) {
-    return absl::DataLossError("downloaded model's final chunk names another SHA-256 than the task");
+    return absl::DataLossError(
+        "downloaded model's final chunk names another SHA-256 than the task");
   }
   if (absl::Status s = assembler.Finish(task.fit().model_sha256()); !s.ok()) return s;
   return model;
@@ -228,8 +228,10 @@ void Client::Impl::Decline(const fl::v1::Task& task, const absl::Status& why) {
   if (writer->Write(part)) writer->WritesDone();
   absl::Status s = FromGrpcStatus(writer->Finish());
   LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "task_declined",
-           {{"name", options_.name}, {"round", absl::StrCat(task.round())},
-            {"why", why.ToString()}, {"server", s.ok() ? "recorded" : s.ToString()}});
+           {{"name", options_.name},
+            {"round", absl::StrCat(task.round())},
+            {"why", why.ToString()},
+            {"server", s.ok() ? "recorded" : s.ToString()}});
 }
 
 // Sends heartbeats for a task from a background thread until destroyed.
@@ -265,7 +267,8 @@ class Client::Impl::HeartbeatThread {
       grpc::Status s = impl_->stub_->Heartbeat(&ctx, req_, &reply);
       if (s.ok() && !reply.task_open()) {
         LogEvent(LogLevel::kWarn, "task_closed_while_working",
-                 {{"name", impl_->options_.name}, {"round", absl::StrCat(req_.round())},
+                 {{"name", impl_->options_.name},
+                  {"round", absl::StrCat(req_.round())},
                   {"server", reply.message()}});
       }
       lock.lock();
@@ -348,7 +351,8 @@ absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
   fl::v1::SubmitReply reply;
   absl::Status s = FromGrpcStatus(stub_->SubmitEvaluation(&call.ctx, result, &reply));
   LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "evaluate_task",
-           {{"name", options_.name}, {"round", absl::StrCat(task.round())},
+           {{"name", options_.name},
+            {"round", absl::StrCat(task.round())},
             {"result", failure.ok() ? absl::StrCat("loss ", result.loss())
                                     : absl::StrCat("declined: ", failure.ToString())},
             {"server", s.ok() ? "recorded" : s.ToString()}});
@@ -368,13 +372,13 @@ absl::Status Client::Impl::Run() {
       std::string hint = options_.insecure_plaintext
                              ? " (if the server requires TLS, give the CA, certificate and key)"
                              : "";
-      return absl::UnavailableError(absl::StrCat("server ", options_.server_address,
-                                                 " unreachable for ",
-                                                 absl::FormatDuration(now - unreachable_since),
-                                                 ": ", s.message(), hint));
+      return absl::UnavailableError(
+          absl::StrCat("server ", options_.server_address, " unreachable for ",
+                       absl::FormatDuration(now - unreachable_since), ": ", s.message(), hint));
     }
     LogEvent(LogLevel::kDebug, "client_retry",
-             {{"name", options_.name}, {"error", std::string(s.message())},
+             {{"name", options_.name},
+              {"error", std::string(s.message())},
               {"backoff", absl::FormatDuration(backoff)}});
     if (!WaitForServer(backoff)) return absl::CancelledError("client stopped");
     backoff = std::min(backoff * 2, options_.max_backoff);
@@ -398,15 +402,16 @@ absl::Status Client::Impl::Run() {
     run_id_ = task.run_id();
     switch (task.kind()) {
       case fl::v1::Task::DONE:
-        LogEvent(LogLevel::kInfo, "client_done", {{"name", options_.name}, {"why", task.message()}});
+        LogEvent(LogLevel::kInfo, "client_done",
+                 {{"name", options_.name}, {"why", task.message()}});
         return absl::OkStatus();
       case fl::v1::Task::EVALUATE: {
         absl::Status s = Evaluate(task);
         if (!s.ok() && !SleepUnlessStopped(fit_backoff)) {
           return absl::CancelledError("client stopped");
         }
-        fit_backoff = s.ok() ? options_.initial_backoff
-                             : std::min(fit_backoff * 2, options_.max_backoff);
+        fit_backoff =
+            s.ok() ? options_.initial_backoff : std::min(fit_backoff * 2, options_.max_backoff);
         break;
       }
       case fl::v1::Task::FIT: {
@@ -420,7 +425,8 @@ absl::Status Client::Impl::Run() {
           break;
         }
         LogEvent(LogLevel::kWarn, "fit_task_failed",
-                 {{"name", options_.name}, {"round", absl::StrCat(task.round())},
+                 {{"name", options_.name},
+                  {"round", absl::StrCat(task.round())},
                   {"error", report.status.ToString()}});
         // A declined task is not offered again; anything else (a download or upload cut
         // short) is, so do not hammer the server with it.

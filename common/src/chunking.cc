@@ -9,8 +9,8 @@ namespace fl {
 absl::Status ChunkAssembler::Add(int64_t offset, std::string_view data) {
   const int64_t n = static_cast<int64_t>(data.size());
   if (offset != received_) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk at byte offset ", offset,
-                                                   " is out of order: expected offset ", received_));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk at byte offset ", offset, " is out of order: expected offset ", received_));
   }
   if (n == 0) return absl::InvalidArgumentError(absl::StrCat("empty chunk at offset ", offset));
   if (n > kMaxChunkBytes) {
@@ -19,8 +19,8 @@ absl::Status ChunkAssembler::Add(int64_t offset, std::string_view data) {
                                                    kMaxChunkBytes));
   }
   if (n % static_cast<int64_t>(sizeof(float)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "chunk at offset ", offset, " holds ", n, " bytes, not a whole number of float32 values"));
+    return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " holds ", n,
+                                                   " bytes, not a whole number of float32 values"));
   }
   if (offset + n > expected_) {
     return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " of ", n,
@@ -40,8 +40,8 @@ absl::Status ChunkAssembler::Finish(std::string_view expected_sha_hex) {
   std::string actual = sha_.FinishHex();
   if (actual != expected_sha_hex) {
     return absl::InvalidArgumentError(absl::StrCat("payload SHA-256 mismatch: sender declared ",
-                                                   std::string(expected_sha_hex), ", received bytes hash to ",
-                                                   actual));
+                                                   std::string(expected_sha_hex),
+                                                   ", received bytes hash to ", actual));
   }
   return absl::OkStatus();
 }

@@ -26,7 +26,7 @@ std::atomic<int>& Format() {
   static std::atomic<int> format{[] {
     const char* env = std::getenv("FL_LOG_FORMAT");
     return static_cast<int>(env != nullptr && std::strcmp(env, "json") == 0 ? LogFormat::kJson
-                                                                           : LogFormat::kText);
+                                                                            : LogFormat::kText);
   }()};
   return format;
 }
@@ -38,10 +38,14 @@ std::atomic<int>& Level() {
 
 const char* LevelName(LogLevel level) {
   switch (level) {
-    case LogLevel::kDebug: return "debug";
-    case LogLevel::kInfo: return "info";
-    case LogLevel::kWarn: return "warn";
-    case LogLevel::kError: return "error";
+    case LogLevel::kDebug:
+      return "debug";
+    case LogLevel::kInfo:
+      return "info";
+    case LogLevel::kWarn:
+      return "warn";
+    case LogLevel::kError:
+      return "error";
   }
   return "info";
 }
@@ -73,8 +77,7 @@ bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= Level().load
 
 void LogEvent(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
   if (!LogEnabled(level)) return;
-  const std::string ts =
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+  const std::string ts = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
   std::string line;
   if (Format().load() == static_cast<int>(LogFormat::kJson)) {
     nlohmann::ordered_json j;

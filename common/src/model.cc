@@ -26,7 +26,8 @@ absl::Status ModelSpec::Validate() const {
   for (const TensorSpec& t : tensors_) {
     if (t.name.empty()) return absl::InvalidArgumentError("model spec has a tensor without a name");
     if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("model spec names tensor '", t.name, "' twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model spec names tensor '", t.name, "' twice"));
     }
     int64_t elements = 1;
     for (int64_t d : t.shape) {
@@ -35,8 +36,8 @@ absl::Status ModelSpec::Validate() const {
             absl::StrCat("tensor '", t.name, "' has a non-positive dimension ", d));
       }
       if (d > kMaxModelFloats || elements > kMaxModelFloats / d) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "tensor '", t.name, "' has more than ", kMaxModelFloats, " elements"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", t.name, "' has more than ", kMaxModelFloats, " elements"));
       }
       elements *= d;
     }

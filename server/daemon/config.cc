@@ -371,8 +371,8 @@ const std::vector<KeySpec>& Keys() {
           "none.",
           true, [](auto& c) -> auto& { return c.server.engine.stop_metric; }),
       FloatKey(
-          "run", "stop_threshold", "Stopping rule: the value stop_metric must reach.",
-          Range::kAny, [](auto& c) -> auto& { return c.server.engine.stop_threshold; }),
+          "run", "stop_threshold", "Stopping rule: the value stop_metric must reach.", Range::kAny,
+          [](auto& c) -> auto& { return c.server.engine.stop_threshold; }),
       BoolKey(
           "run", "stop_when_below",
           "Stopping rule: stop when stop_metric falls to the threshold (a loss) instead of "
@@ -383,8 +383,8 @@ const std::vector<KeySpec>& Keys() {
           "Federated evaluation after every this many committed rounds; 0: never.", 0,
           [](auto& c) -> auto& { return c.server.engine.eval_every; }),
       FloatKey(
-          "run", "eval_fraction", "Fraction of the online clients that evaluate.",
-          Range::kFraction, [](auto& c) -> auto& { return c.server.engine.eval_fraction; }),
+          "run", "eval_fraction", "Fraction of the online clients that evaluate.", Range::kFraction,
+          [](auto& c) -> auto& { return c.server.engine.eval_fraction; }),
       SecondsKey(
           "run", "eval_timeout_s", "Deadline of a federated evaluation (seconds).",
           Range::kPositive, [](auto& c) -> auto& { return c.server.engine.eval_timeout; }),

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fl/aggregation/fedavg.h"
 #include "fl/common/address.h"
@@ -21,7 +22,6 @@
 #include "fl/common/logging.h"
 #include "grpc/support/log.h"
 #include "grpcpp/grpcpp.h"
-#include "absl/strings/numbers.h"
 #include "server/daemon/http_endpoint.h"
 #include "server/daemon/metrics.h"
 #include "server/service/federation_service.h"
@@ -73,9 +73,9 @@ class ServerImpl final : public Server {
             "mutual TLS needs the federation CA certificate, the server certificate and its key "
             "(or an explicit plaintext flag, on loopback only)");
       }
-      for (auto [path, out] : {std::pair{&options_.ca_cert_path, &ca_pem},
-                               std::pair{&options_.cert_path, &cert_pem},
-                               std::pair{&options_.key_path, &key_pem}}) {
+      for (auto [path, out] :
+           {std::pair{&options_.ca_cert_path, &ca_pem}, std::pair{&options_.cert_path, &cert_pem},
+            std::pair{&options_.key_path, &key_pem}}) {
         absl::StatusOr<std::string> text = ReadFile(*path);
         if (!text.ok()) return text.status();
         *out = *std::move(text);
@@ -87,8 +87,8 @@ class ServerImpl final : public Server {
     lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
       return absl::FailedPreconditionError(
-          absl::StrCat("another server is running on the data directory ", options_.data_dir,
-                       " (", lock_path, " is locked)"));
+          absl::StrCat("another server is running on the data directory ", options_.data_dir, " (",
+                       lock_path, " is locked)"));
     }
     if (options_.engine.spill_dir.empty()) options_.engine.spill_dir = options_.data_dir + "/spill";
     if (absl::Status s = MakeDirectories(options_.engine.spill_dir); !s.ok()) return s;
@@ -120,8 +120,10 @@ class ServerImpl final : public Server {
       for (const ClientRecord& c : *known) revoked |= c.client_id == *fp && c.revoked_at_ms != 0;
       if (revoked) {
         LogEvent(LogLevel::kWarn, "enroll_skipped",
-                 {{"certificate", path}, {"reason", "the client was revoked; `fl admin enroll` "
-                                                    "re-admits it"}});
+                 {{"certificate", path},
+                  {"reason",
+                   "the client was revoked; `fl admin enroll` "
+                   "re-admits it"}});
         continue;
       }
       if (absl::Status s = store_->EnrollClient(*fp, cn.ok() ? *cn : path, now_ms); !s.ok()) {
@@ -169,8 +171,7 @@ class ServerImpl final : public Server {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     grpc_server_ = builder.BuildAndStart();
     if (grpc_server_ == nullptr || port_ == 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen on ", options_.listen_address));
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));
     }
     LogEvent(LogLevel::kInfo, "server_listening",
              {{"address", options_.listen_address},
@@ -215,8 +216,8 @@ class ServerImpl final : public Server {
     stop_cv_.notify_all();
     if (ticker_.joinable()) ticker_.join();
     if (http_ != nullptr) http_->Stop();
-    if (grpc_server_ != nullptr) grpc_server_->Shutdown(std::chrono::system_clock::now() +
-                                                        std::chrono::seconds(2));
+    if (grpc_server_ != nullptr)
+      grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     std::lock_guard<std::mutex> lock(g_log_mu);
     if (g_audit_engine == engine_.get()) g_audit_engine = nullptr;
   }
@@ -233,8 +234,7 @@ class ServerImpl final : public Server {
       }
       if (next) next(r);
     };
-    hooks.on_update = [m, next = std::move(hooks.on_update)](const absl::Status& s,
-                                                             int64_t bytes) {
+    hooks.on_update = [m, next = std::move(hooks.on_update)](const absl::Status& s, int64_t bytes) {
       if (s.ok()) {
         m->UpdateAccepted();
         m->BytesReceived(bytes);
@@ -260,8 +260,8 @@ class ServerImpl final : public Server {
     }
     RoundEngine* engine = engine_.get();
     Store* store = store_.get();
-    absl::StatusOr<std::unique_ptr<HttpEndpoint>> http = HttpEndpoint::Start(
-        host, port, metrics_.get(), [engine, store]() -> HealthReport {
+    absl::StatusOr<std::unique_ptr<HttpEndpoint>> http =
+        HttpEndpoint::Start(host, port, metrics_.get(), [engine, store]() -> HealthReport {
           HealthReport h;
           h.run_id = engine->run_id();
           h.round = engine->committed_round();

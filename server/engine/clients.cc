@@ -40,7 +40,7 @@ Task EngineImpl::Poll(const std::string& client_id) {
 }
 
 absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_id, int64_t run_id,
-                                                      int32_t round, const std::string& task_id) {
+                                                     int32_t round, const std::string& task_id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (eval_ != nullptr && run_id == run_.run_id && round == eval_->round) {
     auto task = eval_->task_of.find(client_id);
@@ -90,10 +90,10 @@ absl::Status EngineImpl::CheckTaskLocked(const std::string& client_id, int64_t r
   }
   if (finished_) return absl::FailedPreconditionError("the run is over");
   if (current_ == nullptr || current_->round != round) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "request is for round ", round, " but ",
-        current_ == nullptr ? std::string("no round is open")
-                            : absl::StrCat("the open round is ", current_->round)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("request is for round ", round, " but ",
+                     current_ == nullptr ? std::string("no round is open")
+                                         : absl::StrCat("the open round is ", current_->round)));
   }
   auto it = current_->task_of.find(client_id);
   if (it == current_->task_of.end() || it->second != task_id) {
@@ -186,7 +186,8 @@ void EngineImpl::DropFromRoundLocked(const std::string& client_id, const std::st
   rec.round = current_->round;
   (void)store_->Audit(rec);
   LogEvent(LogLevel::kWarn, event,
-           {{"client", client_id.substr(0, 16)}, {"round", absl::StrCat(current_->round)},
+           {{"client", client_id.substr(0, 16)},
+            {"round", absl::StrCat(current_->round)},
             {"reason", reason}});
 }
 

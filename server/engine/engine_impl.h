@@ -60,10 +60,9 @@ class UploadImpl final : public Upload {
   absl::Status AddChunk(int64_t offset, std::string_view data) override;
   absl::Status Finish(std::string_view sha256_hex) override;
   absl::Status Abandon() override {
-    return Refuse(absl::DataLossError(absl::StrCat("update stream ended after ",
-                                                   assembler_.received(), " of ",
-                                                   assembler_.expected(),
-                                                   " bytes, without its SHA-256")));
+    return Refuse(absl::DataLossError(
+        absl::StrCat("update stream ended after ", assembler_.received(), " of ",
+                     assembler_.expected(), " bytes, without its SHA-256")));
   }
   absl::Status Refuse(absl::Status why) override;
 
@@ -96,7 +95,7 @@ class EngineImpl final : public RoundEngine {
   absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) override;
   Task Poll(const std::string& client_id) override;
   absl::StatusOr<GlobalModel> ModelForTask(const std::string& client_id, int64_t run_id,
-                                            int32_t round, const std::string& task_id) override;
+                                           int32_t round, const std::string& task_id) override;
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
                                                       const UpdateMeta& meta) override;
   void Abort(const std::string& reason) override;
@@ -105,8 +104,7 @@ class EngineImpl final : public RoundEngine {
                                 const EvaluationReport& report) override;
   absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
                        const std::string& reason) override;
-  bool Heartbeat(const std::string& client_id, int32_t round,
-                 const std::string& task_id) override;
+  bool Heartbeat(const std::string& client_id, int32_t round, const std::string& task_id) override;
   void AuditRefusal(const std::string& client_id, const std::string& event,
                     const absl::Status& status) override;
 
@@ -234,7 +232,7 @@ class EngineImpl final : public RoundEngine {
   };
   std::unique_ptr<EvalState> eval_;
   std::optional<std::string> finish_after_eval_;  // the run ends when the evaluation does
-  bool aborted_ = false;         // Abort was called: no more rounds in this process
+  bool aborted_ = false;  // Abort was called: no more rounds in this process
   std::shared_ptr<RoundState> current_;
   std::map<std::string, ClientState> clients_;
   std::vector<RoundSummary> pending_summaries_;

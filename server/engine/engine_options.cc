@@ -61,13 +61,13 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.min_clients = j.value("min_clients", o.min_clients);
     o.min_fit_clients = j.value("min_fit_clients", o.min_fit_clients);
     o.sample_fraction = j.value("sample_fraction", o.sample_fraction);
-    o.round_timeout = absl::Milliseconds(
-        j.value("round_timeout_ms", absl::ToInt64Milliseconds(o.round_timeout)));
+    o.round_timeout =
+        absl::Milliseconds(j.value("round_timeout_ms", absl::ToInt64Milliseconds(o.round_timeout)));
     o.client_timeout = absl::Milliseconds(
         j.value("client_timeout_ms", absl::ToInt64Milliseconds(o.client_timeout)));
     o.max_round_retries = j.value("max_round_retries", o.max_round_retries);
-    o.wait_timeout = absl::Milliseconds(
-        j.value("wait_timeout_ms", absl::ToInt64Milliseconds(o.wait_timeout)));
+    o.wait_timeout =
+        absl::Milliseconds(j.value("wait_timeout_ms", absl::ToInt64Milliseconds(o.wait_timeout)));
     o.seed = j.value("seed", o.seed);
     o.fit.local_epochs = j.value("local_epochs", o.fit.local_epochs);
     o.fit.batch_size = j.value("batch_size", o.fit.batch_size);
@@ -77,8 +77,8 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.stop_when_below = j.value("stop_when_below", o.stop_when_below);
     o.eval_every = j.value("eval_every", o.eval_every);
     o.eval_fraction = j.value("eval_fraction", o.eval_fraction);
-    o.eval_timeout = absl::Milliseconds(
-        j.value("eval_timeout_ms", absl::ToInt64Milliseconds(o.eval_timeout)));
+    o.eval_timeout =
+        absl::Milliseconds(j.value("eval_timeout_ms", absl::ToInt64Milliseconds(o.eval_timeout)));
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));
   }

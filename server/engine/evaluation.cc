@@ -75,12 +75,12 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
               {"loss", absl::StrCat(loss)},
               {"accuracy", absl::StrCat(accuracy)}});
   } else {
-    LogEvent(LogLevel::kWarn, "evaluation_empty",
-             {{"round", absl::StrCat(eval->round)},
-              {"reason", absl::StrCat("no client reported an evaluation before ",
-                                      eval->reports.size() < eval->sampled.size()
-                                          ? "the deadline"
-                                          : "all declined")}});
+    LogEvent(
+        LogLevel::kWarn, "evaluation_empty",
+        {{"round", absl::StrCat(eval->round)},
+         {"reason", absl::StrCat("no client reported an evaluation before ",
+                                 eval->reports.size() < eval->sampled.size() ? "the deadline"
+                                                                             : "all declined")}});
   }
   waiting_since_ = now;
   if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);
@@ -95,30 +95,30 @@ absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
     std::lock_guard<std::mutex> lock(mu_);
     clients_[client_id].last_seen = clock_->Now();
     if (report.run_id != run_.run_id) {
-      refusal = absl::FailedPreconditionError(absl::StrCat(
-          "request is for run ", report.run_id, " but the active run is ", run_.run_id));
+      refusal = absl::FailedPreconditionError(absl::StrCat("request is for run ", report.run_id,
+                                                           " but the active run is ", run_.run_id));
     } else if (eval_ == nullptr || eval_->round != report.round) {
-      refusal = absl::FailedPreconditionError(absl::StrCat(
-          "no evaluation of round ", report.round, " is open"));
+      refusal = absl::FailedPreconditionError(
+          absl::StrCat("no evaluation of round ", report.round, " is open"));
     } else if (auto it = eval_->task_of.find(client_id);
                it == eval_->task_of.end() || it->second != report.task_id) {
       refusal = absl::FailedPreconditionError(absl::StrCat(
           "task '", report.task_id, "' is not this client's evaluation of round ", report.round));
     } else if (eval_->reports.count(client_id) != 0) {
-      refusal = absl::AlreadyExistsError(absl::StrCat(
-          "an evaluation for task '", report.task_id, "' was already received"));
+      refusal = absl::AlreadyExistsError(
+          absl::StrCat("an evaluation for task '", report.task_id, "' was already received"));
     } else if (report.error.empty() &&
                (report.num_examples <= 0 || report.num_examples > kMaxExamples)) {
-      refusal = absl::InvalidArgumentError(absl::StrCat(
-          "evaluation claims ", report.num_examples, " examples; it must be in [1, ",
-          kMaxExamples, "]"));
+      refusal = absl::InvalidArgumentError(absl::StrCat("evaluation claims ", report.num_examples,
+                                                        " examples; it must be in [1, ",
+                                                        kMaxExamples, "]"));
     } else if (report.error.empty() && !std::isfinite(report.loss)) {
       refusal = absl::InvalidArgumentError("evaluation loss is not finite");
     } else {
       for (const auto& [k, v] : report.metrics) {
         if (report.error.empty() && !std::isfinite(v)) {
-          refusal = absl::InvalidArgumentError(
-              absl::StrCat("evaluation metric '", k, "' is not finite"));
+          refusal =
+              absl::InvalidArgumentError(absl::StrCat("evaluation metric '", k, "' is not finite"));
         }
       }
     }
@@ -133,8 +133,7 @@ absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
   } else if (!report.error.empty()) {
     AuditRefusal(client_id, "evaluation_declined",
                  absl::FailedPreconditionError(absl::StrCat(
-                     "the client declined to evaluate round ", report.round, ": ",
-                     report.error)));
+                     "the client declined to evaluate round ", report.round, ": ", report.error)));
   }
   FlushSummaries();
   return refusal;

@@ -99,7 +99,8 @@ absl::Status EngineImpl::Init(Model initial_model) {
   global_ = std::make_shared<const Model>(std::move(initial_model));
   global_sha_ = *sha;
   LogEvent(LogLevel::kInfo, "run_created",
-           {{"run", absl::StrCat(run_.run_id)}, {"name", run_.name},
+           {{"run", absl::StrCat(run_.run_id)},
+            {"name", run_.name},
             {"rounds", absl::StrCat(options_.num_rounds)},
             {"parameters", absl::StrCat(global_->spec().NumFloats())}});
   return absl::OkStatus();
@@ -173,7 +174,8 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
   std::sort(online.begin(), online.end());
   round->sampled = online;
   for (const std::string& id : round->sampled) {
-    round->task_of[id] = absl::StrFormat("r%d.a%d.%s", round->round, round->attempt, id.substr(0, 12));
+    round->task_of[id] =
+        absl::StrFormat("r%d.a%d.%s", round->round, round->attempt, id.substr(0, 12));
   }
   round->aggregator = strategy_->BeginRound(*global_);
 
@@ -199,8 +201,10 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
     (void)store_->RecordParticipation(p);
   }
   LogEvent(LogLevel::kInfo, "round_started",
-           {{"run", absl::StrCat(run_.run_id)}, {"round", absl::StrCat(round->round)},
-            {"attempt", absl::StrCat(round->attempt)}, {"sampled", absl::StrCat(k)},
+           {{"run", absl::StrCat(run_.run_id)},
+            {"round", absl::StrCat(round->round)},
+            {"attempt", absl::StrCat(round->attempt)},
+            {"sampled", absl::StrCat(k)},
             {"online", absl::StrCat(n)}});
   current_ = std::move(round);
   BumpLocked();
@@ -279,8 +283,8 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     rec.num_reported = summary.num_accepted;
     rec.metrics_json = MetricsJson(summary.metrics);
     absl::StatusOr<std::string> sha = store_->WriteCheckpoint(*next);
-    absl::Status committed = sha.ok() ? (rec.checkpoint = *sha, store_->CommitRound(rec, participations))
-                                      : sha.status();
+    absl::Status committed =
+        sha.ok() ? (rec.checkpoint = *sha, store_->CommitRound(rec, participations)) : sha.status();
     if (committed.ok()) CrashPoint("after_commit");
     if (committed.ok()) {
       if (summary.metrics.count("test_accuracy") != 0) {
@@ -295,7 +299,8 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
       next_attempt_ = 0;
       failed_attempts_ = 0;
       LogEvent(LogLevel::kInfo, "round_committed",
-               {{"run", absl::StrCat(run_.run_id)}, {"round", absl::StrCat(round->round)},
+               {{"run", absl::StrCat(run_.run_id)},
+                {"round", absl::StrCat(round->round)},
                 {"accepted", absl::StrCat(summary.num_accepted)},
                 {"checkpoint", global_sha_.substr(0, 16)}});
       std::optional<std::string> finish;
@@ -322,7 +327,8 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
                            ToMs(now));
     for (const ParticipationRecord& p : participations) (void)store_->RecordParticipation(p);
     LogEvent(LogLevel::kWarn, "round_failed",
-             {{"round", absl::StrCat(round->round)}, {"attempt", absl::StrCat(round->attempt)},
+             {{"round", absl::StrCat(round->round)},
+              {"attempt", absl::StrCat(round->attempt)},
               {"reason", failure}});
     ++next_attempt_;
     ++failed_attempts_;
@@ -351,7 +357,8 @@ void EngineImpl::EndRunLocked(RunStatus status, const std::string& reason) {
   (void)store_->FinishRun(run_.run_id, status, reason, ToMs(clock_->Now()));
   const bool failed = status == RunStatus::kFailed;
   LogEvent(failed ? LogLevel::kError : LogLevel::kInfo, failed ? "run_failed" : "run_finished",
-           {{"run", absl::StrCat(run_.run_id)}, {"rounds", absl::StrCat(committed_round_)},
+           {{"run", absl::StrCat(run_.run_id)},
+            {"rounds", absl::StrCat(committed_round_)},
             {"reason", reason.empty() ? "all rounds committed" : reason}});
   BumpLocked();
 }
@@ -398,7 +405,6 @@ void EngineImpl::Abort(const std::string& reason) {
   }
 }
 
-
 }  // namespace fl::server::internal
 
 namespace fl::server {
@@ -421,9 +427,9 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   const FitSettings& fit = options.fit;
   if (fit.local_epochs < 1 || fit.batch_size < 1 || !(fit.learning_rate > 0) ||
       !std::isfinite(fit.learning_rate)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "need local_epochs >= 1, batch_size >= 1 and a finite learning_rate > 0; got ",
-        fit.local_epochs, ", ", fit.batch_size, ", ", fit.learning_rate));
+    return absl::InvalidArgumentError(
+        absl::StrCat("need local_epochs >= 1, batch_size >= 1 and a finite learning_rate > 0; got ",
+                     fit.local_epochs, ", ", fit.batch_size, ", ", fit.learning_rate));
   }
   for (auto [name, d] : {std::pair{"round_timeout", options.round_timeout},
                          std::pair{"client_timeout", options.client_timeout},

@@ -60,8 +60,8 @@ std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& 
   if (!refusal.ok()) return nullptr;
   if (auto it = current_->uploads.find(client_id);
       it != current_->uploads.end() && it->second->phase == Phase::kAborted) {
-    refusal = absl::FailedPreconditionError(absl::StrCat(
-        "this client was dropped from round ", meta.round, ": ", it->second->reason));
+    refusal = absl::FailedPreconditionError(
+        absl::StrCat("this client was dropped from round ", meta.round, ": ", it->second->reason));
     return nullptr;
   }
   if (current_->uploads.count(client_id) != 0) {
@@ -80,14 +80,13 @@ absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
     return absl::InvalidArgumentError(SpecMismatch(*meta.spec, global_->spec()));
   }
   if (meta.payload_bytes != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "update payload is ", meta.payload_bytes, " bytes but the model has ",
-        global_->spec().NumFloats(), " float32 parameters (", expected, " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("update payload is ", meta.payload_bytes, " bytes but the model has ",
+                     global_->spec().NumFloats(), " float32 parameters (", expected, " bytes)"));
   }
   if (meta.num_examples <= 0 || meta.num_examples > kMaxExamples) {
-    return absl::InvalidArgumentError(absl::StrCat("update claims ", meta.num_examples,
-                                                   " examples; it must be in [1, ", kMaxExamples,
-                                                   "]"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update claims ", meta.num_examples, " examples; it must be in [1, ", kMaxExamples, "]"));
   }
   for (const auto& [k, v] : meta.metrics) {
     if (!std::isfinite(v)) {
@@ -98,7 +97,7 @@ absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
 }
 
 absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::string& client_id,
-                                                                 const UpdateMeta& meta) {
+                                                                const UpdateMeta& meta) {
   auto state = std::make_shared<UploadState>();
   state->client_id = client_id;
   state->task_id = meta.task_id;
@@ -115,15 +114,14 @@ absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::strin
       refusal = CheckUpdateLocked(meta);
       if (refusal.ok()) {
         // One upload per client per attempt: the name is unique to them.
-        state->spill_path = absl::StrCat(options_.spill_dir, "/", run_.run_id, "-", round->round,
-                                         "-", round->attempt, "-",
-                                         fl::Sha256Hex(client_id).substr(0, 32), ".part");
-        state->spill_fd = ::open(state->spill_path.c_str(),
-                                 O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        state->spill_path =
+            absl::StrCat(options_.spill_dir, "/", run_.run_id, "-", round->round, "-",
+                         round->attempt, "-", fl::Sha256Hex(client_id).substr(0, 32), ".part");
+        state->spill_fd =
+            ::open(state->spill_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
         if (state->spill_fd < 0) {
-          refusal = absl::InternalError(absl::StrCat("cannot create spill file ",
-                                                     state->spill_path, ": ",
-                                                     std::strerror(errno)));
+          refusal = absl::InternalError(absl::StrCat("cannot create spill file ", state->spill_path,
+                                                     ": ", std::strerror(errno)));
           state->spill_path.clear();
         }
       }
@@ -200,10 +198,18 @@ ParticipationRecord EngineImpl::ParticipationFor(const RoundState& round,
   p.metrics_json = MetricsJson(up.metrics);
   p.reason = up.reason;
   switch (up.phase) {
-    case Phase::kAccepted: p.status = ParticipationStatus::kAccepted; break;
-    case Phase::kRefused: p.status = ParticipationStatus::kRefused; break;
-    case Phase::kAborted: p.status = ParticipationStatus::kDropped; break;
-    case Phase::kStreaming: p.status = ParticipationStatus::kAssigned; break;
+    case Phase::kAccepted:
+      p.status = ParticipationStatus::kAccepted;
+      break;
+    case Phase::kRefused:
+      p.status = ParticipationStatus::kRefused;
+      break;
+    case Phase::kAborted:
+      p.status = ParticipationStatus::kDropped;
+      break;
+    case Phase::kStreaming:
+      p.status = ParticipationStatus::kAssigned;
+      break;
   }
   return p;
 }
@@ -237,9 +243,9 @@ absl::Status UploadImpl::RefuseLocked(absl::Status why) {
 absl::Status UploadImpl::NoLongerAccepted() {
   done_ = true;
   std::shared_lock<std::shared_mutex> gate(round_->gate);
-  return absl::FailedPreconditionError(absl::StrCat(
-      "update no longer accepted: ",
-      state_->reason.empty() ? "the round is closing" : state_->reason));
+  return absl::FailedPreconditionError(
+      absl::StrCat("update no longer accepted: ",
+                   state_->reason.empty() ? "the round is closing" : state_->reason));
 }
 
 absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {

@@ -32,8 +32,8 @@ class FederationService final : public fl::v1::Federation::Service {
                         fl::v1::Task* reply) override {
     absl::StatusOr<std::string> id = Identify(ctx);
     if (!id.ok()) return ToGrpcStatus(id.status());
-    absl::Duration wait = std::min(absl::Milliseconds(std::max(0, req->wait_ms())),
-                                   options_.max_poll_wait);
+    absl::Duration wait =
+        std::min(absl::Milliseconds(std::max(0, req->wait_ms())), options_.max_poll_wait);
     const absl::Time deadline = absl::Now() + wait;
     Task task;
     while (true) {
@@ -50,8 +50,12 @@ class FederationService final : public fl::v1::Federation::Service {
     reply->set_task_id(task.task_id);
     reply->set_message(task.message);
     switch (task.kind) {
-      case Task::Kind::kWait: reply->set_kind(fl::v1::Task::WAIT); break;
-      case Task::Kind::kDone: reply->set_kind(fl::v1::Task::DONE); break;
+      case Task::Kind::kWait:
+        reply->set_kind(fl::v1::Task::WAIT);
+        break;
+      case Task::Kind::kDone:
+        reply->set_kind(fl::v1::Task::DONE);
+        break;
       case Task::Kind::kEvaluate: {
         reply->set_kind(fl::v1::Task::EVALUATE);
         fl::v1::FitTask* model = reply->mutable_fit();
@@ -138,8 +142,8 @@ class FederationService final : public fl::v1::Federation::Service {
     if (!id.ok()) return ToGrpcStatus(id.status());
     fl::v1::UpdatePart part;
     if (!reader->Read(&part) || !part.has_metadata()) {
-      absl::Status s = absl::InvalidArgumentError(
-          "the first message of an update must carry its metadata");
+      absl::Status s =
+          absl::InvalidArgumentError("the first message of an update must carry its metadata");
       engine_->AuditRefusal(*id, "update_refused", s);
       return ToGrpcStatus(s);
     }
@@ -169,9 +173,9 @@ class FederationService final : public fl::v1::Federation::Service {
       return grpc::Status::OK;
     }
     if (m.encoding() != fl::v1::UpdateMetadata::FLOAT32) {
-      absl::Status s = absl::InvalidArgumentError(absl::StrCat(
-          "update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
-          " is not supported; this run takes FLOAT32"));
+      absl::Status s = absl::InvalidArgumentError(
+          absl::StrCat("update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
+                       " is not supported; this run takes FLOAT32"));
       engine_->AuditRefusal(*id, "update_refused", s);
       return ToGrpcStatus(s);
     }
@@ -192,8 +196,8 @@ class FederationService final : public fl::v1::Federation::Service {
           return grpc::Status::OK;
         }
         default:
-          return ToGrpcStatus((*upload)->Refuse(absl::InvalidArgumentError(
-              "an update's metadata may only come first, once")));
+          return ToGrpcStatus((*upload)->Refuse(
+              absl::InvalidArgumentError("an update's metadata may only come first, once")));
       }
     }
     return ToGrpcStatus((*upload)->Abandon());
@@ -233,9 +237,9 @@ class FederationService final : public fl::v1::Federation::Service {
     if (!enrolled.ok()) return enrolled.status();
     if (!*enrolled) {
       absl::StatusOr<std::string> cn = CertificateCommonName(pem);
-      absl::Status s = absl::PermissionDeniedError(absl::StrCat(
-          "client certificate ", fingerprint->substr(0, 16), " (CN=", cn.ok() ? *cn : "?",
-          ") is not enrolled in this federation"));
+      absl::Status s = absl::PermissionDeniedError(
+          absl::StrCat("client certificate ", fingerprint->substr(0, 16),
+                       " (CN=", cn.ok() ? *cn : "?", ") is not enrolled in this federation"));
       engine_->AuditRefusal(*fingerprint, "client_refused", s);
       engine_->ForgetClient(*fingerprint, "revoked or not enrolled");
       return s;

@@ -388,10 +388,9 @@ absl::StatusOr<std::vector<ParticipationCount>> SqliteStore::ParticipationCounts
   constexpr char kGroup[] = "GROUP BY p.client_id ORDER BY p.client_id";
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st =
-      run_id.has_value()
-          ? Prepare(absl::StrCat(kCounts, "WHERE p.run_id = ? ", kGroup),
-                    "count participations of one run")
-          : Prepare(absl::StrCat(kCounts, kGroup), "count participations");
+      run_id.has_value() ? Prepare(absl::StrCat(kCounts, "WHERE p.run_id = ? ", kGroup),
+                                   "count participations of one run")
+                         : Prepare(absl::StrCat(kCounts, kGroup), "count participations");
   if (!st.ok()) return st.status();
   if (run_id.has_value()) st->Bind(*run_id);
   return sqlite::Collect(*st, [](const Statement& row) -> absl::StatusOr<ParticipationCount> {
@@ -575,11 +574,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& da
     return version.status();
   }
   if (*version != sqlite::LatestSchemaVersion()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is at schema version ", *version, " but this program reads version ",
-        sqlite::LatestSchemaVersion(), *version < sqlite::LatestSchemaVersion()
-            ? "; start this version's server on it once to migrate it"
-            : "; use the newer program that wrote it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is at schema version ", *version, " but this program reads version ",
+                     sqlite::LatestSchemaVersion(),
+                     *version < sqlite::LatestSchemaVersion()
+                         ? "; start this version's server on it once to migrate it"
+                         : "; use the newer program that wrote it"));
   }
   return std::make_unique<SqliteStore>(data_dir, *std::move(db), *version, /*read_only=*/true);
 }

@@ -18,7 +18,6 @@ constexpr int64_t kMinPartySize = 10;
 // Whole-partition redraws before giving up (the beta/parties combination is then hopeless).
 constexpr int kMaxDirichletAttempts = 1000;
 
-
 // p ~ Dir(beta, ..., beta) over `n` parties, from normalised Gamma(beta, 1) draws. Redraws in the
 // (for tiny beta possible) case that every draw underflows to zero.
 std::vector<double> DrawDirichlet(int32_t n, double beta, std::mt19937_64& rng) {

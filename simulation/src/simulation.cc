@@ -35,9 +35,9 @@ absl::StatusOr<SimulationResult> RunSimulation(
       : options.partition == "dirichlet"
           ? PartitionDirichlet(train->labels, train->num_classes, options.num_clients,
                                options.dirichlet_beta, options.seed)
-          : absl::StatusOr<std::vector<std::vector<int64_t>>>(absl::InvalidArgumentError(
-                absl::StrCat("unknown partition '", options.partition,
-                             "'; choose iid or dirichlet")));
+          : absl::StatusOr<std::vector<std::vector<int64_t>>>(
+                absl::InvalidArgumentError(absl::StrCat("unknown partition '", options.partition,
+                                                        "'; choose iid or dirichlet")));
   if (!parts.ok()) return parts.status();
 
   if (absl::Status s = MakeDirectories(options.work_dir); !s.ok()) return s;
@@ -65,8 +65,8 @@ absl::StatusOr<SimulationResult> RunSimulation(
   engine.run_name = "fashion-mnist-softmax";
   engine.num_rounds = options.num_rounds;
   engine.min_clients = options.num_clients;
-  engine.min_fit_clients = std::max(1, static_cast<int32_t>(options.num_clients *
-                                                            options.sample_fraction));
+  engine.min_fit_clients =
+      std::max(1, static_cast<int32_t>(options.num_clients * options.sample_fraction));
   engine.sample_fraction = options.sample_fraction;
   engine.round_timeout = options.round_timeout;
   engine.seed = options.seed;
@@ -75,7 +75,8 @@ absl::StatusOr<SimulationResult> RunSimulation(
   SimulationResult result;
   std::mutex result_mu;
   server::EngineHooks hooks;
-  hooks.evaluate = SoftmaxTestSetEvaluation(std::make_shared<const client::Dataset>(*std::move(test)));
+  hooks.evaluate =
+      SoftmaxTestSetEvaluation(std::make_shared<const client::Dataset>(*std::move(test)));
   hooks.on_round_end = [&](const server::RoundSummary& summary) {
     {
       std::lock_guard<std::mutex> lock(result_mu);

@@ -171,8 +171,7 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
                 absl::StrCat("request is for run ", run_id + 5));
   m = MetaFor(t, bytes);
   m.set_encoding(v1::UpdateMetadata::ENCODING_UNSPECIFIED);
-  ExpectRefused(raw.Send(m, payload, sha), grpc::StatusCode::INVALID_ARGUMENT,
-                "is not supported");
+  ExpectRefused(raw.Send(m, payload, sha), grpc::StatusCode::INVALID_ARGUMENT, "is not supported");
   ExpectRefused(raw.Send(MetaFor(t, 400), payload.substr(0, 400), sha),
                 grpc::StatusCode::INVALID_ARGUMENT, "float32 parameters (31400 bytes)");
 
@@ -243,9 +242,8 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   std::string all;
   for (const auto& r : *audit) all += r.event + ": " + r.detail + "\n";
   for (const char* fragment : {"request is for round 2", "is not this client's task",
-                               "is not supported", "31400 bytes", "SHA-256 mismatch",
-                               "non-finite", "ended after 15700", "has shape [10,785]",
-                               "already received"}) {
+                               "is not supported", "31400 bytes", "SHA-256 mismatch", "non-finite",
+                               "ended after 15700", "has shape [10,785]", "already received"}) {
     EXPECT_NE(all.find(fragment), std::string::npos) << fragment << "\n" << all;
   }
   // The Prometheus endpoint counted what happened.

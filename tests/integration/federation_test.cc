@@ -65,8 +65,8 @@ TEST(FederationTest, FullRunOverMutualTls) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<std::unique_ptr<ClientThread>> clients;
   for (int i = 0; i < 3; ++i) {
-    clients.push_back(std::make_unique<ClientThread>(
-        TlsClientOptions(pki, i, (*server)->port()), FashionTrainer(i, 3000)));
+    clients.push_back(std::make_unique<ClientThread>(TlsClientOptions(pki, i, (*server)->port()),
+                                                     FashionTrainer(i, 3000)));
   }
   for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
   for (auto& c : clients) EXPECT_EQ(c->tasks_accepted(), 3);
@@ -255,7 +255,8 @@ TEST(ServerStartTest, APortInUseIsAnError) {
   o.listen_address = "127.0.0.1:0";
   o.data_dir = dir.path() + "/a";
   o.insecure_plaintext = true;
-  absl::StatusOr<std::unique_ptr<server::Server>> first = server::Server::Start(o, Model(FashionSpec()));
+  absl::StatusOr<std::unique_ptr<server::Server>> first =
+      server::Server::Start(o, Model(FashionSpec()));
   ASSERT_TRUE(first.ok()) << first.status();
   o.listen_address = absl::StrCat("127.0.0.1:", (*first)->port());
   o.data_dir = dir.path() + "/b";
@@ -271,7 +272,8 @@ TEST(ServerStartTest, OneServerPerDataDirectory) {
   o.listen_address = "127.0.0.1:0";
   o.data_dir = dir.path() + "/server";
   o.insecure_plaintext = true;
-  absl::StatusOr<std::unique_ptr<server::Server>> first = server::Server::Start(o, Model(FashionSpec()));
+  absl::StatusOr<std::unique_ptr<server::Server>> first =
+      server::Server::Start(o, Model(FashionSpec()));
   ASSERT_TRUE(first.ok()) << first.status();
   absl::StatusOr<std::unique_ptr<server::Server>> second =
       server::Server::Start(o, Model(FashionSpec()));
@@ -279,7 +281,8 @@ TEST(ServerStartTest, OneServerPerDataDirectory) {
   EXPECT_NE(second.status().message().find("another server is running on the data directory"),
             absl::string_view::npos);
   first->reset();
-  EXPECT_TRUE(server::Server::Start(o, Model(FashionSpec())).ok()) << "the lock outlived its server";
+  EXPECT_TRUE(server::Server::Start(o, Model(FashionSpec())).ok())
+      << "the lock outlived its server";
 }
 
 TEST(ServerStartTest, PlaintextOnlyOnLoopback) {
@@ -288,7 +291,8 @@ TEST(ServerStartTest, PlaintextOnlyOnLoopback) {
   o.listen_address = "0.0.0.0:0";
   o.data_dir = dir.path() + "/server";
   o.insecure_plaintext = true;
-  absl::StatusOr<std::unique_ptr<server::Server>> s = server::Server::Start(o, Model(FashionSpec()));
+  absl::StatusOr<std::unique_ptr<server::Server>> s =
+      server::Server::Start(o, Model(FashionSpec()));
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.status().message().find("only on a loopback address"), absl::string_view::npos);
   o.listen_address = "127.0.0.1:0";

@@ -228,8 +228,8 @@ TEST(CrashTest, SigkillAtEachPointOfARoundLosesNothingAndChangesNothing) {
   ASSERT_FALSE(reference.final_model.empty());
   // Round 2 is the one interrupted: 3 uploads of one chunk per round, and the initial model's
   // checkpoint is the first one written.
-  for (const char* point : {"round_start@2", "mid_upload@4", "aggregate@2", "checkpoint_write@3",
-                            "after_commit@2"}) {
+  for (const char* point :
+       {"round_start@2", "mid_upload@4", "aggregate@2", "checkpoint_write@3", "after_commit@2"}) {
     SCOPED_TRACE(point);
     const Outcome crashed = RunFederation(point);
     EXPECT_EQ(crashed.server_deaths, 1) << "the crash point was never reached";
@@ -256,9 +256,9 @@ std::vector<std::unique_ptr<ClientThread>> StartSlowClients(const ProvisionedFil
     client::ClientOptions options = TlsClientOptions(pki, i, port);
     options.reconnect_timeout = absl::Seconds(60);
     clients.push_back(std::make_unique<ClientThread>(
-        options, std::make_unique<SlowTrainer>(
-                     client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {}),
-                     delay)));
+        options,
+        std::make_unique<SlowTrainer>(
+            client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {}), delay)));
   }
   return clients;
 }

@@ -85,7 +85,6 @@ std::string HttpGet(int port, const std::string& path);
 
 }  // namespace fl::testing
 
-
 namespace fl::testing {
 
 // A child process running a command, its stdout and stderr appended to `log_path`.

@@ -65,10 +65,11 @@ TEST(ChunkingTest, SmallChunksReassemble) {
   Model model = RandomModel(1001, 2);  // 4004 bytes: 15 chunks of 256 and one of 164
   ChunkAssembler assembler(model.NumBytes());
   int calls = 0;
-  absl::Status s = ForEachChunk(model.bytes(), 256, [&](int64_t offset, std::span<const std::byte> c) {
-    ++calls;
-    return assembler.Add(offset, AsChars(c));
-  });
+  absl::Status s =
+      ForEachChunk(model.bytes(), 256, [&](int64_t offset, std::span<const std::byte> c) {
+        ++calls;
+        return assembler.Add(offset, AsChars(c));
+      });
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(calls, 16);
   EXPECT_TRUE(assembler.Finish(model.Sha256Hex()).ok());
@@ -77,11 +78,12 @@ TEST(ChunkingTest, SmallChunksReassemble) {
 TEST(ChunkingTest, ForEachChunkStopsAtFirstError) {
   Model model = RandomModel(1024, 3);
   int calls = 0;
-  absl::Status s = ForEachChunk(model.bytes(), 1024, [&](int64_t offset, std::span<const std::byte>) {
-    ++calls;
-    if (offset == 1024) return absl::UnavailableError("transport gone");
-    return absl::OkStatus();
-  });
+  absl::Status s =
+      ForEachChunk(model.bytes(), 1024, [&](int64_t offset, std::span<const std::byte>) {
+        ++calls;
+        if (offset == 1024) return absl::UnavailableError("transport gone");
+        return absl::OkStatus();
+      });
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(calls, 2);
 }
@@ -150,7 +152,8 @@ TEST(ChunkingTest, MissingLastChunkIsTruncated) {
   ChunkAssembler assembler(model.NumBytes());
   absl::Status s = ForEachChunk(model.bytes(), kMaxChunkBytes,
                                 [&](int64_t offset, std::span<const std::byte> chunk) {
-                                  if (offset == 2 * kMaxChunkBytes) return absl::OkStatus();  // lost
+                                  if (offset == 2 * kMaxChunkBytes)
+                                    return absl::OkStatus();  // lost
                                   return assembler.Add(offset, AsChars(chunk));
                                 });
   ASSERT_TRUE(s.ok()) << s;

@@ -51,17 +51,18 @@ TEST_F(EngineTest, DeadlineCutsOffAnUploadInFlight) {
   ASSERT_TRUE(Submit("client-b", tb, b, 1).ok());
   absl::StatusOr<std::unique_ptr<Upload>> slow = engine_->BeginUpload("client-c", MetaFor(tc, 5));
   ASSERT_TRUE(slow.ok());
-  ASSERT_TRUE((*slow)->AddChunk(0, std::string_view(reinterpret_cast<const char*>(c.bytes().data()),
-                                                    kMaxChunkBytes))
+  ASSERT_TRUE((*slow)
+                  ->AddChunk(0, std::string_view(reinterpret_cast<const char*>(c.bytes().data()),
+                                                 kMaxChunkBytes))
                   .ok());
   clock_.Advance(absl::Minutes(5));
   engine_->Tick();
   ASSERT_EQ(engine_->committed_round(), 1);
   ExpectModelsNear(*engine_->global_model(), *aggregation::WeightedAverage({&a, &b}, {1, 1}));
   absl::Status late = (*slow)->AddChunk(
-      kMaxChunkBytes, std::string_view(reinterpret_cast<const char*>(c.bytes().data()) +
-                                           kMaxChunkBytes,
-                                       c.bytes().size() - kMaxChunkBytes));
+      kMaxChunkBytes,
+      std::string_view(reinterpret_cast<const char*>(c.bytes().data()) + kMaxChunkBytes,
+                       c.bytes().size() - kMaxChunkBytes));
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(late.message().find("round closed"), absl::string_view::npos) << late;
 }
@@ -390,8 +391,8 @@ TEST_F(EngineTest, FederatedEvaluationEveryKRoundsIsWeightedAndRecorded) {
   absl::StatusOr<std::vector<AuditRecord>> audit = store_->AuditLog(100);
   bool declined_audited = false;
   for (const AuditRecord& r : *audit) {
-    declined_audited |= r.event == "evaluation_declined" &&
-                        r.detail.find("no held-out data") != std::string::npos;
+    declined_audited |=
+        r.event == "evaluation_declined" && r.detail.find("no held-out data") != std::string::npos;
   }
   EXPECT_TRUE(declined_audited);
 }
@@ -419,7 +420,6 @@ TEST_F(EngineTest, AFinishedRunIsFollowedByANewRunWithItsOwnConfiguration) {
   EXPECT_EQ(recorded->num_rounds, 2);
   EXPECT_EQ(store_->GetRun(first)->status, RunStatus::kFinished);
 }
-
 
 TEST_F(EngineTest, AnEvaluatorThatGoesSilentDoesNotHoldTheNextRound) {
   options_.eval_every = 1;
@@ -483,20 +483,19 @@ TEST_F(EngineTest, AStoppingRuleMetBeforeACrashEndsTheRunOnResume) {
   EXPECT_TRUE(engine_->finished());
   absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
   ASSERT_TRUE(run.ok());
-  EXPECT_NE(run->reason.find("stopping rule met after round 1"), std::string::npos)
-      << run->reason;
+  EXPECT_NE(run->reason.find("stopping rule met after round 1"), std::string::npos) << run->reason;
 }
 
 TEST_F(EngineTest, InvalidOptionsAreRefusedNamingThem) {
   options_.fit.batch_size = 0;
-  absl::StatusOr<std::unique_ptr<RoundEngine>> engine = RoundEngine::Create(
-      options_, store_.get(), strategy_.get(), &clock_, Model(TestSpec()), {});
+  absl::StatusOr<std::unique_ptr<RoundEngine>> engine =
+      RoundEngine::Create(options_, store_.get(), strategy_.get(), &clock_, Model(TestSpec()), {});
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(engine.status().message().find("batch_size >= 1"), absl::string_view::npos);
   options_.fit.batch_size = 32;
   options_.round_timeout = absl::Seconds(-5);
-  engine = RoundEngine::Create(options_, store_.get(), strategy_.get(), &clock_,
-                               Model(TestSpec()), {});
+  engine =
+      RoundEngine::Create(options_, store_.get(), strategy_.get(), &clock_, Model(TestSpec()), {});
   EXPECT_NE(engine.status().message().find("round_timeout must be positive"),
             absl::string_view::npos)
       << engine.status();

@@ -166,10 +166,11 @@ TEST_F(EngineTest, BadShaIsRefusedAndFoldedOut) {
   Model a = RandomModel(1), b = RandomModel(2), c = RandomModel(3);
   absl::StatusOr<std::unique_ptr<Upload>> upload = engine_->BeginUpload("client-a", MetaFor(ta, 9));
   ASSERT_TRUE(upload.ok());
-  ASSERT_TRUE(ForEachChunk(a.bytes(), kMaxChunkBytes, [&](int64_t off, std::span<const std::byte> x) {
-                return (*upload)->AddChunk(
-                    off, std::string_view(reinterpret_cast<const char*>(x.data()), x.size()));
-              }).ok());
+  ASSERT_TRUE(
+      ForEachChunk(a.bytes(), kMaxChunkBytes, [&](int64_t off, std::span<const std::byte> x) {
+        return (*upload)->AddChunk(
+            off, std::string_view(reinterpret_cast<const char*>(x.data()), x.size()));
+      }).ok());
   absl::Status bad = (*upload)->Finish(std::string(64, '0'));
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.message().find("SHA-256 mismatch"), absl::string_view::npos) << bad;
@@ -181,12 +182,11 @@ TEST_F(EngineTest, BadShaIsRefusedAndFoldedOut) {
 
 // Streams `model` chunk by chunk through an upload that the caller finishes.
 absl::Status StreamChunks(Upload& upload, const Model& model) {
-  return ForEachChunk(model.bytes(), kMaxChunkBytes,
-                      [&](int64_t offset, std::span<const std::byte> bytes) {
-                        return upload.AddChunk(
-                            offset, std::string_view(reinterpret_cast<const char*>(bytes.data()),
-                                                     bytes.size()));
-                      });
+  return ForEachChunk(
+      model.bytes(), kMaxChunkBytes, [&](int64_t offset, std::span<const std::byte> bytes) {
+        return upload.AddChunk(
+            offset, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+      });
 }
 
 TEST_F(EngineTest, RefusedUpdateOfHugeValuesLeavesNoTraceInTheSameRound) {
@@ -290,9 +290,8 @@ TEST_F(EngineTest, ConcurrentUploadsWhileTheClockTicks) {
     for (size_t i = 0; i < 3; ++i) {
       uploaders.emplace_back([&, i] {
         Task t = engine_->Poll(clients_[i]);
-        results[i] = t.kind == Task::Kind::kFit
-                         ? Submit(clients_[i], t, models[i], 10 * (i + 1))
-                         : absl::InternalError("no fit task");
+        results[i] = t.kind == Task::Kind::kFit ? Submit(clients_[i], t, models[i], 10 * (i + 1))
+                                                : absl::InternalError("no fit task");
       });
     }
     for (std::thread& t : uploaders) t.join();
@@ -301,9 +300,9 @@ TEST_F(EngineTest, ConcurrentUploadsWhileTheClockTicks) {
     for (const absl::Status& r : results) EXPECT_TRUE(r.ok()) << r;
     ASSERT_EQ(engine_->committed_round(), round);
   }
-  ExpectModelsNear(*engine_->global_model(),
-                   *aggregation::WeightedAverage({&models[0], &models[1], &models[2]},
-                                                 {10, 20, 30}));
+  ExpectModelsNear(
+      *engine_->global_model(),
+      *aggregation::WeightedAverage({&models[0], &models[1], &models[2]}, {10, 20, 30}));
 }
 
 TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {

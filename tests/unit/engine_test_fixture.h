@@ -124,13 +124,11 @@ class EngineTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<Upload>> upload =
         engine_->BeginUpload(client, MetaFor(task, examples));
     if (!upload.ok()) return upload.status();
-    absl::Status s = ForEachChunk(model.bytes(), kMaxChunkBytes,
-                                  [&](int64_t offset, std::span<const std::byte> bytes) {
-                                    return (*upload)->AddChunk(
-                                        offset, std::string_view(
-                                                    reinterpret_cast<const char*>(bytes.data()),
-                                                    bytes.size()));
-                                  });
+    absl::Status s = ForEachChunk(
+        model.bytes(), kMaxChunkBytes, [&](int64_t offset, std::span<const std::byte> bytes) {
+          return (*upload)->AddChunk(
+              offset, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+        });
     if (!s.ok()) return s;
     return (*upload)->Finish(model.Sha256Hex());
   }

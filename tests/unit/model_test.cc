@@ -19,9 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // w: 2x3 = 6 floats, b: 3 floats, s: a scalar (1 float).
-ModelSpec SmallSpec() {
-  return ModelSpec({{"w", {2, 3}}, {"b", {3}}, {"s", {}}});
-}
+ModelSpec SmallSpec() { return ModelSpec({{"w", {2, 3}}, {"b", {3}}, {"s", {}}}); }
 
 // --- ModelSpec ---
 
@@ -122,8 +120,8 @@ TEST(ModelSpecTest, FromJsonRefusesMissingNameAndNonObjectEntries) {
 }
 
 TEST(ModelSpecTest, FromJsonRefusesNonIntegerDimension) {
-  for (const char* text : {R"([{"name": "w", "shape": [2, 1.5]}])",
-                           R"([{"name": "w", "shape": ["2"]}])"}) {
+  for (const char* text :
+       {R"([{"name": "w", "shape": [2, 1.5]}])", R"([{"name": "w", "shape": ["2"]}])"}) {
     absl::StatusOr<ModelSpec> parsed = ModelSpec::FromJson(text);
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << text;
     EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("'w'")) << text;

@@ -660,8 +660,8 @@ TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
   EXPECT_TRUE(model.ok()) << model.status();
 
   // Every write is refused before it touches a row or a file.
-  const size_t checkpoint_files = std::distance(
-      std::filesystem::directory_iterator(reader.checkpoint_dir()), {});
+  const size_t checkpoint_files =
+      std::distance(std::filesystem::directory_iterator(reader.checkpoint_dir()), {});
   std::vector<absl::Status> writes = {
       reader.CreateRun(RunRecord()).status(),
       reader.FinishRun(run, RunStatus::kFinished, "", 5),

@@ -62,7 +62,6 @@ double SoftmaxCrossEntropy(RowMatrix& logits, const int32_t* labels, int64_t* co
   return (sums.array().log() - label_logit.array()).cast<double>().sum();
 }
 
-
 std::string DescribeSpec(const ModelSpec& spec) { return spec.ToJson(); }
 
 class SoftmaxRegressionTrainer final : public Trainer {

@@ -17,9 +17,9 @@ namespace fl::client {
 
 struct Dataset {
   int64_t num_features = 0;
-  int32_t num_classes = 0;         // labels are in [0, num_classes)
-  std::vector<float> features;     // num_examples() x num_features, row-major
-  std::vector<int32_t> labels;     // num_examples()
+  int32_t num_classes = 0;      // labels are in [0, num_classes)
+  std::vector<float> features;  // num_examples() x num_features, row-major
+  std::vector<int32_t> labels;  // num_examples()
 
   int64_t num_examples() const { return static_cast<int64_t>(labels.size()); }
   const float* row(int64_t i) const { return features.data() + i * num_features; }

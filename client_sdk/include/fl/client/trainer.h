@@ -25,9 +25,9 @@ struct FitConfig {
 };
 
 struct FitResult {
-  Model model;                              // the locally trained weights
-  int64_t num_examples = 0;                 // > 0
-  std::map<std::string, double> metrics;    // e.g. {"loss": 0.41}
+  Model model;                            // the locally trained weights
+  int64_t num_examples = 0;               // > 0
+  std::map<std::string, double> metrics;  // e.g. {"loss": 0.41}
 };
 
 struct EvalResult {

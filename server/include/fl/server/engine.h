@@ -52,9 +52,9 @@ struct FitSettings {
 struct EngineOptions {
   std::string run_name = "default";
   int32_t num_rounds = 10;
-  int32_t min_clients = 2;      // clients online before a round starts
-  int32_t min_fit_clients = 2;  // accepted updates needed to commit a round
-  double sample_fraction = 1.0; // of the online clients, at least min_fit_clients
+  int32_t min_clients = 2;       // clients online before a round starts
+  int32_t min_fit_clients = 2;   // accepted updates needed to commit a round
+  double sample_fraction = 1.0;  // of the online clients, at least min_fit_clients
   absl::Duration round_timeout = absl::Minutes(10);
   // A client neither polling nor heartbeating for this long is offline: it does not count towards
   // min_clients, and a round it was sampled in stops waiting for it.
@@ -185,9 +185,8 @@ class RoundEngine {
   virtual Task Poll(const std::string& client_id) = 0;
   // The global model a fit task trains from. FAILED_PRECONDITION for a task that is not this
   // client's current one.
-  virtual absl::StatusOr<GlobalModel> ModelForTask(
-      const std::string& client_id, int64_t run_id, int32_t round,
-      const std::string& task_id) = 0;
+  virtual absl::StatusOr<GlobalModel> ModelForTask(const std::string& client_id, int64_t run_id,
+                                                   int32_t round, const std::string& task_id) = 0;
   // Starts receiving an update; refusals as described above.
   virtual absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
                                                               const UpdateMeta& meta) = 0;

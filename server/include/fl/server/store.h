@@ -41,13 +41,13 @@ const char* ToString(ParticipationStatus s);
 struct RunRecord {
   int64_t run_id = 0;
   std::string name;
-  std::string config_json;        // the run's configuration, as given
-  std::string model_spec_json;    // ModelSpec::ToJson()
-  std::string initial_checkpoint; // SHA-256 of the initial global model
+  std::string config_json;         // the run's configuration, as given
+  std::string model_spec_json;     // ModelSpec::ToJson()
+  std::string initial_checkpoint;  // SHA-256 of the initial global model
   RunStatus status = RunStatus::kRunning;
-  std::string reason;             // why it failed, if it did
+  std::string reason;  // why it failed, if it did
   int64_t created_at_ms = 0;
-  int64_t ended_at_ms = 0;        // 0 while running
+  int64_t ended_at_ms = 0;  // 0 while running
 };
 
 struct RoundRecord {

@@ -12,7 +12,8 @@ namespace fl::simulation {
 
 // An evaluation hook that scores each new global model on `test`, reporting "test_loss" and
 // "test_accuracy" (nothing, and a warning in the log, when the model does not fit the data).
-server::EngineHooks::EvaluateFn SoftmaxTestSetEvaluation(std::shared_ptr<const client::Dataset> test);
+server::EngineHooks::EvaluateFn SoftmaxTestSetEvaluation(
+    std::shared_ptr<const client::Dataset> test);
 
 }  // namespace fl::simulation
 
