@@ -1,7 +1,8 @@
-# fl_library(NAME SRCS ... DEPS ... [PUBLIC_INCLUDE dir])
+# fl_library(NAME SRCS ... DEPS ... [PUBLIC_INCLUDE dir] [INSTALL])
 # Makes the static library fl_<NAME> with the alias fl::<NAME>, compiled with the project's warnings.
+# INSTALL: installed with its public headers and exported as fl::<NAME> in the fl config package.
 function(fl_library NAME)
-  cmake_parse_arguments(ARG "" "PUBLIC_INCLUDE" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INSTALL" "PUBLIC_INCLUDE" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(fl_${NAME} STATIC ${ARG_SRCS})
   add_library(fl::${NAME} ALIAS fl_${NAME})
   if(ARG_PUBLIC_INCLUDE)
@@ -12,6 +13,11 @@ function(fl_library NAME)
   target_link_libraries(fl_${NAME} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   target_compile_options(fl_${NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   set_target_properties(fl_${NAME} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  if(ARG_INSTALL)
+    set_target_properties(fl_${NAME} PROPERTIES EXPORT_NAME ${NAME})
+    install(TARGETS fl_${NAME} EXPORT flTargets ARCHIVE DESTINATION lib)
+    install(DIRECTORY ${ARG_PUBLIC_INCLUDE}/ DESTINATION include)
+  endif()
 endfunction()
 
 # fl_test(NAME SRCS ... DEPS ...): a GoogleTest executable registered with CTest.
