@@ -128,4 +128,14 @@ absl::StatusOr<std::span<float>> Model::tensor(std::string_view name) {
 
 std::string Model::Sha256Hex() const { return fl::Sha256Hex(bytes()); }
 
+ModelSpec ScaffoldSpec(const ModelSpec& weights) {
+  std::vector<TensorSpec> tensors = weights.tensors();
+  for (const TensorSpec& t : weights.tensors()) {
+    tensors.push_back({std::string(kScaffoldPrefix) + t.name, t.shape});
+  }
+  return ModelSpec(std::move(tensors));
+}
+
+bool IsScaffoldTensor(std::string_view name) { return name.starts_with(kScaffoldPrefix); }
+
 }  // namespace fl

@@ -70,6 +70,9 @@ class FederationService final : public fl::v1::Federation::Service {
         fit->set_local_epochs(task.fit.local_epochs);
         fit->set_batch_size(task.fit.batch_size);
         fit->set_learning_rate(task.fit.learning_rate);
+        fit->set_model_name(task.fit.model_name);
+        fit->set_differential_privacy(task.fit.differential_privacy);
+        fit->mutable_config()->insert(task.fit.extra.begin(), task.fit.extra.end());
         ToProto(task.spec, fit->mutable_model_spec());
         fit->set_model_bytes(task.model_bytes);
         fit->set_model_sha256(task.model_sha256);

@@ -22,6 +22,8 @@ struct FitConfig {
   int32_t batch_size = 32;
   float learning_rate = 0.01f;
   std::map<std::string, double> extra;  // strategy-specific values from the server
+  std::string model_name;               // the server's built-in architecture, or empty
+  bool differential_privacy = false;    // whether the run applies differential privacy
 };
 
 struct FitResult {

@@ -92,6 +92,15 @@ class Model {
 // system trains, and small enough that sizes in bytes never overflow.
 inline constexpr int64_t kMaxModelFloats = int64_t{1} << 38;
 
+// SCAFFOLD's control variates ride in the model as extra tensors: for each tensor t of the
+// weights, "scaffold.c.<t>" of the same shape. The global model carries the server's variate c
+// there; a client's update carries its delta c_i in the same tensors, so both have one spec.
+inline constexpr std::string_view kScaffoldPrefix = "scaffold.c.";
+// `weights` followed by one control-variate tensor per weight tensor.
+ModelSpec ScaffoldSpec(const ModelSpec& weights);
+// Whether tensor `name` is a SCAFFOLD control variate.
+bool IsScaffoldTensor(std::string_view name);
+
 // Largest number of payload bytes in one chunk on the wire.
 inline constexpr int64_t kMaxChunkBytes = 1 << 20;
 

@@ -47,6 +47,9 @@ struct FitSettings {
   int32_t local_epochs = 1;
   int32_t batch_size = 32;
   float learning_rate = 0.05f;
+  std::string model_name;              // the built-in architecture, or empty (see FitTask)
+  bool differential_privacy = false;   // see FitTask
+  std::map<std::string, double> extra;  // strategy values sent with every fit task
 };
 
 struct EngineOptions {
