@@ -17,6 +17,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "cli/client_config.h"
+#include "cli/client_site.h"
+#include "fl/aggregation/scaffold.h"
+#include "fl/aggregation/strategies.h"
+#include "fl/client/builtin_models.h"
 #include "fl/client/client.h"
 #include "fl/client/dataset.h"
 #include "fl/client/softmax_trainer.h"
@@ -26,7 +31,6 @@
 #include "fl/server/server.h"
 #include "fl/server/store.h"
 #include "fl/simulation/evaluation.h"
-#include "fl/simulation/partition.h"
 #include "fl/simulation/simulation.h"
 #include "server/admin/admin.h"
 #include "server/daemon/config.h"
@@ -94,10 +98,11 @@ int RunCerts(const CertsArgs& args) {
   return 0;
 }
 
-// `fl server --config FILE`: the file's path, looked up before CLI11 parses so that the file fills
-// the option structs first and CLI11 then overwrites only the flags given. Empty when none.
-std::string ServerConfigPath(int argc, char** argv) {
-  if (argc < 2 || std::string_view(argv[1]) != "server") return "";
+// `fl server --config FILE` / `fl client --config FILE`: the file's path, looked up before CLI11
+// parses so that the file fills the option structs first and CLI11 then overwrites only the flags
+// given. Empty when none.
+std::string ConfigPath(int argc, char** argv, std::string_view subcommand) {
+  if (argc < 2 || std::string_view(argv[1]) != subcommand) return "";
   for (int i = 2; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--") break;
@@ -107,9 +112,34 @@ std::string ServerConfigPath(int argc, char** argv) {
   return "";
 }
 
-int RunServer(const fl::server::ServerConfig& config) {
+// The built-in architecture of the server's [model], or INVALID_ARGUMENT saying what does not fit.
+absl::StatusOr<fl::client::ModelArchitecture> ServerModelArchitecture(
+    const fl::server::ServerModelOptions& m) {
+  absl::StatusOr<fl::client::ModelKind> kind = fl::client::ParseModelKind(m.kind);
+  if (!kind.ok()) return kind.status();
+  fl::client::ModelArchitecture arch;
+  arch.kind = *kind;
+  arch.num_features = m.features;
+  arch.num_classes = m.classes;
+  arch.hidden = m.hidden;
+  arch.image_height = m.image_height;
+  arch.image_width = m.image_width;
+  arch.image_channels = m.image_channels;
+  if (absl::Status s = fl::client::BuiltinModelSpec(arch).status(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("model '", m.kind, "': ", s.message()));
+  }
+  return arch;
+}
+
+int RunServer(fl::server::ServerConfig config) {
   BlockTerminationSignals();
-  fl::Model initial(fl::client::SoftmaxRegressionSpec(config.model.features, config.model.classes));
+  if (absl::Status s = fl::server::CheckServerConfig(config); !s.ok()) return Fail(s);
+  absl::StatusOr<fl::client::ModelArchitecture> arch = ServerModelArchitecture(config.model);
+  if (!arch.ok()) return Fail(arch.status());
+  absl::StatusOr<fl::Model> weights =
+      fl::client::InitialBuiltinModel(*arch, config.model.init_seed);
+  if (!weights.ok()) return Fail(weights.status());
+  config.server.engine.fit.model_name = std::string(fl::client::ModelKindName(arch->kind));
   fl::server::EngineHooks hooks;
   std::shared_ptr<fl::client::Dataset> eval_set;
   if (!config.model.eval_images.empty() || !config.model.eval_labels.empty()) {
@@ -118,13 +148,17 @@ int RunServer(const fl::server::ServerConfig& config) {
     if (!data.ok()) return Fail(data.status());
     eval_set = std::make_shared<fl::client::Dataset>(*std::move(data));
     // Refuse at start a test set that does not fit the model, instead of rounds without metrics.
-    if (absl::Status s = fl::client::EvaluateSoftmaxRegression(initial, *eval_set).status();
+    if (absl::Status s = fl::client::EvaluateBuiltinModel(*arch, *weights, *eval_set).status();
         !s.ok()) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("--eval-images/--eval-labels do not fit the model: ", s.message())));
     }
-    hooks.evaluate = fl::simulation::SoftmaxTestSetEvaluation(eval_set);
+    hooks.evaluate = fl::simulation::BuiltinTestSetEvaluation(*arch, eval_set);
   }
+  // SCAFFOLD's global model carries the server's control variate, zero at the start.
+  fl::Model initial = config.server.strategy.name == "scaffold"
+                          ? fl::aggregation::WithZeroControlVariates(*weights)
+                          : *std::move(weights);
   absl::StatusOr<std::unique_ptr<fl::server::Server>> server =
       fl::server::Server::Start(config.server, std::move(initial), hooks);
   if (!server.ok()) return Fail(server.status());
@@ -144,38 +178,136 @@ int RunServer(const fl::server::ServerConfig& config) {
   return 0;
 }
 
+// `fl client`: the configuration (file, then flags) and what to print instead of running.
 struct ClientArgs {
-  fl::client::ClientOptions options;
-  std::string images, labels, csv, label_column = "label";
-  int shard = -1, num_shards = 0;
-  uint64_t seed = 0;
+  fl::cli::ClientConfig config;
+  std::string config_path;  // read before parsing, see ConfigPath
+  bool print_config_reference = false;
+  bool print_effective_config = false;
+  double heartbeat_s = 0, reconnect_timeout_s = 0;
+  CLI::Option* format = nullptr;
+  CLI::Option* csv = nullptr;
+  CLI::Option* images = nullptr;
+  CLI::Option* split_seed = nullptr;
+  CLI::Option* seed = nullptr;
 };
 
-int RunClient(ClientArgs args) {
+CLI::App* AddClientCommand(CLI::App& app, ClientArgs& a) {
+  fl::cli::ClientConfig& c = a.config;
+  a.heartbeat_s = absl::ToDoubleSeconds(c.client.heartbeat_interval);
+  a.reconnect_timeout_s = absl::ToDoubleSeconds(c.client.reconnect_timeout);
+  CLI::App* cmd = app.add_subcommand(
+      "client", "Run a site's client with a built-in model (softmax, mlp, simple_cnn)");
+  cmd->add_option("--config", a.config_path,
+                  "TOML configuration file; flags given override its values");
+  cmd->add_flag("--print-config-reference", a.print_config_reference,
+                "Print every configuration key with its default and meaning, and exit");
+  cmd->add_flag("--print-effective-config", a.print_effective_config,
+                "Print the configuration from --config and the flags as TOML, and exit");
+  cmd->add_option("--server", c.client.server_address, "host:port of the server")
+      ->capture_default_str();
+  cmd->add_option("--ca", c.client.ca_cert_path, "Federation CA certificate (PEM)");
+  cmd->add_option("--cert", c.client.cert_path, "This site's certificate (PEM)");
+  cmd->add_option("--key", c.client.key_path, "This site's private key (PEM)");
+  cmd->add_option("--name", c.client.name,
+                  "Site name for logs (default: the certificate's CN; the identity in plaintext "
+                  "mode)")
+      ->capture_default_str();
+  cmd->add_flag("--insecure-plaintext", c.client.insecure_plaintext,
+                "No TLS; loopback only; for tests");
+  a.format =
+      cmd->add_option("--format", c.data.format, "csv or idx (default: idx when --images is given)")
+          ->capture_default_str();
+  a.csv = cmd->add_option("--csv", c.data.path, "Training CSV file with a header row");
+  cmd->add_option("--label-column", c.data.label_column)->capture_default_str();
+  a.images = cmd->add_option("--images", c.data.images, "Training IDX images (optionally .gz)");
+  cmd->add_option("--labels", c.data.labels, "Training IDX labels (optionally .gz)");
+  cmd->add_option("--test-csv", c.data.test_path, "Test CSV file");
+  cmd->add_option("--test-images", c.data.test_images, "Test IDX images");
+  cmd->add_option("--test-labels", c.data.test_labels, "Test IDX labels");
+  cmd->add_option("--test-fraction", c.data.test_fraction,
+                  "Without test files: hold out this fraction of the training rows")
+      ->capture_default_str();
+  a.split_seed = cmd->add_option("--split-seed", c.data.split_seed,
+                                 "Seed of the shards and the test split (default: --seed)")
+                     ->capture_default_str();
+  cmd->add_option("--shard", c.data.shard, "Train on IID shard K of --num-shards");
+  cmd->add_option("--num-shards", c.data.num_shards);
+  cmd->add_option("--model", c.model.kind, "softmax, mlp or simple_cnn")->capture_default_str();
+  cmd->add_option("--features", c.model.features, "Features the model expects (0: the data's)")
+      ->capture_default_str();
+  cmd->add_option("--classes", c.model.classes, "Classes (0: 1 + the largest training label)")
+      ->capture_default_str();
+  cmd->add_option("--hidden", c.model.hidden, "mlp hidden layer widths")->capture_default_str();
+  cmd->add_option("--backend", c.training.backend, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--cpu-threads", c.training.cpu_threads, "0: every core")->capture_default_str();
+  a.seed =
+      cmd->add_option("--seed", c.training.seed, "Seed of the batch order")->capture_default_str();
+  cmd->add_option("--max-local-epochs", c.client.limits.max_local_epochs,
+                  "Decline tasks asking for more local epochs (0: no limit)")
+      ->capture_default_str();
+  cmd->add_option("--allowed-model", c.client.limits.allowed_models,
+                  "Decline tasks for any other model (repeatable; default: any)");
+  cmd->add_flag("--require-differential-privacy", c.client.limits.require_differential_privacy,
+                "Decline tasks of runs without differential privacy");
+  cmd->add_option("--heartbeat", a.heartbeat_s, "Heartbeat period while working (seconds)")
+      ->capture_default_str();
+  cmd->add_option("--reconnect-timeout", a.reconnect_timeout_s,
+                  "Give up after the server is unreachable this long (seconds)")
+      ->capture_default_str();
+  return cmd;
+}
+
+int RunClient(ClientArgs& a) {
   BlockTerminationSignals();
-  absl::StatusOr<fl::client::Dataset> data =
-      !args.csv.empty() ? fl::client::LoadCsv(args.csv, args.label_column)
-      : !args.images.empty()
-          ? fl::client::LoadIdx(args.images, args.labels)
-          : absl::StatusOr<fl::client::Dataset>(absl::InvalidArgumentError(
-                "give the training data: --images and --labels (IDX), or --csv"));
-  if (!data.ok()) return Fail(data.status());
-  if (args.num_shards > 0) {
-    if (args.shard < 0 || args.shard >= args.num_shards) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--shard must be in [0, ", args.num_shards, ")")));
-    }
-    auto parts = fl::simulation::PartitionIid(data->num_examples(), args.num_shards, args.seed);
-    if (!parts.ok()) return Fail(parts.status());
-    *data = data->Subset((*parts)[args.shard]);
+  fl::cli::ClientConfig& config = a.config;
+  config.client.heartbeat_interval = absl::Seconds(a.heartbeat_s);
+  config.client.reconnect_timeout = absl::Seconds(a.reconnect_timeout_s);
+  if (a.format->count() == 0) {
+    if (a.images->count() > 0) config.data.format = "idx";
+    if (a.csv->count() > 0) config.data.format = "csv";
   }
-  fl::client::SoftmaxTrainerOptions trainer_options;
-  trainer_options.seed = args.seed;
-  std::unique_ptr<fl::client::Trainer> trainer =
-      fl::client::MakeSoftmaxRegressionTrainer(*std::move(data), {}, trainer_options);
+  if (a.split_seed->count() == 0 && a.seed->count() > 0) {
+    config.data.split_seed = config.training.seed;
+  }
+  if (a.print_config_reference) {
+    std::fputs(fl::cli::ClientConfigReference().c_str(), stdout);
+    return 0;
+  }
+  if (a.print_effective_config) {
+    std::fputs(fl::cli::ClientConfigToToml(config).c_str(), stdout);
+    return 0;
+  }
+  // Everything about the site is checked before the client connects: nothing is sent from a
+  // site whose configuration or data is wrong.
+  if (absl::Status s = fl::cli::ValidateClientConfig(config); !s.ok()) return Fail(s);
+  absl::StatusOr<fl::cli::SiteData> data = fl::cli::LoadSiteData(config);
+  if (!data.ok()) return Fail(data.status());
+  absl::StatusOr<fl::client::ModelKind> kind = fl::client::ParseModelKind(config.model.kind);
+  if (!kind.ok()) return Fail(kind.status());
+  fl::client::ModelArchitecture arch;
+  arch.kind = *kind;
+  arch.num_features = data->train.num_features;
+  arch.num_classes = data->train.num_classes;
+  arch.hidden = config.model.hidden;
+  arch.image_height = config.model.image_height;
+  arch.image_width = config.model.image_width;
+  arch.image_channels = config.model.image_channels;
+  const int64_t train_examples = data->train.num_examples();
+  const int64_t test_examples = data->test.num_examples();
+  absl::StatusOr<std::unique_ptr<fl::client::Trainer>> trainer = fl::client::MakeBuiltinTrainer(
+      arch, std::move(data->train), std::move(data->test), config.training);
+  if (!trainer.ok()) return Fail(trainer.status());
   absl::StatusOr<std::unique_ptr<fl::client::Client>> client =
-      fl::client::Client::Create(args.options, trainer.get());
+      fl::client::Client::Create(config.client, trainer->get());
   if (!client.ok()) return Fail(client.status());
+  fl::LogEvent(fl::LogLevel::kInfo, "client_ready",
+               {{"model", config.model.kind},
+                {"features", absl::StrCat(arch.num_features)},
+                {"classes", absl::StrCat(arch.num_classes)},
+                {"train_examples", absl::StrCat(train_examples)},
+                {"test_examples", absl::StrCat(test_examples)},
+                {"server", config.client.server_address}});
   fl::client::Client* c = client->get();
   c->set_on_task([](const fl::client::TaskReport& r) {
     fl::LogEvent(fl::LogLevel::kInfo, "fit_task",
@@ -192,11 +324,15 @@ int RunClient(ClientArgs args) {
 }
 
 int RunSim(fl::simulation::SimulationOptions options) {
+  // Refuse bad choices before printing the run's header.
+  if (absl::Status s = options.strategy.Validate(); !s.ok()) return Fail(s);
+  if (absl::Status s = fl::client::ParseModelKind(options.model).status(); !s.ok()) return Fail(s);
   options.work_dir = absl::StrCat(options.work_dir, "/run-", absl::ToUnixMillis(absl::Now()));
   std::printf(
-      "Simulated federation: %d clients, %d rounds, FedAvg, softmax regression on "
-      "Fashion-MNIST (%s split), %s\n",
-      options.num_clients, options.num_rounds, options.partition.c_str(),
+      "Simulated federation: %d clients, %d rounds, %s, %s on Fashion-MNIST (%s split), "
+      "%s\n",
+      options.num_clients, options.num_rounds, options.strategy.name.c_str(), options.model.c_str(),
+      options.partition.c_str(),
       options.tls ? "mutual TLS over loopback gRPC" : "plaintext loopback gRPC");
   std::printf("%6s %9s %11s %10s %9s\n", "round", "clients", "train loss", "test acc", "time");
   std::fflush(stdout);
@@ -390,7 +526,7 @@ int main(int argc, char** argv) {
 
   // The configuration file first, then the flags given (their defaults show the file's values).
   fl::server::ServerConfig server_config;
-  if (const std::string path = ServerConfigPath(argc, argv); !path.empty()) {
+  if (const std::string path = ConfigPath(argc, argv, "server"); !path.empty()) {
     if (absl::Status s = fl::server::ApplyServerConfig(path, server_config); !s.ok()) {
       return Fail(s);
     }
@@ -451,9 +587,39 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--local-epochs", server.engine.fit.local_epochs)->capture_default_str();
   server_cmd->add_option("--batch-size", server.engine.fit.batch_size)->capture_default_str();
   server_cmd->add_option("--lr", server.engine.fit.learning_rate)->capture_default_str();
-  server_cmd->add_option("--features", server_model.features, "Softmax model: input features")
+  server_cmd->add_option("--model", server_model.kind, "softmax, mlp or simple_cnn")
       ->capture_default_str();
-  server_cmd->add_option("--classes", server_model.classes, "Softmax model: classes")
+  server_cmd->add_option("--features", server_model.features, "Model: input features")
+      ->capture_default_str();
+  server_cmd->add_option("--classes", server_model.classes, "Model: classes")
+      ->capture_default_str();
+  server_cmd->add_option("--hidden", server_model.hidden, "mlp: hidden layer widths")
+      ->capture_default_str();
+  server_cmd->add_option("--image-height", server_model.image_height)->capture_default_str();
+  server_cmd->add_option("--image-width", server_model.image_width)->capture_default_str();
+  server_cmd->add_option("--image-channels", server_model.image_channels)->capture_default_str();
+  server_cmd->add_option("--init-seed", server_model.init_seed, "Seed of the initial weights")
+      ->capture_default_str();
+  fl::aggregation::StrategyOptions& server_strategy = server.strategy;
+  server_cmd->add_option("--strategy", server_strategy.name, "fedavg, fedprox or scaffold")
+      ->capture_default_str();
+  server_cmd->add_option("--proximal-mu", server_strategy.proximal_mu, "FedProx: mu (> 0)")
+      ->capture_default_str();
+  server_cmd->add_option("--momentum", server_strategy.momentum, "Clients' SGD momentum")
+      ->capture_default_str();
+  server_cmd->add_option("--weight-decay", server_strategy.weight_decay, "Clients' weight decay")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--clip-norm", server_strategy.clip_norm,
+                   "Clients' gradient clipping norm (0: off)")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--server-lr", server_strategy.server_learning_rate,
+                   "SCAFFOLD: global step size eta_g")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--num-parties", server_strategy.num_parties,
+                   "SCAFFOLD: parties N in the control variate's update (0: the enrolled clients)")
       ->capture_default_str();
   server_cmd->add_option("--eval-images", server_model.eval_images,
                          "Server-side evaluation of each new model: IDX images");
@@ -463,28 +629,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   ClientArgs client;
-  CLI::App* client_cmd = app.add_subcommand("client",
-                                            "Run a site's client with the built-in "
-                                            "softmax-regression trainer");
-  client_cmd->add_option("--server", client.options.server_address, "host:port of the server")
-      ->capture_default_str();
-  client_cmd->add_option("--ca", client.options.ca_cert_path, "Federation CA certificate (PEM)");
-  client_cmd->add_option("--cert", client.options.cert_path, "This site's certificate (PEM)");
-  client_cmd->add_option("--key", client.options.key_path, "This site's private key (PEM)");
-  client_cmd
-      ->add_option(
-          "--name", client.options.name,
-          "Site name for logs (default: the certificate's CN; the identity in plaintext mode)")
-      ->capture_default_str();
-  client_cmd->add_flag("--insecure-plaintext", client.options.insecure_plaintext,
-                       "No TLS; loopback only; for tests");
-  client_cmd->add_option("--images", client.images, "IDX image file (optionally .gz)");
-  client_cmd->add_option("--labels", client.labels, "IDX label file (optionally .gz)");
-  client_cmd->add_option("--csv", client.csv, "CSV file with a header row");
-  client_cmd->add_option("--label-column", client.label_column)->capture_default_str();
-  client_cmd->add_option("--shard", client.shard, "Train on IID shard K of --num-shards");
-  client_cmd->add_option("--num-shards", client.num_shards);
-  client_cmd->add_option("--seed", client.seed)->capture_default_str();
+  if (const std::string path = ConfigPath(argc, argv, "client"); !path.empty()) {
+    if (absl::Status st = fl::cli::ApplyClientConfig(path, client.config); !st.ok()) {
+      return Fail(st);
+    }
+  }
+  CLI::App* client_cmd = AddClientCommand(app, client);
 
   fl::simulation::SimulationOptions sim;
   double sim_timeout_s = 300;
@@ -504,6 +654,21 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--local-epochs", sim.fit.local_epochs)->capture_default_str();
   sim_cmd->add_option("--batch-size", sim.fit.batch_size)->capture_default_str();
   sim_cmd->add_option("--lr", sim.fit.learning_rate)->capture_default_str();
+  sim_cmd->add_option("--model", sim.model, "softmax, mlp or simple_cnn")->capture_default_str();
+  sim_cmd->add_option("--hidden", sim.hidden, "mlp: hidden layer widths")->capture_default_str();
+  sim_cmd->add_option("--strategy", sim.strategy.name, "fedavg, fedprox or scaffold")
+      ->capture_default_str();
+  sim_cmd->add_option("--proximal-mu", sim.strategy.proximal_mu, "FedProx: mu (> 0)")
+      ->capture_default_str();
+  sim_cmd->add_option("--momentum", sim.strategy.momentum, "Clients' SGD momentum")
+      ->capture_default_str();
+  sim_cmd->add_option("--weight-decay", sim.strategy.weight_decay, "Clients' weight decay")
+      ->capture_default_str();
+  sim_cmd
+      ->add_option("--server-lr", sim.strategy.server_learning_rate,
+                   "SCAFFOLD: global step size eta_g")
+      ->capture_default_str();
+  sim_cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
   sim_cmd->add_option("--round-timeout", sim_timeout_s, "Round deadline in seconds")
       ->capture_default_str();
   bool sim_plaintext = false, sim_verbose = false;

@@ -22,10 +22,17 @@ endfunction()
 
 # fl_test(NAME SRCS ... DEPS ...): a GoogleTest executable registered with CTest.
 function(fl_test NAME)
-  cmake_parse_arguments(ARG "" "" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${NAME} ${ARG_SRCS})
   target_include_directories(${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(${NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   target_compile_options(${NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
-  gtest_discover_tests(${NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}")
+  # SERIAL: each test runs alone under `ctest -j`, for tests that restart a server on a fixed port
+  # and must not lose it, or the machine's time, to a test running beside them.
+  set(serial FALSE)
+  if(ARG_SERIAL)
+    set(serial TRUE)
+  endif()
+  gtest_discover_tests(${NAME} DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS "${ARG_LABELS}" RUN_SERIAL ${serial})
 endfunction()

@@ -8,21 +8,17 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "aggregation/internal/striped_sum.h"
 
 namespace fl::aggregation {
 namespace {
 
-constexpr int64_t kStripeFloats = kMaxChunkBytes / static_cast<int64_t>(sizeof(float));
-
 class FedAvgAggregator final : public RoundAggregator {
  public:
-  explicit FedAvgAggregator(ModelSpec spec)
-      : spec_(std::move(spec)),
-        sum_(static_cast<size_t>(spec_.NumFloats()), 0.0),
-        stripes_(static_cast<size_t>((spec_.NumFloats() + kStripeFloats - 1) / kStripeFloats)) {}
+  explicit FedAvgAggregator(ModelSpec spec) : spec_(std::move(spec)), sum_(spec_.NumFloats()) {}
 
   void Fold(int64_t offset, std::span<const float> values, double weight) override {
-    Add(offset, values, weight);
+    sum_.Add(offset, values, weight);
   }
 
   void Accept(double weight) override {
@@ -44,8 +40,9 @@ class FedAvgAggregator final : public RoundAggregator {
     Model out(spec_);
     std::span<float> data = out.data();
     const double inv = 1.0 / total_weight_;
+    std::span<const double> sum = sum_.values();
     for (size_t i = 0; i < data.size(); ++i) {
-      data[i] = static_cast<float>(sum_[i] * inv);
+      data[i] = static_cast<float>(sum[i] * inv);
       if (!std::isfinite(data[i])) {
         return absl::FailedPreconditionError(
             absl::StrCat("FedAvg: the average is not finite at parameter ", i,
@@ -56,23 +53,8 @@ class FedAvgAggregator final : public RoundAggregator {
   }
 
  private:
-  // Adds weight * values to sum_[offset ...], holding each 1 MiB stripe's lock in turn.
-  void Add(int64_t offset, std::span<const float> values, double weight) {
-    int64_t end = offset + static_cast<int64_t>(values.size());
-    for (int64_t pos = offset; pos < end;) {
-      int64_t stripe = pos / kStripeFloats;
-      int64_t stop = std::min(end, (stripe + 1) * kStripeFloats);
-      std::lock_guard<std::mutex> lock(stripes_[stripe]);
-      double* sum = sum_.data() + pos;
-      const float* x = values.data() + (pos - offset);
-      for (int64_t i = 0; i < stop - pos; ++i) sum[i] += weight * static_cast<double>(x[i]);
-      pos = stop;
-    }
-  }
-
   const ModelSpec spec_;
-  std::vector<double> sum_;
-  std::vector<std::mutex> stripes_;
+  internal::StripedSum sum_;
   mutable std::mutex weight_mu_;
   double total_weight_ = 0;
   int num_accepted_ = 0;

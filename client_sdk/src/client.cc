@@ -1,5 +1,6 @@
 #include "fl/client/client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "fl/common/address.h"
 #include "fl/common/chunking.h"
 #include "fl/common/crypto.h"
@@ -41,6 +43,30 @@ bool IsRetryable(const absl::Status& s) {
 }
 
 }  // namespace
+
+absl::Status CheckSiteLimits(const SiteLimits& limits, const FitConfig& config) {
+  if (limits.max_local_epochs > 0 && config.local_epochs > limits.max_local_epochs) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "task asks for ", config.local_epochs, " local epochs; this site allows at most ",
+        limits.max_local_epochs, " (limits.max_local_epochs)"));
+  }
+  if (!limits.allowed_models.empty() &&
+      std::find(limits.allowed_models.begin(), limits.allowed_models.end(), config.model_name) ==
+          limits.allowed_models.end()) {
+    const std::string asked = config.model_name.empty()
+                                  ? std::string("a model it does not name")
+                                  : absl::StrCat("model '", config.model_name, "'");
+    return absl::PermissionDeniedError(
+        absl::StrCat("task asks for ", asked, "; this site allows only ",
+                     absl::StrJoin(limits.allowed_models, ", "), " (limits.allowed_models)"));
+  }
+  if (limits.require_differential_privacy && !config.differential_privacy) {
+    return absl::PermissionDeniedError(
+        "task runs without differential privacy; this site requires it "
+        "(limits.require_differential_privacy)");
+  }
+  return absl::OkStatus();
+}
 
 class Client::Impl {
  public:
@@ -285,6 +311,19 @@ class Client::Impl::HeartbeatThread {
 
 absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   HeartbeatThread heartbeats(this, task);
+  FitConfig config;
+  config.round = task.round();
+  config.local_epochs = task.fit().local_epochs();
+  config.batch_size = task.fit().batch_size();
+  config.learning_rate = task.fit().learning_rate();
+  config.extra.insert(task.fit().config().begin(), task.fit().config().end());
+  config.model_name = task.fit().model_name();
+  config.differential_privacy = task.fit().differential_privacy();
+  // The site's limits come before any byte of the model: a task outside them is declined.
+  if (absl::Status s = CheckSiteLimits(options_.limits, config); !s.ok()) {
+    Decline(task, s);
+    return s;
+  }
   absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
   if (!spec.ok()) {
     Decline(task, spec.status());
@@ -299,12 +338,6 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   }
   absl::StatusOr<Model> global = Download(task, *spec);
   if (!global.ok()) return global.status();
-  FitConfig config;
-  config.round = task.round();
-  config.local_epochs = task.fit().local_epochs();
-  config.batch_size = task.fit().batch_size();
-  config.learning_rate = task.fit().learning_rate();
-  config.extra.insert(task.fit().config().begin(), task.fit().config().end());
   const absl::Time start = absl::Now();
   absl::StatusOr<FitResult> result = trainer_->Fit(*global, config);
   report.train_time = absl::Now() - start;

@@ -169,7 +169,8 @@ std::optional<std::string> ParseFinite(std::string_view text, double* out) {
 
 }  // namespace
 
-absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path) {
+absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path,
+                                int32_t num_classes) {
   std::vector<int64_t> image_dims;
   absl::StatusOr<std::vector<uint8_t>> pixels = ReadIdx(images_path, 0x803, 3, &image_dims);
   if (!pixels.ok()) return pixels.status();
@@ -187,11 +188,23 @@ absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::strin
   std::transform(pixels->begin(), pixels->end(), d.features.begin(),
                  [](uint8_t p) { return static_cast<float>(p) / 255.0f; });
   d.labels.assign(labels->begin(), labels->end());
+  if (num_classes > 0) {
+    for (size_t i = 0; i < d.labels.size(); ++i) {
+      if (d.labels[i] >= num_classes) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            labels_path, ": item ", i, ": label ", d.labels[i], " is outside the model's ",
+            num_classes, " classes [0, ", num_classes, ")"));
+      }
+    }
+    d.num_classes = num_classes;
+    return d;
+  }
   d.num_classes = 1 + *std::max_element(d.labels.begin(), d.labels.end());
   return d;
 }
 
-absl::StatusOr<Dataset> LoadCsv(const std::string& path, std::string_view label_column) {
+absl::StatusOr<Dataset> LoadCsv(const std::string& path, std::string_view label_column,
+                                int32_t num_classes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
@@ -227,8 +240,15 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& path, std::string_view label_
     if (Trim(line).empty()) continue;  // blank lines (e.g. at the end) carry no data
     const std::vector<std::string_view> fields = SplitFields(line, /*unquote=*/false);
     if (fields.size() != num_fields) {
+      // Name the first column without a value, or the first value without a column.
+      const std::string where =
+          fields.size() < num_fields
+              ? absl::StrCat("column '", names[fields.size()], "' and after are missing")
+              : absl::StrCat("value ", num_fields + 1, " ('", Sv(fields[num_fields]),
+                             "') is past the last column '", names.back(), "'");
       return absl::InvalidArgumentError(absl::StrCat(path, ": row ", row, ": expected ", num_fields,
-                                                     " fields, found ", fields.size()));
+                                                     " fields, found ", fields.size(), ": ",
+                                                     where));
     }
     for (size_t c = 0; c < num_fields; ++c) {
       double value = 0;
@@ -238,6 +258,9 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& path, std::string_view label_
           error = absl::StrCat("label must be a non-negative integer: '", Sv(fields[c]), "'");
         } else if (value >= std::numeric_limits<int32_t>::max()) {
           error = absl::StrCat("label is too large: '", Sv(fields[c]), "'");
+        } else if (num_classes > 0 && value >= num_classes) {
+          error = absl::StrCat("label ", Sv(fields[c]), " is outside the model's ", num_classes,
+                               " classes [0, ", num_classes, ")");
         }
       }
       if (!error && c != label_index && std::abs(value) > std::numeric_limits<float>::max()) {
@@ -259,7 +282,7 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& path, std::string_view label_
   if (d.labels.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": no data rows after the header"));
   }
-  d.num_classes = static_cast<int32_t>(max_label + 1);
+  d.num_classes = num_classes > 0 ? num_classes : static_cast<int32_t>(max_label + 1);
   return d;
 }
 

@@ -1,5 +1,6 @@
 #include "server/daemon/config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -150,7 +151,7 @@ KeySpec IntKey(std::string table, std::string name, std::string doc, int64_t min
   return k;
 }
 
-enum class Range { kPositive, kNonNegative, kFraction, kAny };
+enum class Range { kPositive, kNonNegative, kFraction, kBelowOne, kAny };
 
 // Reads a number (a TOML float, or an integer) that must be finite and in `range`.
 absl::StatusOr<double> ReadNumber(const toml::node& node, const std::string& file,
@@ -173,6 +174,9 @@ absl::StatusOr<double> ReadNumber(const toml::node& node, const std::string& fil
       break;
     case Range::kFraction:
       if (!(x > 0 && x <= 1)) want = "in (0, 1]";
+      break;
+    case Range::kBelowOne:
+      if (!(x >= 0 && x < 1)) want = "in [0, 1)";
       break;
     case Range::kAny:
       break;
@@ -278,6 +282,60 @@ KeySpec StringArrayKey(std::string table, std::string name, std::string doc, Fie
   return k;
 }
 
+// A string that must be one of `choices`.
+template <typename Field>
+KeySpec ChoiceKey(std::string table, std::string name, std::string doc,
+                  std::vector<std::string> choices, Field field) {
+  KeySpec k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  k.apply = [field, choices](const toml::node& node, const std::string& file,
+                             const std::string& full_key, ServerConfig& config) {
+    const toml::value<std::string>* v = node.as_string();
+    if (v == nullptr) return WrongType(node, file, full_key, "a string");
+    if (std::find(choices.begin(), choices.end(), v->get()) == choices.end()) {
+      return ErrorAt(file, node.source(),
+                     absl::StrCat("key '", full_key, "' must be one of ",
+                                  absl::StrJoin(choices, ", "), ", got ", Quote(v->get())));
+    }
+    field(config) = v->get();
+    return absl::OkStatus();
+  };
+  k.format = [field](const ServerConfig& config) { return Quote(field(config)); };
+  return k;
+}
+
+// A non-empty array of integers, each >= `min`.
+template <typename Field>
+KeySpec IntArrayKey(std::string table, std::string name, std::string doc, int64_t min,
+                    Field field) {
+  KeySpec k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  k.apply = [field, min](const toml::node& node, const std::string& file,
+                         const std::string& full_key, ServerConfig& config) {
+    const toml::array* array = node.as_array();
+    if (array == nullptr || array->empty()) {
+      return WrongType(node, file, full_key, "a non-empty array of integers");
+    }
+    std::vector<int64_t> values;
+    for (size_t i = 0; i < array->size(); ++i) {
+      const toml::node& element = *array->get(i);
+      const std::string element_key = absl::StrCat(full_key, "[", i, "]");
+      const toml::value<int64_t>* v = element.as_integer();
+      if (v == nullptr) return WrongType(element, file, element_key, "an integer");
+      if (v->get() < min) {
+        return ErrorAt(
+            file, element.source(),
+            absl::StrCat("key '", element_key, "' must be >= ", min, ", got ", v->get()));
+      }
+      values.push_back(v->get());
+    }
+    field(config) = std::move(values);
+    return absl::OkStatus();
+  };
+  k.format = [field](const ServerConfig& config) {
+    return absl::StrCat("[", absl::StrJoin(field(config), ", "), "]");
+  };
+  return k;
+}
+
 const std::vector<TableSpec>& Tables() {
   static const auto* const kTables = new std::vector<TableSpec>{
       {"server", "Where the server listens, its TLS identity, and who may join."},
@@ -285,8 +343,9 @@ const std::vector<TableSpec>& Tables() {
        "The run. A server that resumes an unfinished run keeps that run's recorded [run] and "
        "[fit]."},
       {"fit", "What each sampled client is asked to do in a round."},
-      {"model",
-       "The softmax-regression model a new run starts from; a resumed run's must have its shape."},
+      {"strategy",
+       "How the server aggregates updates, and the training values every fit task carries."},
+      {"model", "The built-in model a new run starts from; a resumed run's must have its shape."},
   };
   return *kTables;
 }
@@ -399,12 +458,62 @@ const std::vector<KeySpec>& Keys() {
           "fit", "learning_rate", "Learning rate of the clients' SGD.", Range::kPositive,
           [](auto& c) -> auto& { return c.server.engine.fit.learning_rate; }),
 
+      ChoiceKey(
+          "strategy", "name",
+          "fedavg (weighted mean), fedprox (plus the clients' proximal term) or "
+          "scaffold (control variates).",
+          {"fedavg", "fedprox", "scaffold"},
+          [](auto& c) -> auto& { return c.server.strategy.name; }),
+      FloatKey(
+          "strategy", "proximal_mu",
+          "FedProx: the proximal coefficient mu sent to the clients (> 0; used only by fedprox).",
+          Range::kNonNegative, [](auto& c) -> auto& { return c.server.strategy.proximal_mu; }),
+      FloatKey(
+          "strategy", "momentum", "The clients' SGD momentum, in [0, 1).", Range::kBelowOne,
+          [](auto& c) -> auto& { return c.server.strategy.momentum; }),
+      FloatKey(
+          "strategy", "weight_decay", "The clients' L2 weight decay.", Range::kNonNegative,
+          [](auto& c) -> auto& { return c.server.strategy.weight_decay; }),
+      FloatKey(
+          "strategy", "clip_norm",
+          "The clients clip each batch's gradient to this L2 norm; 0: no clipping.",
+          Range::kNonNegative, [](auto& c) -> auto& { return c.server.strategy.clip_norm; }),
+      FloatKey(
+          "strategy", "server_learning_rate",
+          "SCAFFOLD: the global step size eta_g (1: the weighted mean of the clients' models).",
+          Range::kPositive,
+          [](auto& c) -> auto& { return c.server.strategy.server_learning_rate; }),
       IntKey<int64_t>(
-          "model", "features", "Input features (784 for 28x28 images).", 1,
+          "strategy", "num_parties",
+          "SCAFFOLD: the number of parties N in the control variate's update; 0: the enrolled "
+          "clients.",
+          0, [](auto& c) -> auto& { return c.server.strategy.num_parties; }),
+
+      ChoiceKey(
+          "model", "kind", "softmax (regression), mlp or simple_cnn.",
+          {"softmax", "mlp", "simple_cnn"}, [](auto& c) -> auto& { return c.model.kind; }),
+      IntKey<int64_t>(
+          "model", "features",
+          "Input features (784 for 28x28 images; simple_cnn: height * width * channels).", 1,
           [](auto& c) -> auto& { return c.model.features; }),
       IntKey<int32_t>(
           "model", "classes", "Output classes.", 2,
           [](auto& c) -> auto& { return c.model.classes; }),
+      IntArrayKey(
+          "model", "hidden", "mlp: the widths of the hidden layers.", 1,
+          [](auto& c) -> auto& { return c.model.hidden; }),
+      IntKey<int64_t>(
+          "model", "image_height", "simple_cnn: the input images' height.", 1,
+          [](auto& c) -> auto& { return c.model.image_height; }),
+      IntKey<int64_t>(
+          "model", "image_width", "simple_cnn: the input images' width.", 1,
+          [](auto& c) -> auto& { return c.model.image_width; }),
+      IntKey<int64_t>(
+          "model", "image_channels", "simple_cnn: the input images' channels.", 1,
+          [](auto& c) -> auto& { return c.model.image_channels; }),
+      IntKey<uint64_t>(
+          "model", "init_seed", "Seed of the initial weights (the same seed, the same model).", 0,
+          [](auto& c) -> auto& { return c.model.init_seed; }),
       StringKey(
           "model", "eval_images",
           "Server-side evaluation: IDX images the server scores each new model on; empty: none.",
@@ -428,6 +537,36 @@ bool IsTable(std::string_view name) {
     if (t.name == name) return true;
   }
   return false;
+}
+
+// A problem that spans keys: the message, and the keys where the file is wrong, most specific
+// first (the error points at the first of them that the file sets).
+struct CrossKeyProblem {
+  std::string message;
+  std::vector<std::pair<std::string, std::string>> keys;  // (table, name)
+};
+
+std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
+  const aggregation::StrategyOptions& strategy = c.server.strategy;
+  if (strategy.name == "fedprox" && !(strategy.proximal_mu > 0)) {
+    return CrossKeyProblem{
+        absl::StrCat("key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox', got ",
+                     FormatFloat(strategy.proximal_mu)),
+        {{"strategy", "proximal_mu"}, {"strategy", "name"}}};
+  }
+  const ServerModelOptions& m = c.model;
+  if (m.kind == "simple_cnn" && m.features != m.image_height * m.image_width * m.image_channels) {
+    return CrossKeyProblem{
+        absl::StrCat("key 'model.features' must be image_height * image_width * image_channels = ",
+                     m.image_height * m.image_width * m.image_channels,
+                     " for kind 'simple_cnn', got ", m.features),
+        {{"model", "features"},
+         {"model", "image_height"},
+         {"model", "image_width"},
+         {"model", "image_channels"},
+         {"model", "kind"}}};
+  }
+  return std::nullopt;
 }
 
 // A problem found in the file, kept so that the first one in the file is reported (toml++'s
@@ -483,7 +622,23 @@ absl::Status ApplyServerConfig(const std::string& path, ServerConfig& config) {
       }
     }
   }
-  return first ? first->status : absl::OkStatus();
+  if (first) return first->status;
+  if (std::optional<CrossKeyProblem> problem = FindCrossKeyProblem(config)) {
+    // Only the keys this file sets can be to blame for it; a problem the file did not make waits
+    // for CheckServerConfig, after the flags.
+    for (const auto& [table, name] : problem->keys) {
+      const toml::node* node = root[table][name].node();
+      if (node != nullptr) return ErrorAt(path, node->source(), problem->message);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckServerConfig(const ServerConfig& config) {
+  if (std::optional<CrossKeyProblem> problem = FindCrossKeyProblem(config)) {
+    return absl::InvalidArgumentError(problem->message);
+  }
+  return absl::OkStatus();
 }
 
 std::string ServerConfigToToml(const ServerConfig& config) {

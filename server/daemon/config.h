@@ -1,16 +1,18 @@
 // The `fl server` configuration file: TOML, read with toml++.
 //
-// The file sets ServerOptions (its engine and fit settings included), the softmax model the run
-// starts from, and the grace period after the run. Keys are grouped in the tables [server], [run],
-// [fit] and [model]; every key is optional, and an absent key keeps the value already in the
-// struct, so a caller applies the file over defaults and may then apply command-line flags over
-// the file. ServerConfigReference() lists every key with its default and meaning;
-// deploy/server.example.toml is a copy of it.
+// The file sets ServerOptions (its engine, fit and strategy settings included), the built-in model
+// the run starts from, and the grace period after the run. Keys are grouped in the tables
+// [server], [run], [fit], [strategy] and [model]; every key is optional, and an absent key keeps
+// the value already in the struct, so a caller applies the file over defaults and may then apply
+// command-line flags over the file (and then check the result with CheckServerConfig).
+// ServerConfigReference() lists every key with its default and meaning; deploy/server.example.toml
+// is a copy of it.
 //
 // Errors name the file, the line and the full key, e.g.
 //   server.toml:7: unknown key 'run.roundz'
 //   server.toml:3: key 'run.rounds' must be an integer, got a string
 //   server.toml:5: key 'run.sample_fraction' must be in (0, 1], got 1.5
+//   server.toml:9: key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox', got 0.0
 // and a TOML syntax error gives file:line:column and the parser's description.
 //
 // Thread-safe: the functions keep no state.
@@ -19,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -26,10 +29,18 @@
 
 namespace fl::server {
 
-// The model a new run starts from: softmax regression of `features` inputs to `classes` classes.
+// The built-in model a new run starts from (see fl/client/builtin_models.h): its architecture
+// and the seed of its initial weights. With strategy "scaffold" the model also carries the
+// server's control variates (zero at the start).
 struct ServerModelOptions {
-  int64_t features = 784;
+  std::string kind = "softmax";  // "softmax", "mlp" or "simple_cnn"
+  int64_t features = 784;        // for simple_cnn: image_height * image_width * image_channels
   int32_t classes = 10;
+  std::vector<int64_t> hidden = {200};  // mlp: the hidden layers' widths
+  int64_t image_height = 28;            // simple_cnn: the input image
+  int64_t image_width = 28;
+  int64_t image_channels = 1;
+  uint64_t init_seed = 0;
   // Server-side evaluation: an IDX image and label file (optionally .gz) the server scores every
   // new global model on ("test_loss", "test_accuracy" in the round's metrics). Empty: none.
   std::string eval_images;
@@ -50,6 +61,11 @@ struct ServerConfig {
 // table or key, a value of the wrong type, or a value out of range. On error `config` may have
 // been partly written.
 absl::Status ApplyServerConfig(const std::string& path, ServerConfig& config);
+
+// The checks that span keys, for a configuration put together from a file and flags:
+// INVALID_ARGUMENT naming the key, e.g. "strategy.proximal_mu must be > 0 for strategy 'fedprox',
+// got 0" (ApplyServerConfig makes the same checks on what the file sets, with its line).
+absl::Status CheckServerConfig(const ServerConfig& config);
 
 // `config` as a TOML file that ApplyServerConfig reads back to the same values, every key with a
 // one-line comment. Used by `fl server --print-effective-config`.

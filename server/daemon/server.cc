@@ -15,7 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "fl/aggregation/fedavg.h"
+#include "fl/aggregation/strategies.h"
 #include "fl/common/address.h"
 #include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
@@ -60,6 +60,17 @@ class ServerImpl final : public Server {
 
   absl::Status Init(ServerOptions options, Model initial_model, EngineHooks hooks) {
     options_ = std::move(options);
+    // SCAFFOLD's N, unless configured: the clients enrolled and not revoked, at each round.
+    absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
+        aggregation::MakeStrategy(options_.strategy, [this] { return EnrolledClients(); });
+    if (!strategy.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
+    }
+    if (absl::Status s = (*strategy)->CheckModel(initial_model.spec()); !s.ok()) return s;
+    strategy_ = *std::move(strategy);
+    for (const auto& [key, value] : options_.strategy.ClientConfig()) {
+      options_.engine.fit.extra[key] = value;
+    }
     if (options_.insecure_plaintext && !IsLoopbackAddress(options_.listen_address)) {
       return absl::InvalidArgumentError(
           absl::StrCat("plaintext is allowed only on a loopback address, not on ",
@@ -133,7 +144,6 @@ class ServerImpl final : public Server {
 
     metrics_ = std::make_unique<ServerMetrics>();
     hooks = WithMetrics(std::move(hooks));
-    strategy_ = aggregation::MakeFedAvg();
     absl::StatusOr<std::unique_ptr<RoundEngine>> engine =
         RoundEngine::Create(options_.engine, store_.get(), strategy_.get(), Clock::Real(),
                             std::move(initial_model), std::move(hooks));
@@ -177,6 +187,7 @@ class ServerImpl final : public Server {
              {{"address", options_.listen_address},
               {"port", absl::StrCat(port_)},
               {"tls", options_.insecure_plaintext ? "off (plaintext, loopback)" : "mutual"},
+              {"strategy", strategy_->name()},
               {"db", store_->db_path()}});
     if (!options_.metrics_address.empty()) {
       absl::Status s = StartMetricsEndpoint();
@@ -206,6 +217,16 @@ class ServerImpl final : public Server {
   }
 
  private:
+  // Clients enrolled and not revoked (0 when the store cannot say; SCAFFOLD then counts the
+  // round's accepted updates).
+  int64_t EnrolledClients() {
+    absl::StatusOr<std::vector<ClientRecord>> clients = store_->Clients();
+    if (!clients.ok()) return 0;
+    int64_t n = 0;
+    for (const ClientRecord& c : *clients) n += c.revoked_at_ms == 0 ? 1 : 0;
+    return n;
+  }
+
   void ShutdownOnce() {
     // The round in flight is recorded as aborted, so a restarted server runs it again.
     if (engine_ != nullptr) engine_->Abort("server shutting down");

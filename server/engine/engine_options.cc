@@ -45,6 +45,8 @@ std::string EngineOptions::ToJson() const {
       {"local_epochs", fit.local_epochs},
       {"batch_size", fit.batch_size},
       {"learning_rate", fit.learning_rate},
+      {"model_name", fit.model_name},
+      {"fit_config", fit.extra},
   };
   return j.dump();
 }
@@ -72,6 +74,8 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.fit.local_epochs = j.value("local_epochs", o.fit.local_epochs);
     o.fit.batch_size = j.value("batch_size", o.fit.batch_size);
     o.fit.learning_rate = j.value("learning_rate", o.fit.learning_rate);
+    o.fit.model_name = j.value("model_name", o.fit.model_name);
+    o.fit.extra = j.value("fit_config", o.fit.extra);
     o.stop_metric = j.value("stop_metric", o.stop_metric);
     o.stop_threshold = j.value("stop_threshold", o.stop_threshold);
     o.stop_when_below = j.value("stop_when_below", o.stop_when_below);

@@ -1,14 +1,38 @@
 #include "fl/simulation/evaluation.h"
 
-#include "fl/client/softmax_trainer.h"
+#include <span>
+#include <utility>
+#include <vector>
+
 #include "fl/common/logging.h"
 
 namespace fl::simulation {
 
-server::EngineHooks::EvaluateFn SoftmaxTestSetEvaluation(
-    std::shared_ptr<const client::Dataset> test) {
-  return [test = std::move(test)](const Model& model) -> std::map<std::string, double> {
-    absl::StatusOr<client::EvalResult> eval = client::EvaluateSoftmaxRegression(model, *test);
+Model WithoutScaffoldTensors(const Model& model) {
+  std::vector<TensorSpec> kept;
+  std::vector<size_t> index;
+  for (size_t i = 0; i < model.spec().tensors().size(); ++i) {
+    const TensorSpec& t = model.spec().tensors()[i];
+    if (IsScaffoldTensor(t.name)) continue;
+    kept.push_back(t);
+    index.push_back(i);
+  }
+  Model out{ModelSpec(std::move(kept))};
+  for (size_t k = 0; k < index.size(); ++k) {
+    std::span<const float> from = model.tensor(index[k]);
+    std::copy(from.begin(), from.end(), out.tensor(k).begin());
+  }
+  return out;
+}
+
+server::EngineHooks::EvaluateFn BuiltinTestSetEvaluation(
+    client::ModelArchitecture arch, std::shared_ptr<const client::Dataset> test,
+    std::string backend) {
+  return [arch = std::move(arch), test = std::move(test),
+          backend = std::move(backend)](const Model& model) -> std::map<std::string, double> {
+    const Model weights = WithoutScaffoldTensors(model);
+    absl::StatusOr<client::EvalResult> eval =
+        client::EvaluateBuiltinModel(arch, weights, *test, backend);
     if (!eval.ok()) {
       LogEvent(LogLevel::kWarn, "server_evaluation_failed", {{"error", eval.status().ToString()}});
       return {};

@@ -1,13 +1,15 @@
 #include "fl/simulation/simulation.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "fl/aggregation/scaffold.h"
+#include "fl/client/builtin_models.h"
 #include "fl/client/client.h"
 #include "fl/client/dataset.h"
-#include "fl/client/softmax_trainer.h"
 #include "fl/common/file_util.h"
 #include "fl/common/logging.h"
 #include "fl/common/provision.h"
@@ -40,6 +42,21 @@ absl::StatusOr<SimulationResult> RunSimulation(
                                                         "'; choose iid or dirichlet")));
   if (!parts.ok()) return parts.status();
 
+  absl::StatusOr<client::ModelKind> kind = client::ParseModelKind(options.model);
+  if (!kind.ok()) return kind.status();
+  if (absl::Status s = options.strategy.Validate(); !s.ok()) return s;
+  client::ModelArchitecture arch;
+  arch.kind = *kind;
+  arch.num_features = train->num_features;
+  arch.num_classes = train->num_classes;
+  arch.hidden = options.hidden;
+  arch.image_height = 28;  // Fashion-MNIST
+  arch.image_width = 28;
+  arch.image_channels = 1;
+  // The clients train at once: share the cores among them.
+  const int cpu_threads = std::max(
+      1, static_cast<int>(std::thread::hardware_concurrency()) / std::max(1, options.num_clients));
+
   if (absl::Status s = MakeDirectories(options.work_dir); !s.ok()) return s;
   ProvisionOptions provision;
   provision.out_dir = options.work_dir + "/certs";
@@ -62,7 +79,7 @@ absl::StatusOr<SimulationResult> RunSimulation(
   server_options.key_path = files.server_key;
   server_options.enroll_cert_paths = files.client_certs;
   server::EngineOptions& engine = server_options.engine;
-  engine.run_name = "fashion-mnist-softmax";
+  engine.run_name = absl::StrCat("fashion-mnist-", options.model, "-", options.strategy.name);
   engine.num_rounds = options.num_rounds;
   engine.min_clients = options.num_clients;
   engine.min_fit_clients =
@@ -71,12 +88,15 @@ absl::StatusOr<SimulationResult> RunSimulation(
   engine.round_timeout = options.round_timeout;
   engine.seed = options.seed;
   engine.fit = options.fit;
+  engine.fit.model_name = std::string(client::ModelKindName(arch.kind));
+  server_options.strategy = options.strategy;
+  const bool scaffold = options.strategy.name == "scaffold";
 
   SimulationResult result;
   std::mutex result_mu;
   server::EngineHooks hooks;
-  hooks.evaluate =
-      SoftmaxTestSetEvaluation(std::make_shared<const client::Dataset>(*std::move(test)));
+  hooks.evaluate = BuiltinTestSetEvaluation(
+      arch, std::make_shared<const client::Dataset>(*std::move(test)), options.backend);
   hooks.on_round_end = [&](const server::RoundSummary& summary) {
     {
       std::lock_guard<std::mutex> lock(result_mu);
@@ -84,7 +104,9 @@ absl::StatusOr<SimulationResult> RunSimulation(
     }
     if (on_round) on_round(summary);
   };
-  Model initial(client::SoftmaxRegressionSpec(train->num_features, train->num_classes));
+  absl::StatusOr<Model> weights = client::InitialBuiltinModel(arch, options.seed);
+  if (!weights.ok()) return weights.status();
+  Model initial = scaffold ? aggregation::WithZeroControlVariates(*weights) : *std::move(weights);
   absl::StatusOr<std::unique_ptr<server::Server>> server =
       server::Server::Start(server_options, std::move(initial), hooks);
   if (!server.ok()) return server.status();
@@ -94,10 +116,15 @@ absl::StatusOr<SimulationResult> RunSimulation(
   std::vector<std::unique_ptr<client::Trainer>> trainers;
   std::vector<std::unique_ptr<client::Client>> clients;
   for (int32_t i = 0; i < options.num_clients; ++i) {
-    client::SoftmaxTrainerOptions trainer_options;
+    client::BuiltinTrainerOptions trainer_options;
     trainer_options.seed = options.seed * 1000 + static_cast<uint64_t>(i);
-    trainers.push_back(client::MakeSoftmaxRegressionTrainer(train->Subset((*parts)[i]),
-                                                            client::Dataset{}, trainer_options));
+    trainer_options.backend = options.backend;
+    trainer_options.cpu_threads = cpu_threads;
+    trainer_options.scaffold = scaffold;
+    absl::StatusOr<std::unique_ptr<client::Trainer>> trainer = client::MakeBuiltinTrainer(
+        arch, train->Subset((*parts)[i]), client::Dataset{}, trainer_options);
+    if (!trainer.ok()) return trainer.status();
+    trainers.push_back(*std::move(trainer));
     client::ClientOptions client_options;
     client_options.server_address = absl::StrCat("127.0.0.1:", (*server)->port());
     client_options.name = provision.client_names[i];

@@ -33,7 +33,9 @@ server::ServerOptions TlsServerOptions(const ProvisionedFiles& pki, const std::s
   o.engine.min_clients = 3;
   o.engine.min_fit_clients = 2;
   o.engine.round_timeout = absl::Seconds(60);
-  o.engine.fit = {.local_epochs = 1, .batch_size = 32, .learning_rate = 0.1f};
+  o.engine.fit.local_epochs = 1;
+  o.engine.fit.batch_size = 32;
+  o.engine.fit.learning_rate = 0.1f;
   o.max_poll_wait = absl::Seconds(2);
   return o;
 }

@@ -238,6 +238,97 @@ TEST_F(ConfigTest, OutOfRangeValuesNameTheRange) {
   EXPECT_TRUE(ApplyText("server.grace_s = 0\nrun.max_round_retries = 0\n").ok());
 }
 
+TEST_F(ConfigTest, StrategyAndModelKeysAreRead) {
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(Write("server.toml", R"([strategy]
+name = "scaffold"
+proximal_mu = 0.5
+momentum = 0.9
+weight_decay = 0.0001
+clip_norm = 10
+server_learning_rate = 0.5
+num_parties = 40
+[model]
+kind = "mlp"
+hidden = [128, 64]
+image_height = 32
+image_width = 32
+image_channels = 3
+init_seed = 77
+)"),
+                                     c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.server.strategy.name, "scaffold");
+  EXPECT_EQ(c.server.strategy.proximal_mu, 0.5);
+  EXPECT_EQ(c.server.strategy.momentum, 0.9);
+  EXPECT_EQ(c.server.strategy.weight_decay, 0.0001);
+  EXPECT_EQ(c.server.strategy.clip_norm, 10.0);
+  EXPECT_EQ(c.server.strategy.server_learning_rate, 0.5);
+  EXPECT_EQ(c.server.strategy.num_parties, 40);
+  EXPECT_EQ(c.model.kind, "mlp");
+  EXPECT_THAT(c.model.hidden, ElementsAre(128, 64));
+  EXPECT_EQ(c.model.image_height, 32);
+  EXPECT_EQ(c.model.image_width, 32);
+  EXPECT_EQ(c.model.image_channels, 3);
+  EXPECT_EQ(c.model.init_seed, 77u);
+  // And they survive the round trip through the effective configuration.
+  ServerConfig back;
+  ASSERT_TRUE(ApplyServerConfig(Write("back.toml", ServerConfigToToml(c)), back).ok());
+  EXPECT_EQ(ServerConfigToToml(back), ServerConfigToToml(c));
+}
+
+TEST_F(ConfigTest, BadStrategyAndModelValuesNameFileLineAndKey) {
+  struct Case {
+    std::string text;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"[strategy]\nname = \"fedsgd\"\n",
+       ":2: key 'strategy.name' must be one of fedavg, fedprox, scaffold, got \"fedsgd\""},
+      {"[strategy]\nproximal_mu = -1\n", ":2: key 'strategy.proximal_mu' must be >= 0, got -1.0"},
+      {"[strategy]\nmomentum = 1\n", ":2: key 'strategy.momentum' must be in [0, 1), got 1.0"},
+      {"[strategy]\nweight_decay = -0.1\n",
+       ":2: key 'strategy.weight_decay' must be >= 0, got -0.1"},
+      {"[strategy]\nserver_learning_rate = 0\n",
+       ":2: key 'strategy.server_learning_rate' must be > 0, got 0.0"},
+      {"[strategy]\nnum_parties = -3\n", ":2: key 'strategy.num_parties' must be >= 0, got -3"},
+      // FedProx needs mu > 0: the error points at mu when the file sets it, else at the name.
+      {"[strategy]\nname = \"fedprox\"\nproximal_mu = 0\n",
+       ":3: key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox', got 0.0"},
+      {"[strategy]\nproximal_mu = 0.0\n\nname = \"fedprox\"\n",
+       ":2: key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox', got 0.0"},
+      {"[model]\nkind = \"resnet\"\n",
+       ":2: key 'model.kind' must be one of softmax, mlp, simple_cnn, got \"resnet\""},
+      {"[model]\nhidden = [64, 0]\n", ":2: key 'model.hidden[1]' must be >= 1, got 0"},
+      {"[model]\nhidden = []\n",
+       ":2: key 'model.hidden' must be a non-empty array of integers, got an array"},
+      {"[model]\nimage_channels = 0\n", ":2: key 'model.image_channels' must be >= 1, got 0"},
+      {"[model]\nkind = \"simple_cnn\"\nimage_channels = 3\n",
+       ":3: key 'model.features' must be image_height * image_width * image_channels = 2352 for "
+       "kind 'simple_cnn', got 784"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = ApplyText(c.text);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_EQ(s.message(), absl::StrCat(Path("server.toml"), c.message)) << c.text;
+  }
+  // A fedprox mu the file leaves at its default is fine; so is mu = 0 for another strategy.
+  EXPECT_TRUE(ApplyText("[strategy]\nname = \"fedprox\"\n").ok());
+  EXPECT_TRUE(ApplyText("[strategy]\nname = \"scaffold\"\nproximal_mu = 0\n").ok());
+  EXPECT_TRUE(ApplyText("[model]\nkind = \"simple_cnn\"\nfeatures = 3072\nimage_height = 32\n"
+                        "image_width = 32\nimage_channels = 3\n")
+                  .ok());
+}
+
+TEST_F(ConfigTest, CheckServerConfigCatchesWhatFlagsPutTogether) {
+  ServerConfig c;
+  EXPECT_TRUE(CheckServerConfig(c).ok());
+  c.server.strategy.name = "fedprox";
+  c.server.strategy.proximal_mu = 0;
+  EXPECT_EQ(CheckServerConfig(c).message(),
+            "key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox', got 0.0");
+}
+
 TEST_F(ConfigTest, FirstProblemInTheFileIsReported) {
   // toml++ iterates keys in order; the report follows the file.
   absl::Status s = ApplyText("[run]\nseed = \"x\"\nmin_clients = \"y\"\n");
@@ -289,7 +380,12 @@ TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) 
        {"name", "rounds", "min_clients", "min_fit_clients", "sample_fraction", "round_timeout_s",
         "client_timeout_s", "max_round_retries", "seed"}},
       {"fit", {"local_epochs", "batch_size", "learning_rate"}},
-      {"model", {"features", "classes"}},
+      {"strategy",
+       {"name", "proximal_mu", "momentum", "weight_decay", "clip_norm", "server_learning_rate",
+        "num_parties"}},
+      {"model",
+       {"kind", "features", "classes", "hidden", "image_height", "image_width", "image_channels",
+        "init_seed"}},
   };
   for (const auto& [table, names] : keys) {
     const size_t table_at = reference.find(absl::StrCat("\n[", table, "]\n"));
@@ -415,6 +511,40 @@ classes = 3
   EXPECT_THAT(c.server.enroll_cert_paths, ElementsAre("c.pem"));
   EXPECT_EQ(c.server.listen_address, "127.0.0.1:1");
   EXPECT_EQ(c.server.engine.num_rounds, 7);
+}
+
+TEST_F(ServerCommandTest, StrategyAndModelFlags) {
+  const std::string file = Write("s.toml", "[strategy]\nname = \"fedprox\"\nmomentum = 0.5\n");
+  ServerConfig c = Effective(absl::StrCat(
+      "--config ", file,
+      " --proximal-mu 0.25 --weight-decay 0.001 --model mlp --hidden 32 16 --init-seed 5"));
+  EXPECT_EQ(c.server.strategy.name, "fedprox");
+  EXPECT_EQ(c.server.strategy.momentum, 0.5);
+  EXPECT_EQ(c.server.strategy.proximal_mu, 0.25);
+  EXPECT_EQ(c.server.strategy.weight_decay, 0.001);
+  EXPECT_EQ(c.model.kind, "mlp");
+  EXPECT_THAT(c.model.hidden, ElementsAre(32, 16));
+  EXPECT_EQ(c.model.init_seed, 5u);
+  c = Effective("--strategy scaffold --server-lr 0.5 --num-parties 12 --model simple_cnn");
+  EXPECT_EQ(c.server.strategy.name, "scaffold");
+  EXPECT_EQ(c.server.strategy.server_learning_rate, 0.5);
+  EXPECT_EQ(c.server.strategy.num_parties, 12);
+  EXPECT_EQ(c.model.kind, "simple_cnn");
+
+  // What the flags put together is checked before the server starts.
+  Result r = Run(absl::StrCat("server --strategy fedprox --proximal-mu 0 --insecure-plaintext",
+                              " --listen 127.0.0.1:0 --data-dir ", Path("data")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox'"));
+  r = Run(absl::StrCat("server --strategy fedsgd --insecure-plaintext --listen 127.0.0.1:0",
+                       " --data-dir ", Path("data")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("unknown strategy 'fedsgd'"));
+  r = Run(absl::StrCat("server --model resnet --insecure-plaintext --listen 127.0.0.1:0",
+                       " --data-dir ", Path("data")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("resnet"));
+  EXPECT_FALSE(std::filesystem::exists(Path("data")));  // refused before starting
 }
 
 TEST_F(ServerCommandTest, WithoutAFileTheFlagsDefaultsAreTheConfigDefaults) {

@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fl/common/model.h"
 
@@ -36,6 +37,10 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   virtual std::string name() const = 0;
+  // Whether this strategy can aggregate models of `spec` (e.g. SCAFFOLD needs its control
+  // variates beside the weights); INVALID_ARGUMENT saying what does not fit. The server asks
+  // before its run starts.
+  virtual absl::Status CheckModel(const ModelSpec& spec) const { return absl::OkStatus(); }
   // Starts aggregating a round whose global model is `global`.
   virtual std::unique_ptr<RoundAggregator> BeginRound(const Model& global) = 0;
 };

@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -25,6 +26,26 @@
 #include "fl/client/trainer.h"
 
 namespace fl::client {
+
+// What a site agrees to do, whatever the server asks: the server cannot override these. A FIT
+// task outside them is declined before its model is downloaded, with a reason that names the
+// limit and the task's value (e.g. "task asks for 5 local epochs; this site allows at most 2");
+// the server records the reason in its audit log (task_declined) and the round goes on without
+// this site. Every default allows everything.
+struct SiteLimits {
+  // Most local epochs a task may ask for; 0: no limit.
+  int32_t max_local_epochs = 0;
+  // The built-in architectures a task may train, as the server names them in
+  // FitConfig::model_name ("softmax", "mlp", "simple_cnn"); a task that names no architecture
+  // (the site's own model code) is then refused too. Empty: any model.
+  std::vector<std::string> allowed_models;
+  // Refuse a task unless the run applies differential privacy (FitConfig::differential_privacy).
+  bool require_differential_privacy = false;
+};
+
+// OK when a task with `config` is within `limits`; otherwise PERMISSION_DENIED naming the first
+// limit it breaks and the task's value. Thread-safe (a pure function).
+absl::Status CheckSiteLimits(const SiteLimits& limits, const FitConfig& config);
 
 struct ClientOptions {
   std::string server_address = "127.0.0.1:7443";
@@ -45,6 +66,8 @@ struct ClientOptions {
   absl::Duration reconnect_timeout = absl::Minutes(2);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
+  // Enforced on every FIT task before anything is downloaded; see SiteLimits.
+  SiteLimits limits;
 };
 
 // What happened to one fit task, for progress displays.

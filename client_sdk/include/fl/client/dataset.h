@@ -30,14 +30,19 @@ struct Dataset {
 // Reads an IDX image file (magic 0x00000803, uint8 pixels) and an IDX label file (0x00000801),
 // either of them optionally gzip-compressed (".gz"). Pixels are scaled to [0, 1]; each image is
 // flattened into one row. num_classes is 1 + the largest label. Refuses a wrong magic number,
-// truncated data, or a count that differs between the two files, naming the file.
-absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path);
+// truncated data, or a count that differs between the two files, naming the file. When
+// `num_classes` > 0 the dataset has that many classes and a label outside [0, num_classes) is
+// refused, naming the label file and the 0-based item.
+absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path,
+                                int32_t num_classes = 0);
 
 // Reads a CSV file with a header row. `label_column` names the column holding integer class
 // labels (0..K-1); every other column is a numeric feature. Refuses a missing label column,
 // a non-numeric value, NaN or infinity, a row with the wrong number of fields, or a negative or
-// non-integer label, naming the file, the 1-based row and the column.
-absl::StatusOr<Dataset> LoadCsv(const std::string& path, std::string_view label_column);
+// non-integer label, naming the file, the 1-based row and the column. When `num_classes` > 0
+// the dataset has that many classes and a label >= num_classes is refused the same way.
+absl::StatusOr<Dataset> LoadCsv(const std::string& path, std::string_view label_column,
+                                int32_t num_classes = 0);
 
 }  // namespace fl::client
 

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "fl/aggregation/strategies.h"
 #include "fl/common/model.h"
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
@@ -35,6 +36,9 @@ struct ServerOptions {
   // Client certificates (PEM file paths) enrolled at start, in addition to those already enrolled.
   std::vector<std::string> enroll_cert_paths;
   EngineOptions engine;  // spill_dir defaults to <data_dir>/spill
+  // How updates are aggregated, and the strategy's values every fit task carries (merged into
+  // engine.fit.extra). SCAFFOLD's N defaults to the enrolled clients, counted at every round.
+  aggregation::StrategyOptions strategy;
   absl::Duration max_poll_wait = absl::Seconds(20);
   // host:port of the Prometheus text endpoint (/metrics) and the health check (/healthz), served
   // over plain HTTP; empty: off. Port 0 picks a free port (see metrics_port()).
@@ -45,7 +49,8 @@ struct ServerOptions {
 class Server {
  public:
   // Opens the store, resumes or creates the run, and starts serving. `initial_model` seeds a new
-  // run (ignored, but its spec checked, when resuming).
+  // run (ignored, but its spec checked, when resuming). INVALID_ARGUMENT when the strategy's
+  // options are bad or it cannot aggregate the model (SCAFFOLD without its control variates).
   static absl::StatusOr<std::unique_ptr<Server>> Start(ServerOptions options, Model initial_model,
                                                        EngineHooks hooks = {});
   virtual ~Server() = default;

@@ -1,19 +1,28 @@
-// Server-side evaluation of the built-in softmax regression, as the simulation and `fl server
-// --eval-images` plug it into the engine.
+// Server-side evaluation of the built-in models, as the simulation and `fl server --eval-images`
+// plug it into the engine.
 #ifndef FL_SIMULATION_EVALUATION_H_
 #define FL_SIMULATION_EVALUATION_H_
 
 #include <memory>
+#include <string>
 
+#include "fl/client/builtin_models.h"
 #include "fl/client/dataset.h"
+#include "fl/common/model.h"
 #include "fl/server/engine.h"
 
 namespace fl::simulation {
 
-// An evaluation hook that scores each new global model on `test`, reporting "test_loss" and
-// "test_accuracy" (nothing, and a warning in the log, when the model does not fit the data).
-server::EngineHooks::EvaluateFn SoftmaxTestSetEvaluation(
-    std::shared_ptr<const client::Dataset> test);
+// An evaluation hook that scores each new global model of `arch` on `test` (with
+// EvaluateBuiltinModel on `backend`), reporting "test_loss" and "test_accuracy". SCAFFOLD's
+// control variates ("scaffold.c.*" tensors) are not part of the network and are left out.
+// Reports nothing, and a warning in the log, when the model does not fit the data.
+server::EngineHooks::EvaluateFn BuiltinTestSetEvaluation(
+    client::ModelArchitecture arch, std::shared_ptr<const client::Dataset> test,
+    std::string backend = "auto");
+
+// A copy of `model` without its SCAFFOLD control variates (the same model when it has none).
+Model WithoutScaffoldTensors(const Model& model);
 
 }  // namespace fl::simulation
 

@@ -2,17 +2,20 @@
 //
 // RunSimulation provisions a CA and certificates, starts the real aggregation server (SQLite and
 // all) on a free loopback port with mutual TLS, and runs N clients that use the real SDK over
-// loopback gRPC, each training the built-in softmax regression on its own partition of
-// Fashion-MNIST. The server evaluates every new global model on the 10k test set.
+// loopback gRPC, each training a built-in model (softmax regression, an MLP or the simple CNN)
+// with the chosen strategy (FedAvg, FedProx, SCAFFOLD) on its own partition of Fashion-MNIST.
+// The server evaluates every new global model on the 10k test set.
 #ifndef FL_SIMULATION_SIMULATION_H_
 #define FL_SIMULATION_SIMULATION_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "fl/aggregation/strategies.h"
 #include "fl/server/engine.h"
 
 namespace fl::simulation {
@@ -26,8 +29,19 @@ struct SimulationOptions {
   std::string partition = "iid";  // "iid" or "dirichlet"
   double dirichlet_beta = 0.5;
   uint64_t seed = 0;
-  server::FitSettings fit{.local_epochs = 1, .batch_size = 32, .learning_rate = 0.1f};
-  bool tls = true;  // false: plaintext on loopback
+  server::FitSettings fit = [] {
+    server::FitSettings f;  // one epoch, batch 32
+    f.learning_rate = 0.1f;
+    return f;
+  }();
+  // The built-in model every client trains: "softmax", "mlp" (with `hidden`) or "simple_cnn".
+  std::string model = "softmax";
+  std::vector<int64_t> hidden = {200};
+  // The strategy, and the clients' momentum, weight decay and proximal_mu, which the server sends
+  // with every fit task.
+  aggregation::StrategyOptions strategy;
+  std::string backend = "auto";  // the clients' and the server evaluation's: auto, cpu or cuda
+  bool tls = true;               // false: plaintext on loopback
   absl::Duration round_timeout = absl::Minutes(5);
 };
 

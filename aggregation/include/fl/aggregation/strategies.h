@@ -1,0 +1,57 @@
+// The strategies a server runs by name, with the values that configure them: what the server
+// aggregates with, and what it tells the clients to train with.
+//
+//   "fedavg"   FedAvg's example-weighted mean (fedavg.h).
+//   "fedprox"  FedAvg on the server; the clients add the proximal term mu/2 ||w - w_global||^2
+//              (fedprox.h).
+//   "scaffold" SCAFFOLD's control variates, carried in the model (scaffold.h).
+#ifndef FL_AGGREGATION_STRATEGIES_H_
+#define FL_AGGREGATION_STRATEGIES_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fl/aggregation/strategy.h"
+
+namespace fl::aggregation {
+
+struct StrategyOptions {
+  std::string name = "fedavg";  // "fedavg", "fedprox" or "scaffold"
+  // FedProx's proximal coefficient mu; must be > 0 for "fedprox", unused otherwise.
+  double proximal_mu = 0.01;
+  // The clients' SGD, sent with every fit task: heavy-ball momentum in [0, 1), L2 weight decay
+  // >= 0, and the L2 norm each batch's gradient is clipped to (0: no clipping).
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  double clip_norm = 0.0;
+  // SCAFFOLD: the global step size eta_g (> 0; 1 is the weighted mean of the clients' models)
+  // and the number of parties N in the control variate's update (0: the enrolled clients).
+  double server_learning_rate = 1.0;
+  int64_t num_parties = 0;
+
+  // OK, or INVALID_ARGUMENT naming the value and its bound, e.g. "proximal_mu must be > 0 for
+  // strategy 'fedprox', got 0".
+  absl::Status Validate() const;
+
+  // The values every fit task carries in FitTask.config: "momentum", "weight_decay",
+  // "clip_norm", and for "fedprox" "proximal_mu".
+  std::map<std::string, double> ClientConfig() const;
+};
+
+// The names MakeStrategy knows, for messages: "fedavg, fedprox, scaffold".
+const char* StrategyNames();
+
+// The strategy `options` names. `enrolled_clients` gives SCAFFOLD's N when num_parties is 0 (it
+// is asked at the start of every round; may be empty, see ScaffoldOptions::num_parties).
+// INVALID_ARGUMENT when Validate fails or the name is unknown.
+absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
+    const StrategyOptions& options, std::function<int64_t()> enrolled_clients = {});
+
+}  // namespace fl::aggregation
+
+#endif  // FL_AGGREGATION_STRATEGIES_H_

@@ -1,0 +1,74 @@
+#include "fl/aggregation/strategies.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "fl/aggregation/fedavg.h"
+#include "fl/aggregation/fedprox.h"
+#include "fl/aggregation/scaffold.h"
+
+namespace fl::aggregation {
+namespace {
+
+absl::Status OutOfRange(const std::string& key, const std::string& bound, double value) {
+  return absl::InvalidArgumentError(absl::StrCat(key, " must be ", bound, ", got ", value));
+}
+
+}  // namespace
+
+const char* StrategyNames() { return "fedavg, fedprox, scaffold"; }
+
+absl::Status StrategyOptions::Validate() const {
+  if (name != "fedavg" && name != "fedprox" && name != "scaffold") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown strategy '", name, "'; choose one of ", StrategyNames()));
+  }
+  if (!std::isfinite(proximal_mu) || proximal_mu < 0) {
+    return OutOfRange("proximal_mu", ">= 0", proximal_mu);
+  }
+  if (name == "fedprox" && !(proximal_mu > 0)) {
+    return OutOfRange("proximal_mu", "> 0 for strategy 'fedprox'", proximal_mu);
+  }
+  if (!(momentum >= 0 && momentum < 1)) return OutOfRange("momentum", "in [0, 1)", momentum);
+  if (!std::isfinite(weight_decay) || weight_decay < 0) {
+    return OutOfRange("weight_decay", ">= 0", weight_decay);
+  }
+  if (!std::isfinite(clip_norm) || clip_norm < 0) {
+    return OutOfRange("clip_norm", ">= 0 (0: off)", clip_norm);
+  }
+  if (!std::isfinite(server_learning_rate) || !(server_learning_rate > 0)) {
+    return OutOfRange("server_learning_rate", "> 0", server_learning_rate);
+  }
+  if (num_parties < 0) {
+    return OutOfRange("num_parties", ">= 0 (0: the enrolled clients)",
+                      static_cast<double>(num_parties));
+  }
+  return absl::OkStatus();
+}
+
+std::map<std::string, double> StrategyOptions::ClientConfig() const {
+  std::map<std::string, double> config = {
+      {"momentum", momentum}, {"weight_decay", weight_decay}, {"clip_norm", clip_norm}};
+  if (name == "fedprox") config["proximal_mu"] = proximal_mu;
+  return config;
+}
+
+absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& options,
+                                                       std::function<int64_t()> enrolled_clients) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  if (options.name == "fedprox") return MakeFedProx();
+  if (options.name == "scaffold") {
+    ScaffoldOptions scaffold;
+    scaffold.server_learning_rate = options.server_learning_rate;
+    if (options.num_parties > 0) {
+      scaffold.num_parties = [n = options.num_parties] { return n; };
+    } else {
+      scaffold.num_parties = std::move(enrolled_clients);
+    }
+    return MakeScaffold(std::move(scaffold));
+  }
+  return MakeFedAvg();
+}
+
+}  // namespace fl::aggregation

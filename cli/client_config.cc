@@ -1,0 +1,270 @@
+#include "cli/client_config.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/internal/toml_keys.h"
+
+namespace fl::cli {
+namespace {
+
+namespace tk = fl::toml_keys;
+using Key = tk::KeySpec<ClientConfig>;
+using tk::Range;
+
+const std::vector<tk::TableSpec>& Tables() {
+  static const auto* const kTables = new std::vector<tk::TableSpec>{
+      {"server", "The server to join, and this site's TLS identity."},
+      {"data", "This site's data, checked against [model] before the client connects."},
+      {"model", "The built-in model this site trains; it must be the server's model."},
+      {"training",
+       "How this site trains; the server may override momentum, weight_decay, proximal_mu, "
+       "clip_norm."},
+      {"limits",
+       "What this site agrees to do, whatever the server asks; other tasks are declined, audited."},
+      {"client", "Liveness and reconnection."},
+  };
+  return *kTables;
+}
+
+const std::vector<Key>& Keys() {
+  using C = ClientConfig;
+  static const auto* const kKeys = new std::vector<Key>{
+      tk::StringKey<C>(
+          "server", "address", "host:port of the server.", false,
+          [](auto& c) -> auto& { return c.client.server_address; }),
+      tk::StringKey<C>(
+          "server", "ca", "Federation CA certificate (PEM file); needed for TLS.", true,
+          [](auto& c) -> auto& { return c.client.ca_cert_path; }),
+      tk::StringKey<C>(
+          "server", "cert", "This site's certificate (PEM file); needed for TLS.", true,
+          [](auto& c) -> auto& { return c.client.cert_path; }),
+      tk::StringKey<C>(
+          "server", "key", "This site's private key (PEM file); needed for TLS.", true,
+          [](auto& c) -> auto& { return c.client.key_path; }),
+      tk::StringKey<C>(
+          "server", "name",
+          "Site name in logs; empty: the certificate's common name (the identity in plaintext).",
+          true, [](auto& c) -> auto& { return c.client.name; }),
+      tk::BoolKey<C>(
+          "server", "insecure_plaintext", "No TLS, to a loopback address only: for tests.",
+          [](auto& c) -> auto& { return c.client.insecure_plaintext; }),
+
+      tk::StringKey<C>("data", "format",
+                       "\"csv\" (path, label_column) or \"idx\" (images, labels).", false,
+                       [](auto& c) -> auto& { return c.data.format; }, {"csv", "idx"}),
+      tk::StringKey<C>(
+          "data", "path",
+          "Training CSV file with a header row; every column but the label is a feature.", true,
+          [](auto& c) -> auto& { return c.data.path; }),
+      tk::StringKey<C>(
+          "data", "label_column", "The CSV column of integer class labels 0..classes-1.", false,
+          [](auto& c) -> auto& { return c.data.label_column; }),
+      tk::StringKey<C>(
+          "data", "images", "Training IDX image file (optionally .gz).", true,
+          [](auto& c) -> auto& { return c.data.images; }),
+      tk::StringKey<C>(
+          "data", "labels", "Training IDX label file (optionally .gz).", true,
+          [](auto& c) -> auto& { return c.data.labels; }),
+      tk::StringKey<C>(
+          "data", "test_path", "Test CSV file (same columns); empty: none.", true,
+          [](auto& c) -> auto& { return c.data.test_path; }),
+      tk::StringKey<C>(
+          "data", "test_images", "Test IDX image file; empty: none.", true,
+          [](auto& c) -> auto& { return c.data.test_images; }),
+      tk::StringKey<C>(
+          "data", "test_labels", "Test IDX label file; empty: none.", true,
+          [](auto& c) -> auto& { return c.data.test_labels; }),
+      tk::FloatKey<C>(
+          "data", "test_fraction",
+          "Without test files: hold out this fraction of the training rows for evaluation.",
+          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.data.test_fraction; }),
+      tk::IntKey<C, uint64_t>(
+          "data", "split_seed", "Seed of the shuffle behind test_fraction and the shards.", 0,
+          [](auto& c) -> auto& { return c.data.split_seed; }),
+      tk::IntKey<C, int32_t>(
+          "data", "shard", "Train on IID shard `shard` of num_shards (for demos).", 0,
+          [](auto& c) -> auto& { return c.data.shard; }),
+      tk::IntKey<C, int32_t>(
+          "data", "num_shards", "Number of IID shards of the training rows; 0: no sharding.", 0,
+          [](auto& c) -> auto& { return c.data.num_shards; }),
+
+      tk::StringKey<C>("model", "kind", "\"softmax\" (or \"logistic\"), \"mlp\" or \"simple_cnn\".",
+                       false, [](auto& c) -> auto& { return c.model.kind; },
+                       {"softmax", "logistic", "mlp", "simple_cnn"}),
+      tk::IntKey<C, int64_t>(
+          "model", "features",
+          "Input features the model expects; 0: the training data's (simple_cnn: "
+          "height*width*channels).",
+          0, [](auto& c) -> auto& { return c.model.features; }),
+      tk::IntKey<C, int32_t>(
+          "model", "classes",
+          "Output classes; labels must be in [0, classes). 0: 1 + the largest training label.", 0,
+          [](auto& c) -> auto& { return c.model.classes; }),
+      tk::IntArrayKey<C>(
+          "model", "hidden", "mlp: widths of the hidden layers.", 1,
+          [](auto& c) -> auto& { return c.model.hidden; }),
+      tk::IntKey<C, int64_t>(
+          "model", "image_height", "simple_cnn: image height in pixels.", 1,
+          [](auto& c) -> auto& { return c.model.image_height; }),
+      tk::IntKey<C, int64_t>(
+          "model", "image_width", "simple_cnn: image width in pixels.", 1,
+          [](auto& c) -> auto& { return c.model.image_width; }),
+      tk::IntKey<C, int64_t>(
+          "model", "image_channels", "simple_cnn: channels per pixel.", 1,
+          [](auto& c) -> auto& { return c.model.image_channels; }),
+
+      tk::StringKey<C>(
+          "training", "backend", "\"auto\" (CUDA when a device is present), \"cpu\" or \"cuda\".",
+          false, [](auto& c) -> auto& { return c.training.backend; }, {"auto", "cpu", "cuda"}),
+      tk::IntKey<C, int>(
+          "training", "cpu_threads", "Threads of the CPU backend; 0: every core.", 0,
+          [](auto& c) -> auto& { return c.training.cpu_threads; }),
+      tk::FloatKey<C>(
+          "training", "momentum", "SGD heavy-ball momentum.", Range::kNonNegative,
+          [](auto& c) -> auto& { return c.training.momentum; }),
+      tk::FloatKey<C>(
+          "training", "weight_decay", "L2 coefficient added to the gradient.", Range::kNonNegative,
+          [](auto& c) -> auto& { return c.training.weight_decay; }),
+      tk::FloatKey<C>(
+          "training", "proximal_mu", "FedProx proximal term mu; 0: plain SGD.", Range::kNonNegative,
+          [](auto& c) -> auto& { return c.training.proximal_mu; }),
+      tk::FloatKey<C>(
+          "training", "clip_norm", "Clip each batch's gradient to this L2 norm; 0: off.",
+          Range::kNonNegative, [](auto& c) -> auto& { return c.training.clip_norm; }),
+      tk::BoolKey<C>(
+          "training", "scaffold", "SCAFFOLD control variates (the server must run SCAFFOLD).",
+          [](auto& c) -> auto& { return c.training.scaffold; }),
+      tk::IntKey<C, uint64_t>(
+          "training", "seed", "Seed of the batch order.", 0,
+          [](auto& c) -> auto& { return c.training.seed; }),
+
+      tk::IntKey<C, int32_t>(
+          "limits", "max_local_epochs", "Most local epochs a task may ask for; 0: no limit.", 0,
+          [](auto& c) -> auto& { return c.client.limits.max_local_epochs; }),
+      tk::StringArrayKey<C>(
+          "limits", "allowed_models",
+          "Models a task may train (softmax, mlp, simple_cnn); empty: any.",
+          [](auto& c) -> auto& { return c.client.limits.allowed_models; }),
+      tk::BoolKey<C>(
+          "limits", "require_differential_privacy",
+          "Decline tasks of runs without differential privacy.",
+          [](auto& c) -> auto& { return c.client.limits.require_differential_privacy; }),
+
+      tk::SecondsKey<C>(
+          "client", "heartbeat_s",
+          "Heartbeat period while working on a task (seconds); well under the server's "
+          "client_timeout_s.",
+          Range::kPositive, [](auto& c) -> auto& { return c.client.heartbeat_interval; }),
+      tk::SecondsKey<C>(
+          "client", "reconnect_timeout_s",
+          "Keep retrying an unreachable server this long, then exit non-zero (seconds).",
+          Range::kPositive, [](auto& c) -> auto& { return c.client.reconnect_timeout; }),
+      tk::SecondsKey<C>(
+          "client", "poll_wait_s", "How long one poll for a task waits (seconds).",
+          Range::kPositive, [](auto& c) -> auto& { return c.client.poll_wait; }),
+  };
+  return *kKeys;
+}
+
+}  // namespace
+
+absl::Status ApplyClientConfig(const std::string& path, ClientConfig& config) {
+  return tk::ApplyTomlFile(path, Tables(), Keys(), config);
+}
+
+absl::Status ValidateClientConfig(const ClientConfig& config) {
+  const ClientDataConfig& d = config.data;
+  if (d.format == "csv") {
+    if (d.path.empty()) {
+      return absl::InvalidArgumentError(
+          "give the training data: data.path (--csv) with data.format = \"csv\"");
+    }
+    if (!d.images.empty() || !d.labels.empty() || !d.test_images.empty() ||
+        !d.test_labels.empty()) {
+      return absl::InvalidArgumentError(
+          "data.format is \"csv\" but IDX files are given (data.images, data.labels, "
+          "data.test_images, data.test_labels); set data.format = \"idx\" (--format idx)");
+    }
+  } else if (d.format == "idx") {
+    if (d.images.empty() || d.labels.empty()) {
+      return absl::InvalidArgumentError(
+          "give the training data: data.images and data.labels (--images, --labels) with "
+          "data.format = \"idx\"");
+    }
+    if (d.test_images.empty() != d.test_labels.empty()) {
+      return absl::InvalidArgumentError(
+          "data.test_images and data.test_labels go together: give both or neither");
+    }
+    if (!d.path.empty() || !d.test_path.empty()) {
+      return absl::InvalidArgumentError(
+          "data.format is \"idx\" but CSV files are given (data.path, data.test_path); set "
+          "data.format = \"csv\"");
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.format must be \"csv\" or \"idx\", got \"", d.format, "\""));
+  }
+  const bool has_test_files = !d.test_path.empty() || !d.test_images.empty();
+  if (has_test_files && d.test_fraction > 0) {
+    return absl::InvalidArgumentError(
+        "data.test_fraction holds out training rows for testing, but test files are given too: "
+        "choose one");
+  }
+  if (!(d.test_fraction >= 0 && d.test_fraction < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.test_fraction must be in [0, 1), got ", d.test_fraction));
+  }
+  if (d.num_shards < 0 || (d.num_shards > 0 && (d.shard < 0 || d.shard >= d.num_shards))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.shard (--shard) must be in [0, ", d.num_shards, "), got ", d.shard));
+  }
+  const ClientModelConfig& m = config.model;
+  if (m.kind == "simple_cnn" && m.features > 0 &&
+      m.features != m.image_height * m.image_width * m.image_channels) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.features is ", m.features, " but simple_cnn's image is ",
+                     m.image_height, "x", m.image_width, "x", m.image_channels, " = ",
+                     m.image_height * m.image_width * m.image_channels, " features"));
+  }
+  if (m.kind == "mlp" && m.hidden.empty()) {
+    return absl::InvalidArgumentError("model.hidden must name at least one layer for mlp");
+  }
+  if (m.classes < 0 || m.classes == 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.classes (--classes) must be 0 (from the data) or >= 2, got ", m.classes));
+  }
+  const fl::client::ClientOptions& c = config.client;
+  if (!c.insecure_plaintext &&
+      (c.ca_cert_path.empty() || c.cert_path.empty() || c.key_path.empty())) {
+    return absl::InvalidArgumentError(
+        "mutual TLS needs server.ca, server.cert and server.key (--ca, --cert, --key); "
+        "plaintext needs server.insecure_plaintext (--insecure-plaintext) and a loopback "
+        "address");
+  }
+  if (c.limits.max_local_epochs < 0) {
+    return absl::InvalidArgumentError("limits.max_local_epochs must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+std::string ClientConfigToToml(const ClientConfig& config) {
+  return tk::TomlFromConfig(Tables(), Keys(), config);
+}
+
+std::string ClientConfigReference() {
+  return absl::StrCat(
+      "# Configuration of `fl client --config FILE`: a site of the federation.\n"
+      "#\n"
+      "# Every key is optional and is shown here with its default value. A flag given on the\n"
+      "# command line overrides the file. Durations are in seconds and, like every number that\n"
+      "# is not a count, may be written as integers or decimals. Relative paths are taken from\n"
+      "# the working directory, as for flags.\n"
+      "# Printed by `fl client --print-config-reference`; `--print-effective-config` prints\n"
+      "# the configuration a client would run with.\n"
+      "\n",
+      ClientConfigToToml(ClientConfig{}));
+}
+
+}  // namespace fl::cli
