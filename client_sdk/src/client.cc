@@ -50,9 +50,15 @@ absl::Status CheckSiteLimits(const SiteLimits& limits, const FitConfig& config) 
         "task asks for ", config.local_epochs, " local epochs; this site allows at most ",
         limits.max_local_epochs, " (limits.max_local_epochs)"));
   }
+  // "logistic" is softmax regression by another name; servers name it "softmax".
+  auto canonical = [](std::string_view name) {
+    return name == "logistic" ? std::string_view("softmax") : name;
+  };
   if (!limits.allowed_models.empty() &&
-      std::find(limits.allowed_models.begin(), limits.allowed_models.end(), config.model_name) ==
-          limits.allowed_models.end()) {
+      std::none_of(limits.allowed_models.begin(), limits.allowed_models.end(),
+                   [&](const std::string& allowed) {
+                     return canonical(allowed) == canonical(config.model_name);
+                   })) {
     const std::string asked = config.model_name.empty()
                                   ? std::string("a model it does not name")
                                   : absl::StrCat("model '", config.model_name, "'");
@@ -362,6 +368,7 @@ absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
   SetTaskIds(task, result);
   absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
   absl::Status failure;
+  std::string summary;  // "loss 0.41 accuracy 0.83 auc 0.9 on 120 examples", for the log
   if (!spec.ok()) {
     failure = spec.status();
   } else if (!(*spec == trainer_->spec())) {
@@ -374,7 +381,12 @@ absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
     if (eval.ok()) {
       result.set_num_examples(eval->num_examples);
       result.set_loss(eval->loss);
-      for (const auto& [k, v] : eval->metrics) (*result.mutable_metrics())[k] = v;
+      summary = absl::StrCat("loss ", eval->loss);
+      for (const auto& [k, v] : eval->metrics) {
+        (*result.mutable_metrics())[k] = v;
+        absl::StrAppend(&summary, " ", k, " ", v);
+      }
+      absl::StrAppend(&summary, " on ", eval->num_examples, " examples");
     } else {
       failure = eval.status();
     }
@@ -386,8 +398,7 @@ absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
   LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "evaluate_task",
            {{"name", options_.name},
             {"round", absl::StrCat(task.round())},
-            {"result", failure.ok() ? absl::StrCat("loss ", result.loss())
-                                    : absl::StrCat("declined: ", failure.ToString())},
+            {"result", failure.ok() ? summary : absl::StrCat("declined: ", failure.ToString())},
             {"server", s.ok() ? "recorded" : s.ToString()}});
   return s;
 }

@@ -3,7 +3,9 @@
 //
 // A program describes its file as TableSpecs (the [tables], in print order) and KeySpec<Config>s
 // (one per key, made with IntKey, FloatKey, ...), then calls ApplyTomlFile to read a file over a
-// Config and TomlFromConfig to write one. Every error names the file, the line and the full key:
+// Config and TomlFromConfig to write one (ParseTomlFile and ApplyTomlTable are its two halves, for
+// a program that also checks what spans keys against the parsed file). Every error names the
+// file, the line and the full key:
 //   site.toml:7: unknown key 'data.pathh'
 //   site.toml:3: key 'model.classes' must be an integer, got a string
 //   site.toml:5: key 'data.test_fraction' must be in [0, 1), got 1.5
@@ -312,15 +314,18 @@ KeySpec<Config> StringArrayKey(std::string table, std::string name, std::string 
   return k;
 }
 
-// An array of integers, each >= `min`.
+// An array of integers, each >= `min`; when `may_be_empty` is false, with at least one.
 template <typename Config, typename Field>
 KeySpec<Config> IntArrayKey(std::string table, std::string name, std::string doc, int64_t min,
-                            Field field) {
+                            Field field, bool may_be_empty = true) {
   KeySpec<Config> k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
-  k.apply = [field, min](const toml::node& node, const std::string& file,
-                         const std::string& full_key, Config& config) {
+  k.apply = [field, min, may_be_empty](const toml::node& node, const std::string& file,
+                                       const std::string& full_key, Config& config) {
     const toml::array* array = node.as_array();
-    if (array == nullptr) return WrongType(node, file, full_key, "an array of integers");
+    if (array == nullptr || (!may_be_empty && array->empty())) {
+      return WrongType(node, file, full_key,
+                       may_be_empty ? "an array of integers" : "a non-empty array of integers");
+    }
     std::vector<int64_t> values;
     for (size_t i = 0; i < array->size(); ++i) {
       const toml::node& element = *array->get(i);
@@ -343,24 +348,29 @@ KeySpec<Config> IntArrayKey(std::string table, std::string name, std::string doc
   return k;
 }
 
-// Reads the TOML file at `path` and applies each key it sets to `config`; keys it does not set
-// keep their value. NOT_FOUND (naming the path) when the file does not exist, another error of
-// ReadFile when it cannot be read, INVALID_ARGUMENT for a syntax error, an unknown table or key,
-// a value of the wrong type or out of range (the first such problem in the file). On error
-// `config` may have been partly written.
-template <typename Config>
-absl::Status ApplyTomlFile(const std::string& path, const std::vector<TableSpec>& tables,
-                           const std::vector<KeySpec<Config>>& keys, Config& config) {
+// Reads and parses the TOML file at `path`. NOT_FOUND (naming the path) when the file does not
+// exist, another error of ReadFile when it cannot be read, INVALID_ARGUMENT with
+// path:line:column and the parser's description for a syntax error.
+inline absl::StatusOr<toml::table> ParseTomlFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
-  toml::table root;
   try {
-    root = toml::parse(*text, path);
+    return toml::parse(*text, path);
   } catch (const toml::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ":", e.source().begin.line, ":",
                                                    e.source().begin.column, ": ",
                                                    std::string(e.description())));
   }
+}
+
+// Applies each key that `root` (parsed from the file at `path`, which errors name) sets to
+// `config`; keys it does not set keep their value. INVALID_ARGUMENT for an unknown table or key,
+// a value of the wrong type or out of range (the first such problem in the file). On error
+// `config` may have been partly written.
+template <typename Config>
+absl::Status ApplyTomlTable(const std::string& path, const toml::table& root,
+                            const std::vector<TableSpec>& tables,
+                            const std::vector<KeySpec<Config>>& keys, Config& config) {
   // toml++'s tables iterate in key order, not file order: keep the first problem in the file.
   struct Problem {
     toml::source_position at;
@@ -403,6 +413,16 @@ absl::Status ApplyTomlFile(const std::string& path, const std::vector<TableSpec>
     }
   }
   return first ? first->status : absl::OkStatus();
+}
+
+// ParseTomlFile, then ApplyTomlTable: reads the file at `path` over `config`, with the errors of
+// both.
+template <typename Config>
+absl::Status ApplyTomlFile(const std::string& path, const std::vector<TableSpec>& tables,
+                           const std::vector<KeySpec<Config>>& keys, Config& config) {
+  absl::StatusOr<toml::table> root = ParseTomlFile(path);
+  if (!root.ok()) return root.status();
+  return ApplyTomlTable(path, *root, tables, keys, config);
 }
 
 // `config` as a TOML file that ApplyTomlFile reads back to the same values: every table with its

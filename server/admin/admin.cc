@@ -48,31 +48,72 @@ std::optional<int64_t> ConfiguredRounds(const RunRecord& run) {
   return it->get<int64_t>();
 }
 
-std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& rounds) {
-  TextTable table(
-      {"ROUND", "ATTEMPT", "STATUS", "SAMPLED", "REPORTED", "DURATION_MS", "METRICS", "REASON"});
+// The run's federated evaluation of each round ("loss" and every metric by name), for the rows of
+// the round's committed attempt. A row from before schema version 2 has only its accuracy column.
+using EvalByRound = std::map<int32_t, std::map<std::string, double>>;
+EvalByRound FederatedEvaluations(const std::vector<EvaluationRecord>& evaluations) {
+  EvalByRound out;
+  for (const EvaluationRecord& e : evaluations) {
+    if (e.source != "federated") continue;
+    std::map<std::string, double> values = e.metrics;
+    if (values.empty()) values["accuracy"] = e.accuracy;
+    values["loss"] = e.loss;
+    out[e.round] = std::move(values);  // the newest, should a round have been evaluated twice
+  }
+  return out;
+}
+
+const std::map<std::string, double>* EvaluationOf(const RoundRecord& r, const EvalByRound& evals) {
+  if (r.status != RoundStatus::kCommitted) return nullptr;
+  auto it = evals.find(r.round);
+  return it == evals.end() ? nullptr : &it->second;
+}
+
+std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& rounds,
+                        const EvalByRound& evals) {
+  // The EVALUATION column (the federated evaluation's loss and metrics) only when there is one.
+  const bool with_eval = !evals.empty();
+  std::vector<std::string> header = {"ROUND",    "ATTEMPT",     "STATUS", "SAMPLED",
+                                     "REPORTED", "DURATION_MS", "METRICS"};
+  if (with_eval) header.push_back("EVALUATION");
+  header.push_back("REASON");
+  TextTable table(std::move(header));
   for (const RoundRecord& r : rounds) {
     std::optional<int64_t> duration = DurationMs(r);
-    table.AddRow({absl::StrCat(r.round), absl::StrCat(r.attempt), ToString(r.status),
-                  absl::StrCat(r.num_sampled), absl::StrCat(r.num_reported),
-                  duration ? absl::StrCat(*duration) : "-",
-                  MetricsSummary(ParseMetrics(r.metrics_json)), r.reason});
+    std::vector<std::string> row = {absl::StrCat(r.round),
+                                    absl::StrCat(r.attempt),
+                                    ToString(r.status),
+                                    absl::StrCat(r.num_sampled),
+                                    absl::StrCat(r.num_reported),
+                                    duration ? absl::StrCat(*duration) : "-",
+                                    MetricsSummary(ParseMetrics(r.metrics_json))};
+    if (with_eval) {
+      const std::map<std::string, double>* eval = EvaluationOf(r, evals);
+      row.push_back(eval == nullptr ? "-" : MetricsSummary(*eval));
+    }
+    row.push_back(r.reason);
+    table.AddRow(std::move(row));
   }
   return absl::StrCat("Run ", run.run_id, " '", internal::TableText(run.name), "' (",
                       ToString(run.status), "), ", rounds.size(), " attempts\n", table.Render());
 }
 
-std::string RoundsCsv(const std::vector<RoundRecord>& rounds) {
+std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound& evals) {
   std::set<std::string> metric_names;
   std::vector<std::map<std::string, double>> metrics;
   for (const RoundRecord& r : rounds) {
     metrics.push_back(ParseMetrics(r.metrics_json));
     for (const auto& [name, value] : metrics.back()) metric_names.insert(name);
   }
+  std::set<std::string> eval_names;
+  for (const auto& [round, values] : evals) {
+    for (const auto& [name, value] : values) eval_names.insert(name);
+  }
   std::vector<std::string> header = {"run_id",        "round",       "attempt",     "status",
                                      "started_at_ms", "ended_at_ms", "duration_ms", "num_sampled",
                                      "num_reported",  "checkpoint",  "reason"};
   for (const std::string& name : metric_names) header.push_back(CsvText("metric_" + name));
+  for (const std::string& name : eval_names) header.push_back(CsvText("eval_" + name));
   std::string out = CsvLine(header);
   for (size_t i = 0; i < rounds.size(); ++i) {
     const RoundRecord& r = rounds[i];
@@ -91,6 +132,14 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds) {
     for (const std::string& name : metric_names) {
       auto it = metrics[i].find(name);
       row.push_back(it == metrics[i].end() ? "" : internal::FormatDouble(it->second));
+    }
+    const std::map<std::string, double>* eval = EvaluationOf(r, evals);
+    for (const std::string& name : eval_names) {
+      if (eval == nullptr || eval->count(name) == 0) {
+        row.push_back("");
+      } else {
+        row.push_back(internal::FormatDouble(eval->at(name)));
+      }
     }
     absl::StrAppend(&out, CsvLine(row));
   }
@@ -126,12 +175,15 @@ Json RoundsJson(const RunRecord& run, const std::vector<RoundRecord>& rounds,
                              {"metrics", std::move(metrics)}});
   }
   for (const EvaluationRecord& e : evaluations) {
+    Json metrics = Json::object();
+    for (const auto& [name, value] : e.metrics) metrics[name] = value;
     out["evaluations"].push_back({{"round", e.round},
                                   {"source", e.source},
                                   {"loss", e.loss},
                                   {"accuracy", e.accuracy},
                                   {"num_examples", e.num_examples},
-                                  {"at_ms", e.at_ms}});
+                                  {"at_ms", e.at_ms},
+                                  {"metrics", std::move(metrics)}});
   }
   return out;
 }
@@ -226,16 +278,15 @@ absl::StatusOr<std::string> RoundsReport(Store& store, std::optional<int64_t> ru
   if (!run.ok()) return run.status();
   absl::StatusOr<std::vector<RoundRecord>> rounds = store.Rounds(run->run_id);
   if (!rounds.ok()) return rounds.status();
+  absl::StatusOr<std::vector<EvaluationRecord>> evaluations = store.Evaluations(run->run_id);
+  if (!evaluations.ok()) return evaluations.status();
   switch (format) {
     case Format::kTable:
-      return RoundsTable(*run, *rounds);
+      return RoundsTable(*run, *rounds, FederatedEvaluations(*evaluations));
     case Format::kCsv:
-      return RoundsCsv(*rounds);
-    case Format::kJson: {
-      absl::StatusOr<std::vector<EvaluationRecord>> evaluations = store.Evaluations(run->run_id);
-      if (!evaluations.ok()) return evaluations.status();
+      return RoundsCsv(*rounds, FederatedEvaluations(*evaluations));
+    case Format::kJson:
       return DumpJson(RoundsJson(*run, *rounds, *evaluations));
-    }
   }
   return absl::InvalidArgumentError("unknown format");
 }

@@ -25,10 +25,14 @@
 //   rounds:  run_id, round, attempt, status, started_at_ms, ended_at_ms, duration_ms (empty in
 //            CSV and null in JSON while the attempt runs), num_sampled, num_reported, checkpoint,
 //            reason; then in CSV one column "metric_<name>" per metric name that any attempt of
-//            the run recorded, by name (empty where an attempt lacks it). JSON:
+//            the run recorded, by name (empty where an attempt lacks it); then, when the run
+//            has federated evaluations, one column "eval_<name>" per name in any of them
+//            ("eval_loss", "eval_accuracy", "eval_auc", ...; the names the stopping rule uses),
+//            filled on the row of the evaluated round's committed attempt. JSON:
 //            {"run": {run_id, name, status, reason, created_at_ms, ended_at_ms},
 //             "rounds": [{...the columns above..., "metrics": {name: number}}],
-//             "evaluations": [{round, source, loss, accuracy, num_examples, at_ms}]}
+//             "evaluations": [{round, source, loss, accuracy, num_examples, at_ms,
+//                              "metrics": {name: number} (empty for rows of schema 1)}]}
 //   clients: client_id, name, status ("enrolled", "revoked", or "not_enrolled" for an identity
 //            that took part without being enrolled, as in plaintext mode), enrolled_at_ms,
 //            revoked_at_ms, last_seen_ms, assigned, accepted, refused, dropped,
@@ -74,8 +78,10 @@ absl::StatusOr<std::string> StatusReport(Store& store, int64_t now_ms);
 
 // Every attempt of the run (see ResolveRun: nullopt is the newest run) in round, attempt order.
 // The table starts with one line naming the run, then the columns ROUND, ATTEMPT, STATUS,
-// SAMPLED, REPORTED, DURATION_MS, METRICS ("name=value ..." or "-"), REASON. CSV and JSON as in
-// the file comment. NOT_FOUND from ResolveRun; otherwise the store's errors.
+// SAMPLED, REPORTED, DURATION_MS, METRICS ("name=value ..." or "-"), EVALUATION (only when the
+// run has a federated evaluation: its "loss=... accuracy=... auc=..." on the evaluated round's
+// committed attempt, else "-"), REASON. CSV and JSON as in the file comment. NOT_FOUND from
+// ResolveRun; otherwise the store's errors.
 absl::StatusOr<std::string> RoundsReport(Store& store, std::optional<int64_t> run_id,
                                          Format format);
 

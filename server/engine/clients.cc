@@ -70,15 +70,25 @@ bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
 
 void EngineImpl::AuditRefusal(const std::string& client_id, const std::string& event,
                               const absl::Status& status) {
+  AuditRoundRefusal(client_id, event, status, 0);
+}
+
+void EngineImpl::AuditRoundRefusal(const std::string& client_id, const std::string& event,
+                                   const absl::Status& status, int32_t round) {
   if (event == "update_refused" && hooks_.on_update) hooks_.on_update(status, 0);
   LogEvent(LogLevel::kWarn, event,
-           {{"client", client_id.substr(0, 16)}, {"reason", std::string(status.message())}});
+           {{"client", client_id.substr(0, 16)},
+            {"round", absl::StrCat(round)},
+            {"reason", std::string(status.message())}});
   AuditRecord rec;
   rec.at_ms = ToMs(clock_->Now());
   rec.client_id = client_id;
   rec.event = event;
-  rec.detail = absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
+  rec.detail = event == "task_declined"
+                   ? std::string(status.message())
+                   : absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
   rec.run_id = run_.run_id;
+  rec.round = round;
   (void)store_->Audit(rec);
 }
 

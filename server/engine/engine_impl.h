@@ -44,6 +44,12 @@ inline constexpr int64_t kMaxExamples = int64_t{1} << 40;
 // `metrics` as a JSON object.
 std::string MetricsJson(const std::map<std::string, double>& metrics);
 
+// A federated evaluation's results under the names the stopping rule knows them by: "eval_loss"
+// and "eval_<metric>" ("eval_accuracy", "eval_auc"), apart from the round's own metrics
+// ("train_loss", and "test_accuracy" from the server's evaluation hook).
+std::map<std::string, double> FederatedStopMetrics(double loss,
+                                                   const std::map<std::string, double>& metrics);
+
 class EngineImpl;
 
 class UploadImpl final : public Upload {
@@ -107,6 +113,10 @@ class EngineImpl final : public RoundEngine {
   bool Heartbeat(const std::string& client_id, int32_t round, const std::string& task_id) override;
   void AuditRefusal(const std::string& client_id, const std::string& event,
                     const absl::Status& status) override;
+  // AuditRefusal for a refusal within round `round` (recorded with the round). A declined task's
+  // detail is the client's reason alone: it is not an error of the server's.
+  void AuditRoundRefusal(const std::string& client_id, const std::string& event,
+                         const absl::Status& status, int32_t round);
 
   void Tick() override {
     {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "fl/common/logging.h"
 #include "fl/common/random.h"
 #include "server/engine/engine_impl.h"
@@ -50,7 +51,11 @@ void EngineImpl::StartEvaluationLocked(absl::Time now) {
 void EngineImpl::FinishEvaluationLocked(absl::Time now) {
   std::unique_ptr<EvalState> eval = std::move(eval_);
   double examples = 0, loss = 0;
+  // Each metric is the example-weighted mean over the sites that reported it: a metric only some
+  // sites report (e.g. "auc", which only binary models compute) is divided by the examples of
+  // those sites, not of all, so a site without it neither drags it towards 0 nor is counted.
   std::map<std::string, double> metrics;
+  std::map<std::string, double> metric_examples;
   int declined = 0;
   for (const auto& [id, r] : eval->reports) {
     if (!r.error.empty()) {
@@ -60,20 +65,32 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
     const double n = static_cast<double>(r.num_examples);
     examples += n;
     loss += n * r.loss;
-    for (const auto& [k, v] : r.metrics) metrics[k] += n * v;
+    for (const auto& [k, v] : r.metrics) {
+      metrics[k] += n * v;
+      metric_examples[k] += n;
+    }
   }
   if (examples > 0) {
     loss /= examples;
-    for (auto& [k, v] : metrics) v /= examples;
+    for (auto& [k, v] : metrics) v /= metric_examples[k];
     const double accuracy = metrics.count("accuracy") ? metrics["accuracy"] : 0.0;
     (void)store_->RecordEvaluation(run_.run_id, eval->round, "federated", loss, accuracy,
-                                   static_cast<int64_t>(examples), ToMs(now));
-    LogEvent(LogLevel::kInfo, "evaluation_finished",
-             {{"round", absl::StrCat(eval->round)},
-              {"clients", absl::StrCat(eval->reports.size() - declined, "/", eval->sampled.size())},
-              {"examples", absl::StrCat(static_cast<int64_t>(examples))},
-              {"loss", absl::StrCat(loss)},
-              {"accuracy", absl::StrCat(accuracy)}});
+                                   static_cast<int64_t>(examples), ToMs(now), metrics);
+    LogEvent(
+        LogLevel::kInfo, "evaluation_finished",
+        {{"round", absl::StrCat(eval->round)},
+         {"clients", absl::StrCat(eval->reports.size() - declined, "/", eval->sampled.size())},
+         {"examples", absl::StrCat(static_cast<int64_t>(examples))},
+         {"loss", absl::StrCat(loss)},
+         {"accuracy", absl::StrCat(accuracy)},
+         {"metrics", metrics.empty() ? std::string("-")
+                                     : absl::StrJoin(metrics, " ", absl::PairFormatter("="))}});
+    // The stopping rule sees the federated results as "eval_loss" and "eval_<metric>"; a run
+    // already ending (its last round) ends with its own reason.
+    if (!finish_after_eval_.has_value()) {
+      std::string why = StoppingRuleMet(FederatedStopMetrics(loss, metrics));
+      if (!why.empty()) finish_after_eval_ = why;
+    }
   } else {
     LogEvent(
         LogLevel::kWarn, "evaluation_empty",

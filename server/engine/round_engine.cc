@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "fl/common/crash_point.h"
@@ -25,6 +26,13 @@ std::string MetricsJson(const std::map<std::string, double>& metrics) {
   nlohmann::json j = nlohmann::json::object();
   for (const auto& [k, v] : metrics) j[k] = v;
   return j.dump();
+}
+
+std::map<std::string, double> FederatedStopMetrics(double loss,
+                                                   const std::map<std::string, double>& metrics) {
+  std::map<std::string, double> named = {{"eval_loss", loss}};
+  for (const auto& [k, v] : metrics) named[absl::StrCat("eval_", k)] = v;
+  return named;
 }
 
 absl::Status EngineImpl::Init(Model initial_model) {
@@ -79,6 +87,15 @@ absl::Status EngineImpl::Init(Model initial_model) {
         for (const auto& [k, v] : m.items()) {
           if (v.is_number()) metrics[k] = v.get<double>();
         }
+      }
+      // The round's federated evaluation, if it finished before the crash, counts too.
+      absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(run_.run_id);
+      if (!evals.ok()) return evals.status();
+      for (const EvaluationRecord& e : *evals) {
+        if (e.source != "federated" || e.round != committed_round_) continue;
+        std::map<std::string, double> federated = e.metrics;
+        if (federated.empty()) federated["accuracy"] = e.accuracy;  // a row of schema 1
+        for (const auto& [k, v] : FederatedStopMetrics(e.loss, federated)) metrics[k] = v;
       }
       if (std::string why = StoppingRuleMet(metrics); !why.empty()) FinishRunLocked(why);
     }
@@ -269,8 +286,10 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
   absl::StatusOr<Model> next = failure.empty() ? round->aggregator->Finish()
                                                : absl::StatusOr<Model>(absl::AbortedError(failure));
   if (next.ok()) {
+    std::map<std::string, double> hook_metrics;
     if (hooks_.evaluate) {
-      for (const auto& [k, v] : hooks_.evaluate(*next)) summary.metrics[k] = v;
+      hook_metrics = hooks_.evaluate(*next);
+      for (const auto& [k, v] : hook_metrics) summary.metrics[k] = v;
     }
     RoundRecord rec;
     rec.run_id = run_.run_id;
@@ -289,8 +308,15 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     if (committed.ok()) {
       if (summary.metrics.count("test_accuracy") != 0) {
         double loss = summary.metrics.count("test_loss") ? summary.metrics["test_loss"] : 0.0;
+        // The evaluation row names the hook's metrics as a site's are named ("test_auc" ->
+        // "auc"), so that both sources read alike; the loss has its own column.
+        std::map<std::string, double> metrics;
+        for (const auto& [k, v] : hook_metrics) {
+          if (k == "test_loss" || !std::isfinite(v)) continue;
+          metrics[absl::StartsWith(k, "test_") ? k.substr(5) : k] = v;
+        }
         (void)store_->RecordEvaluation(run_.run_id, round->round, "server", loss,
-                                       summary.metrics["test_accuracy"], 0, ToMs(now));
+                                       summary.metrics["test_accuracy"], 0, ToMs(now), metrics);
       }
       summary.committed = true;
       global_ = std::make_shared<const Model>(*std::move(next));

@@ -168,7 +168,7 @@ void EngineImpl::OnUploadEnded(const std::shared_ptr<RoundState>& round, const U
                                const absl::Status& refusal, const std::string& event) {
   if (refusal.ok() && hooks_.on_update) hooks_.on_update(refusal, up.bytes_received);
   if (!refusal.ok()) {
-    AuditRefusal(up.client_id, event, refusal);
+    AuditRoundRefusal(up.client_id, event, refusal, round->round);
     ParticipationRecord p = ParticipationFor(*round, up);
     (void)store_->RecordParticipation(p);
   } else {

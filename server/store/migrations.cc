@@ -1,5 +1,6 @@
 #include "server/store/migrations.h"
 
+#include <algorithm>
 #include <array>
 
 #include "absl/status/status.h"
@@ -10,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 1> kMigrations = {
+constexpr std::array<const char*, 2> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -92,6 +93,11 @@ CREATE TABLE audit_log(
 CREATE INDEX audit_by_client ON audit_log(client_id, id);
 CREATE INDEX audit_by_event ON audit_log(event, id);
 )sql",
+    // 2: every metric of an evaluation (a JSON object of name -> value), not only accuracy.
+    // Rows from before read back with no metrics.
+    R"sql(
+ALTER TABLE evaluations ADD COLUMN metrics_json TEXT NOT NULL DEFAULT '{}';
+)sql",
 };
 
 absl::StatusOr<int> CurrentVersion(sqlite3* db) {
@@ -121,7 +127,13 @@ absl::StatusOr<int> SchemaVersion(sqlite3* db) {
 
 int LatestSchemaVersion() { return static_cast<int>(kMigrations.size()); }
 
-absl::StatusOr<int> Migrate(sqlite3* db) {
+absl::StatusOr<int> Migrate(sqlite3* db) { return MigrateTo(db, LatestSchemaVersion()); }
+
+absl::StatusOr<int> MigrateTo(sqlite3* db, int target_version) {
+  if (target_version < 1 || target_version > LatestSchemaVersion()) {
+    return absl::InvalidArgumentError(absl::StrCat("schema version ", target_version,
+                                                   " is not in [1, ", LatestSchemaVersion(), "]"));
+  }
   Transaction tx(db, "migrate schema");
   if (!tx.status().ok()) return tx.status();
   if (absl::Status s =
@@ -137,7 +149,7 @@ absl::StatusOr<int> Migrate(sqlite3* db) {
                                                       " is newer than this server's (",
                                                       LatestSchemaVersion(), ")"));
   }
-  for (int version = *current + 1; version <= LatestSchemaVersion(); ++version) {
+  for (int version = *current + 1; version <= target_version; ++version) {
     if (absl::Status s =
             Exec(db, kMigrations[version - 1], absl::StrCat("apply schema migration ", version));
         !s.ok()) {
@@ -149,7 +161,7 @@ absl::StatusOr<int> Migrate(sqlite3* db) {
     if (absl::Status s = record->Bind(version).Run(); !s.ok()) return s;
   }
   if (absl::Status s = tx.Commit(); !s.ok()) return s;
-  return LatestSchemaVersion();
+  return std::max(*current, target_version);
 }
 
 }  // namespace fl::server::sqlite

@@ -17,6 +17,11 @@ int LatestSchemaVersion();
 // the version it is now at. FAILED_PRECONDITION when the database is newer than this build.
 absl::StatusOr<int> Migrate(sqlite3* db);
 
+// Like Migrate, but stops at `target_version` (tests build a database as an older server left
+// it). A database already past it is left alone and its version returned. INVALID_ARGUMENT when
+// `target_version` is not in [1, LatestSchemaVersion()].
+absl::StatusOr<int> MigrateTo(sqlite3* db, int target_version);
+
 // The version the database is at, without changing anything (works on a read-only connection).
 // FAILED_PRECONDITION when it has no schema_version table (not a federation database).
 absl::StatusOr<int> SchemaVersion(sqlite3* db);

@@ -1,11 +1,15 @@
 #include "server/store/records.h"
 
 #include <array>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace fl::server {
 
@@ -131,14 +135,41 @@ absl::StatusOr<ClientRecord> ReadClient(const Statement& st) {
 }
 
 absl::StatusOr<EvaluationRecord> ReadEvaluation(const Statement& st) {
-  return EvaluationRecord{.id = st.Int(0),
-                          .run_id = st.Int(1),
-                          .round = static_cast<int32_t>(st.Int(2)),
-                          .source = st.Text(3),
-                          .loss = st.Double(4),
-                          .accuracy = st.Double(5),
-                          .num_examples = st.Int(6),
-                          .at_ms = st.Int(7)};
+  EvaluationRecord e{.id = st.Int(0),
+                     .run_id = st.Int(1),
+                     .round = static_cast<int32_t>(st.Int(2)),
+                     .source = st.Text(3),
+                     .loss = st.Double(4),
+                     .accuracy = st.Double(5),
+                     .num_examples = st.Int(6),
+                     .at_ms = st.Int(7),
+                     .metrics = {}};
+  const std::string text = st.Text(8);
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) {
+    return absl::DataLossError(absl::StrCat(
+        "evaluations row ", e.id, " holds metrics_json that is not a JSON object: '", text, "'"));
+  }
+  for (const auto& [name, value] : j.items()) {
+    if (!value.is_number()) {
+      return absl::DataLossError(absl::StrCat("evaluations row ", e.id, " holds metric '", name,
+                                              "' that is not a number: ", value.dump()));
+    }
+    e.metrics[name] = value.get<double>();
+  }
+  return e;
+}
+
+absl::StatusOr<std::string> EvaluationMetricsJson(const std::map<std::string, double>& metrics) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, value] : metrics) {
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("evaluation metric '", name, "' is not finite (", value, ")"));
+    }
+    j[name] = value;
+  }
+  return j.dump();
 }
 
 absl::StatusOr<AuditRecord> ReadAudit(const Statement& st) {

@@ -5,6 +5,9 @@
 
 #include <sqlite3.h>
 
+#include <map>
+#include <string>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "fl/server/store.h"
@@ -34,8 +37,14 @@ inline constexpr char kSelectClients[] =
 absl::StatusOr<ClientRecord> ReadClient(const sqlite::Statement& st);
 
 inline constexpr char kSelectEvaluations[] =
-    "SELECT id, run_id, round, source, loss, accuracy, num_examples, at_ms FROM evaluations ";
+    "SELECT id, run_id, round, source, loss, accuracy, num_examples, at_ms, metrics_json "
+    "FROM evaluations ";
+// DATA_LOSS when metrics_json is not a JSON object of numbers.
 absl::StatusOr<EvaluationRecord> ReadEvaluation(const sqlite::Statement& st);
+
+// An evaluation's metrics as the JSON object stored in evaluations.metrics_json ("{}" when empty).
+// INVALID_ARGUMENT naming the metric when a value is not finite.
+absl::StatusOr<std::string> EvaluationMetricsJson(const std::map<std::string, double>& metrics);
 
 inline constexpr char kSelectAudit[] =
     "SELECT id, at_ms, client_id, event, detail, run_id, round FROM audit_log ";

@@ -1,6 +1,7 @@
 // Store on SQLite: one connection in WAL mode behind one mutex, plus checkpoint files.
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -91,8 +92,8 @@ class SqliteStore final : public Store {
   absl::Status TouchClient(const std::string& client_id, int64_t now_ms) override;
   absl::StatusOr<std::vector<ClientRecord>> Clients() override;
   absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
-                                double loss, double accuracy, int64_t num_examples,
-                                int64_t now_ms) override;
+                                double loss, double accuracy, int64_t num_examples, int64_t now_ms,
+                                const std::map<std::string, double>& metrics) override;
   absl::StatusOr<std::vector<EvaluationRecord>> Evaluations(int64_t run_id) override;
   absl::StatusOr<std::string> WriteCheckpoint(const Model& model) override;
   absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) override;
@@ -468,15 +469,18 @@ absl::StatusOr<std::vector<ClientRecord>> SqliteStore::Clients() {
 
 absl::Status SqliteStore::RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
                                            double loss, double accuracy, int64_t num_examples,
-                                           int64_t now_ms) {
+                                           int64_t now_ms,
+                                           const std::map<std::string, double>& metrics) {
   if (absl::Status s = CheckWritable("record an evaluation"); !s.ok()) return s;
+  absl::StatusOr<std::string> metrics_json = EvaluationMetricsJson(metrics);
+  if (!metrics_json.ok()) return metrics_json.status();
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
-      "INSERT INTO evaluations(run_id, round, source, loss, accuracy, num_examples, at_ms) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?)",
+      "INSERT INTO evaluations(run_id, round, source, loss, accuracy, num_examples, at_ms, "
+      "metrics_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
       "insert into evaluations");
   if (!st.ok()) return st.status();
-  return st->Bind(run_id, round, source, loss, accuracy, num_examples, now_ms).Run();
+  return st->Bind(run_id, round, source, loss, accuracy, num_examples, now_ms, *metrics_json).Run();
 }
 
 absl::StatusOr<std::vector<EvaluationRecord>> SqliteStore::Evaluations(int64_t run_id) {

@@ -121,13 +121,7 @@ void ExpectRefused(const grpc::Status& s, grpc::StatusCode code, const std::stri
 TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "raw"});
-  server::ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.data_dir = dir.path() + "/server";
-  o.ca_cert_path = pki.ca_cert;
-  o.cert_path = pki.server_cert;
-  o.key_path = pki.server_key;
-  o.enroll_cert_paths = pki.client_certs;
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
   o.engine.num_rounds = 6;
   o.engine.min_clients = 3;
   o.engine.min_fit_clients = 2;

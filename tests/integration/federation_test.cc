@@ -21,14 +21,9 @@ using server::RoundStatus;
 
 ModelSpec FashionSpec() { return client::SoftmaxRegressionSpec(784, 10); }
 
-server::ServerOptions TlsServerOptions(const ProvisionedFiles& pki, const std::string& dir) {
-  server::ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.data_dir = dir + "/server";
-  o.ca_cert_path = pki.ca_cert;
-  o.cert_path = pki.server_cert;
-  o.key_path = pki.server_key;
-  o.enroll_cert_paths = pki.client_certs;
+// Three rounds of one local epoch with three sites online, two of them enough to commit.
+server::ServerOptions ThreeRoundOptions(const ProvisionedFiles& pki, const std::string& dir) {
+  server::ServerOptions o = TlsServerOptions(pki, dir);
   o.engine.num_rounds = 3;
   o.engine.min_clients = 3;
   o.engine.min_fit_clients = 2;
@@ -45,14 +40,6 @@ std::unique_ptr<client::Trainer> FashionTrainer(int index, int64_t examples) {
                                               {.seed = static_cast<uint64_t>(index)});
 }
 
-std::string AuditText(server::Store& store) {
-  absl::StatusOr<std::vector<server::AuditRecord>> log = store.AuditLog(1000);
-  EXPECT_TRUE(log.ok());
-  std::string all;
-  for (const server::AuditRecord& r : *log) all += r.event + ": " + r.detail + "\n";
-  return all;
-}
-
 TEST(FederationTest, FullRunOverMutualTls) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
@@ -63,7 +50,7 @@ TEST(FederationTest, FullRunOverMutualTls) {
     return {{"test_accuracy", r.ok() ? r->metrics["accuracy"] : 0.0}};
   };
   absl::StatusOr<std::unique_ptr<server::Server>> server =
-      server::Server::Start(TlsServerOptions(pki, dir.path()), Model(FashionSpec()), hooks);
+      server::Server::Start(ThreeRoundOptions(pki, dir.path()), Model(FashionSpec()), hooks);
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<std::unique_ptr<ClientThread>> clients;
   for (int i = 0; i < 3; ++i) {
@@ -104,7 +91,7 @@ TEST(FederationTest, FullRunOverMutualTls) {
 TEST(FederationTest, HeartbeatsKeepASlowSiteInTheRound) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
-  server::ServerOptions o = TlsServerOptions(pki, dir.path());
+  server::ServerOptions o = ThreeRoundOptions(pki, dir.path());
   o.engine.num_rounds = 1;
   o.engine.client_timeout = absl::Milliseconds(800);  // far shorter than site-2's training
   absl::StatusOr<std::unique_ptr<server::Server>> server =
@@ -130,7 +117,7 @@ TEST(FederationTest, HeartbeatsKeepASlowSiteInTheRound) {
 TEST(FederationTest, FederatedEvaluationOnTheSitesHeldOutData) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
-  server::ServerOptions o = TlsServerOptions(pki, dir.path());
+  server::ServerOptions o = ThreeRoundOptions(pki, dir.path());
   o.engine.num_rounds = 2;
   o.engine.eval_every = 1;
   absl::StatusOr<std::unique_ptr<server::Server>> server =
@@ -174,7 +161,7 @@ class RefusalTest : public ::testing::Test {
  protected:
   void SetUp() override {
     pki_ = MakePki(dir_.path(), {"site-0", "site-1", "site-2", "stranger"});
-    server::ServerOptions o = TlsServerOptions(pki_, dir_.path());
+    server::ServerOptions o = ThreeRoundOptions(pki_, dir_.path());
     o.enroll_cert_paths.pop_back();  // "stranger" has a valid certificate but is not enrolled
     absl::StatusOr<std::unique_ptr<server::Server>> server =
         server::Server::Start(o, Model(FashionSpec()));
@@ -234,13 +221,13 @@ TEST(ServerStartTest, ARevokedClientStaysRevokedAcrossARestart) {
   const std::string fp = *CertificateFingerprint(*ReadFile(pki.client_certs[0]));
   {
     absl::StatusOr<std::unique_ptr<server::Server>> server =
-        server::Server::Start(TlsServerOptions(pki, dir.path()), Model(FashionSpec()));
+        server::Server::Start(ThreeRoundOptions(pki, dir.path()), Model(FashionSpec()));
     ASSERT_TRUE(server.ok()) << server.status();
     ASSERT_TRUE((*server)->store().RevokeClient(fp, 1).ok());
   }
   // The same configuration, still listing site-0's certificate under enroll.
   absl::StatusOr<std::unique_ptr<server::Server>> server =
-      server::Server::Start(TlsServerOptions(pki, dir.path()), Model(FashionSpec()));
+      server::Server::Start(ThreeRoundOptions(pki, dir.path()), Model(FashionSpec()));
   ASSERT_TRUE(server.ok()) << server.status();
   EXPECT_FALSE(*(*server)->store().IsEnrolled(fp));
   client::ClientOptions o = TlsClientOptions(pki, 0, (*server)->port());

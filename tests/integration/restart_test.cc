@@ -20,47 +20,14 @@ namespace {
 using server::RoundRecord;
 using server::RoundStatus;
 
-std::vector<std::string> ServerCommand(const ProvisionedFiles& pki, const std::string& data_dir,
-                                       int port, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv = {FL_BINARY,
-                                   "server",
-                                   "--listen",
-                                   absl::StrCat("127.0.0.1:", port),
-                                   "--data-dir",
-                                   data_dir,
-                                   "--ca",
-                                   pki.ca_cert,
-                                   "--cert",
-                                   pki.server_cert,
-                                   "--key",
-                                   pki.server_key,
-                                   "--rounds",
-                                   "4",
-                                   "--min-clients",
-                                   "3",
-                                   "--min-fit-clients",
-                                   "3",
-                                   "--round-timeout",
-                                   "60",
-                                   "--grace",
-                                   "2",
-                                   "--lr",
-                                   "0.1"};
-  for (const std::string& cert : pki.client_certs) {
-    argv.push_back("--enroll");
-    argv.push_back(cert);
-  }
-  // A flag given in `extra` replaces the default one above.
-  for (size_t i = 0; i + 1 < extra.size(); i += 2) {
-    auto it = std::find(argv.begin(), argv.end(), extra[i]);
-    if (it != argv.end() && it + 1 != argv.end()) {
-      *(it + 1) = extra[i + 1];
-    } else {
-      argv.push_back(extra[i]);
-      argv.push_back(extra[i + 1]);
-    }
-  }
-  return argv;
+// `fl server` for these tests: 4 rounds of 3 sites; `extra` flags replace these or add to them.
+std::vector<std::string> RunCommand(const ProvisionedFiles& pki, const std::string& data_dir,
+                                    int port, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> flags = {
+      "--rounds", "4", "--min-clients", "3",  "--min-fit-clients", "3", "--round-timeout", "60",
+      "--grace",  "2", "--lr",          "0.1"};
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return ServerCommand(pki, data_dir, port, flags);
 }
 
 // Committed rounds of the (only) run in `data_dir`, by round number; read from another process's
@@ -87,7 +54,7 @@ TEST(RestartTest, SigkillMidRunThenRestartFinishesWithEveryCommittedRoundIntact)
   const std::string log = dir.path() + "/server.log";
   const int port = FreeLoopbackPort();
 
-  auto server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log);
+  auto server = std::make_unique<ChildProcess>(RunCommand(pki, data_dir, port), log);
   std::vector<std::unique_ptr<ClientThread>> clients;
   for (int i = 0; i < 3; ++i) {
     client::ClientOptions options = TlsClientOptions(pki, i, port);
@@ -114,7 +81,7 @@ TEST(RestartTest, SigkillMidRunThenRestartFinishesWithEveryCommittedRoundIntact)
   ASSERT_LT(before.size(), 4u) << "the run finished before the kill; slow the trainer down";
 
   // Restart on the same data directory; the clients reconnect by themselves.
-  server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log);
+  server = std::make_unique<ChildProcess>(RunCommand(pki, data_dir, port), log);
   for (auto& c : clients) {
     absl::Status s = c->Join();
     EXPECT_TRUE(s.ok()) << s << "\n" << *ReadFile(log);
@@ -155,7 +122,7 @@ TEST(RestartTest, SigtermStopsTheServerCleanly) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
   const std::string log = dir.path() + "/server.log";
-  ChildProcess server(ServerCommand(pki, dir.path() + "/server", FreeLoopbackPort()), log);
+  ChildProcess server(RunCommand(pki, dir.path() + "/server", FreeLoopbackPort()), log);
   const absl::Time give_up = absl::Now() + absl::Seconds(30);
   while (ReadFile(log).value_or("").find("server_listening") == std::string::npos &&
          absl::Now() < give_up) {
@@ -172,7 +139,7 @@ TEST(RestartTest, SigtermStopsTheServerCleanly) {
 namespace fl::testing {
 namespace {
 
-// The final model and committed rounds of one run of the 4-round federation in ServerCommand,
+// The final model and committed rounds of one run of the 4-round federation in RunCommand,
 // the server armed to kill itself at `crash_point` (none when empty) and restarted if it does.
 struct Outcome {
   std::map<int, RoundRecord> rounds;
@@ -189,7 +156,7 @@ Outcome RunFederation(const std::string& crash_point) {
   Outcome out;
   std::vector<std::string> env;
   if (!crash_point.empty()) env.push_back("FL_CRASH_POINT=" + crash_point);
-  auto server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log, env);
+  auto server = std::make_unique<ChildProcess>(RunCommand(pki, data_dir, port), log, env);
   std::vector<std::unique_ptr<ClientThread>> clients;
   for (int i = 0; i < 3; ++i) {
     client::ClientOptions options = TlsClientOptions(pki, i, port);
@@ -201,7 +168,7 @@ Outcome RunFederation(const std::string& crash_point) {
   int code = server->Wait();
   if (code == 128 + SIGKILL) {
     ++out.server_deaths;
-    server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log);
+    server = std::make_unique<ChildProcess>(RunCommand(pki, data_dir, port), log);
     code = server->Wait();
   }
   EXPECT_EQ(code, 0) << *ReadFile(log);
@@ -269,7 +236,7 @@ TEST(RestartTest, SigtermMidRoundRecordsItAbortedAndTheRestartRunsItAgain) {
   const std::string data_dir = dir.path() + "/server";
   const std::string log = dir.path() + "/server.log";
   const int port = FreeLoopbackPort();
-  auto server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log);
+  auto server = std::make_unique<ChildProcess>(RunCommand(pki, data_dir, port), log);
   auto clients = StartSlowClients(pki, port, absl::Milliseconds(500));
   // Stop the server while round 2 is in flight.
   int rows = 0;
@@ -292,7 +259,7 @@ TEST(RestartTest, SigtermMidRoundRecordsItAbortedAndTheRestartRunsItAgain) {
     EXPECT_EQ((*rounds)[1].status, RoundStatus::kAborted);
     EXPECT_EQ((*rounds)[1].reason, "server shutting down");
   }
-  server = std::make_unique<ChildProcess>(ServerCommand(pki, data_dir, port), log);
+  server = std::make_unique<ChildProcess>(RunCommand(pki, data_dir, port), log);
   for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
   EXPECT_EQ(server->Wait(), 0) << *ReadFile(log);
   EXPECT_EQ(CommittedRounds(data_dir).size(), 4u);
@@ -304,9 +271,9 @@ TEST(RestartTest, AnEvaluationSetThatDoesNotFitTheModelIsRefusedAtStart) {
   const std::string log = dir.path() + "/server.log";
   const std::string fmnist = FL_FASHION_MNIST_DIR;
   ChildProcess server(
-      ServerCommand(pki, dir.path() + "/server", FreeLoopbackPort(),
-                    {"--features", "20", "--eval-images", fmnist + "/t10k-images-idx3-ubyte.gz",
-                     "--eval-labels", fmnist + "/t10k-labels-idx1-ubyte.gz"}),
+      RunCommand(pki, dir.path() + "/server", FreeLoopbackPort(),
+                 {"--features", "20", "--eval-images", fmnist + "/t10k-images-idx3-ubyte.gz",
+                  "--eval-labels", fmnist + "/t10k-labels-idx1-ubyte.gz"}),
       log);
   EXPECT_EQ(server.Wait(), 1);
   EXPECT_NE(ReadFile(log)->find("--eval-images/--eval-labels do not fit the model"),
@@ -322,10 +289,10 @@ TEST(RestartTest, ServerSideEvaluationAndAStoppingRuleFromTheCommandLine) {
   const int port = FreeLoopbackPort();
   const std::string fmnist = FL_FASHION_MNIST_DIR;
   ChildProcess server(
-      ServerCommand(pki, data_dir, port,
-                    {"--rounds", "50", "--eval-images", fmnist + "/t10k-images-idx3-ubyte.gz",
-                     "--eval-labels", fmnist + "/t10k-labels-idx1-ubyte.gz", "--stop-metric",
-                     "test_accuracy", "--stop-threshold", "0.7"}),
+      RunCommand(pki, data_dir, port,
+                 {"--rounds", "50", "--eval-images", fmnist + "/t10k-images-idx3-ubyte.gz",
+                  "--eval-labels", fmnist + "/t10k-labels-idx1-ubyte.gz", "--stop-metric",
+                  "test_accuracy", "--stop-threshold", "0.7"}),
       log);
   auto clients = StartSlowClients(pki, port, absl::ZeroDuration());
   for (auto& c : clients) EXPECT_TRUE(c->Join().ok());

@@ -86,13 +86,7 @@ RunOutcome RunFederation(const aggregation::StrategyOptions& strategy, int enrol
   for (int i = 0; i < enrolled_sites; ++i) names.push_back(absl::StrCat("site-", i));
   ProvisionedFiles pki = MakePki(dir.path(), names);
 
-  server::ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.data_dir = dir.path() + "/server";
-  o.ca_cert_path = pki.ca_cert;
-  o.cert_path = pki.server_cert;
-  o.key_path = pki.server_key;
-  o.enroll_cert_paths = pki.client_certs;
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
   o.engine.num_rounds = kRounds;
   o.engine.min_clients = kSites;
   o.engine.min_fit_clients = kSites;
@@ -256,12 +250,7 @@ TEST(StrategyTest, ScaffoldControlVariatesFollowTheFormulaAndTheModelLearns) {
 TEST(StrategyTest, ScaffoldRefusesAModelWithoutControlVariates) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});
-  server::ServerOptions o;
-  o.listen_address = "127.0.0.1:0";
-  o.data_dir = dir.path() + "/server";
-  o.ca_cert_path = pki.ca_cert;
-  o.cert_path = pki.server_cert;
-  o.key_path = pki.server_key;
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
   o.strategy.name = "scaffold";
   absl::StatusOr<Model> weights = client::InitialBuiltinModel(Mlp(), 1);
   ASSERT_TRUE(weights.ok());

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
@@ -109,6 +110,50 @@ client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index
   o.poll_wait = absl::Seconds(2);
   o.reconnect_timeout = absl::Seconds(30);
   return o;
+}
+
+server::ServerOptions TlsServerOptions(const ProvisionedFiles& pki, const std::string& dir) {
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.data_dir = dir + "/server";
+  o.ca_cert_path = pki.ca_cert;
+  o.cert_path = pki.server_cert;
+  o.key_path = pki.server_key;
+  o.enroll_cert_paths = pki.client_certs;
+  return o;
+}
+
+std::vector<std::string> ServerCommand(const ProvisionedFiles& pki, const std::string& data_dir,
+                                       int port, const std::vector<std::string>& flags) {
+  std::vector<std::string> argv = {
+      FL_BINARY,    "server",        "--listen", absl::StrCat("127.0.0.1:", port),
+      "--data-dir", data_dir,        "--ca",     pki.ca_cert,
+      "--cert",     pki.server_cert, "--key",    pki.server_key};
+  for (const std::string& cert : pki.client_certs) {
+    argv.push_back("--enroll");
+    argv.push_back(cert);
+  }
+  for (size_t i = 0; i + 1 < flags.size(); i += 2) {
+    auto it = std::find(argv.begin(), argv.end(), flags[i]);
+    if (it != argv.end() && it + 1 != argv.end()) {
+      *(it + 1) = flags[i + 1];
+    } else {
+      argv.push_back(flags[i]);
+      argv.push_back(flags[i + 1]);
+    }
+  }
+  return argv;
+}
+
+std::string AuditText(server::Store& store) {
+  absl::StatusOr<std::vector<server::AuditRecord>> log = store.AuditLog(1000);
+  EXPECT_TRUE(log.ok()) << log.status();
+  std::string all;
+  if (!log.ok()) return all;
+  for (const server::AuditRecord& r : *log) {
+    absl::StrAppend(&all, r.event, " round ", r.round, ": ", r.detail, "\n");
+  }
+  return all;
 }
 
 int FreeLoopbackPort() {

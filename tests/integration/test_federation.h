@@ -16,6 +16,8 @@
 #include "fl/client/client.h"
 #include "fl/client/dataset.h"
 #include "fl/common/provision.h"
+#include "fl/server/server.h"
+#include "fl/server/store.h"
 
 namespace fl::testing {
 
@@ -77,6 +79,20 @@ class ClientThread {
 };
 
 client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index, int port);
+
+// Options of an in-process server of the federation `pki` with mutual TLS on a free loopback port
+// (127.0.0.1:0), its data in `dir`/server, every client certificate of `pki` enrolled. Everything
+// else (engine, fit, strategy) keeps its default for the test to set.
+server::ServerOptions TlsServerOptions(const ProvisionedFiles& pki, const std::string& dir);
+
+// The argv of the real `fl server` (FL_BINARY) for the federation `pki` with mutual TLS on
+// 127.0.0.1:`port`, its data in `data_dir`, every client certificate of `pki` enrolled, then
+// `flags` as pairs ("--rounds", "4"): a flag already in the argv gets the later value.
+std::vector<std::string> ServerCommand(const ProvisionedFiles& pki, const std::string& data_dir,
+                                       int port, const std::vector<std::string>& flags = {});
+
+// The first 1000 entries of `store`'s audit log, one line each: "<event> round <n>: <detail>".
+std::string AuditText(server::Store& store);
 
 int FreeLoopbackPort();
 

@@ -150,9 +150,10 @@ class AdminTest : public ::testing::Test {
                                   {Participation(committed, kAlice, ParticipationStatus::kAccepted),
                                    Participation(committed, kBob, ParticipationStatus::kAccepted)})
                     .ok());
-    ASSERT_TRUE(
-        store_->RecordEvaluation(run_, 1, "server", 0.55, 0.8125, 10000, committed.ended_at_ms)
-            .ok());
+    ASSERT_TRUE(store_
+                    ->RecordEvaluation(run_, 1, "server", 0.55, 0.8125, 10000,
+                                       committed.ended_at_ms, {{"accuracy", 0.8125}})
+                    .ok());
 
     RoundRecord running = Round(2, 0);
     ASSERT_TRUE(store_->BeginRound(running).ok());
@@ -269,6 +270,51 @@ TEST_F(AdminTest, RoundsJsonParsesAndHasTheFields) {
   EXPECT_EQ(j["evaluations"][0]["round"], 1);
   EXPECT_DOUBLE_EQ(j["evaluations"][0]["loss"].get<double>(), 0.55);
   EXPECT_EQ(j["evaluations"][0]["num_examples"], 10000);
+  EXPECT_EQ(j["evaluations"][0]["metrics"], nlohmann::json({{"accuracy", 0.8125}}));
+}
+
+// A federated evaluation of round 1 with a metric beyond accuracy: the table gains an EVALUATION
+// column, the CSV "eval_<name>" columns, JSON a metrics object; only the committed attempt of
+// the evaluated round carries the values.
+TEST_F(AdminTest, RoundsReportsShowEveryFederatedEvaluationMetric) {
+  Populate();
+  ASSERT_TRUE(store_
+                  ->RecordEvaluation(run_, 1, "federated", 0.42, 0.875, 500, kNowMs + 1300,
+                                     {{"accuracy", 0.875}, {"auc", 0.9125}})
+                  .ok());
+  absl::StatusOr<std::string> table = RoundsReport(*store_, run_, Format::kTable);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<std::string> lines = Lines(*table);
+  ASSERT_EQ(lines.size(), 5u) << *table;
+  const size_t eval_column = lines[1].find("EVALUATION");
+  ASSERT_NE(eval_column, std::string::npos) << lines[1];
+  EXPECT_LT(eval_column, lines[1].find("REASON")) << lines[1];
+  EXPECT_TRUE(absl::StartsWith(lines[3].substr(eval_column), "accuracy=0.875 auc=0.9125 loss=0.42"))
+      << lines[3];
+  EXPECT_TRUE(absl::StartsWith(lines[2].substr(eval_column), "-  ")) << lines[2];  // failed
+  EXPECT_EQ(lines[4].substr(eval_column), "-") << lines[4];  // round 2, running, no reason
+
+  absl::StatusOr<std::string> csv = RoundsReport(*store_, run_, Format::kCsv);
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  lines = Lines(*csv);
+  ASSERT_EQ(lines.size(), 5u) << *csv;
+  EXPECT_EQ(lines[0],
+            "run_id,round,attempt,status,started_at_ms,ended_at_ms,duration_ms,num_sampled,"
+            "num_reported,checkpoint,reason,metric_test_accuracy,metric_train_loss,"
+            "eval_accuracy,eval_auc,eval_loss");
+  EXPECT_TRUE(absl::EndsWith(lines[3], ",0.8125,0.5,0.875,0.9125,0.42")) << lines[3];
+  EXPECT_TRUE(absl::EndsWith(lines[2], "red\",,,,,")) << lines[2];  // failed: no evaluation
+  EXPECT_EQ(lines[4], absl::StrCat(run_, ",2,0,running,", kNowMs + 2000, ",0,,2,0,,,,,,,"));
+
+  absl::StatusOr<std::string> text = RoundsReport(*store_, run_, Format::kJson);
+  ASSERT_TRUE(text.ok()) << text.status();
+  nlohmann::json j = nlohmann::json::parse(*text);
+  ASSERT_EQ(j["evaluations"].size(), 2u);
+  const nlohmann::json& federated = j["evaluations"][1];
+  EXPECT_EQ(federated["source"], "federated");
+  EXPECT_EQ(federated["num_examples"], 500);
+  EXPECT_DOUBLE_EQ(federated["accuracy"].get<double>(), 0.875);
+  EXPECT_EQ(federated["metrics"], nlohmann::json({{"accuracy", 0.875}, {"auc", 0.9125}}));
 }
 
 TEST_F(AdminTest, RoundsOfAnUnknownRunOrAnEmptyStoreAreNotFound) {

@@ -2,9 +2,6 @@
 // its model (cli/client_site.h).
 #include "cli/client_config.h"
 
-#include <unistd.h>
-
-#include <filesystem>
 #include <string>
 
 #include "absl/status/status.h"
@@ -14,6 +11,7 @@
 #include "fl/common/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/config_file_fixture.h"
 
 namespace fl::cli {
 namespace {
@@ -21,33 +19,13 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class ClientConfigTest : public ::testing::Test {
+class ClientConfigTest : public fl::testing::ConfigFileTest {
  protected:
-  void SetUp() override {
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("fl_client_config_test_", ::getpid(), "_", info->test_suite_name(), "_",
-                        info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-
-  std::string Write(const std::string& name, const std::string& contents) const {
-    const std::string path = Path(name);
-    EXPECT_TRUE(WriteFileAtomic(path, contents).ok());
-    return path;
-  }
-
   // Applies `contents` (as site.toml) over a default config and returns the error.
   absl::Status ApplyText(const std::string& contents) {
     ClientConfig config;
     return ApplyClientConfig(Write("site.toml", contents), config);
   }
-
-  std::filesystem::path dir_;
 };
 
 constexpr char kFullFile[] = R"(# every key, none at its default

@@ -1,7 +1,6 @@
 #include "server/daemon/config.h"
 
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +14,7 @@
 #include "fl/common/file_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/config_file_fixture.h"
 
 namespace fl::server {
 namespace {
@@ -22,32 +22,13 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class ConfigTest : public ::testing::Test {
+class ConfigTest : public fl::testing::ConfigFileTest {
  protected:
-  void SetUp() override {
-    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::temp_directory_path() /
-           absl::StrCat("fl_config_test_", ::getpid(), "_", info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  std::string Path(const std::string& name) const { return (dir_ / name).string(); }
-
-  std::string Write(const std::string& name, const std::string& contents) const {
-    const std::string path = Path(name);
-    EXPECT_TRUE(WriteFileAtomic(path, contents).ok());
-    return path;
-  }
-
   // Applies `contents` (as server.toml) over a default config and returns the error.
   absl::Status ApplyText(const std::string& contents) {
     ServerConfig config;
     return ApplyServerConfig(Write("server.toml", contents), config);
   }
-
-  std::filesystem::path dir_;
 };
 
 constexpr char kFullFile[] = R"(# every key, none at its default
@@ -298,7 +279,7 @@ TEST_F(ConfigTest, BadStrategyAndModelValuesNameFileLineAndKey) {
       {"[strategy]\nproximal_mu = 0.0\n\nname = \"fedprox\"\n",
        ":2: key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox', got 0.0"},
       {"[model]\nkind = \"resnet\"\n",
-       ":2: key 'model.kind' must be one of softmax, mlp, simple_cnn, got \"resnet\""},
+       ":2: key 'model.kind' must be one of softmax, logistic, mlp, simple_cnn, got \"resnet\""},
       {"[model]\nhidden = [64, 0]\n", ":2: key 'model.hidden[1]' must be >= 1, got 0"},
       {"[model]\nhidden = []\n",
        ":2: key 'model.hidden' must be a non-empty array of integers, got an array"},

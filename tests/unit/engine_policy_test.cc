@@ -397,6 +397,118 @@ TEST_F(EngineTest, FederatedEvaluationEveryKRoundsIsWeightedAndRecorded) {
   EXPECT_TRUE(declined_audited);
 }
 
+// Every metric the sites report is recorded; one that only some report (auc: binary models only)
+// is their example-weighted mean, not diluted by the sites without it; and the stopping rule
+// sees the federated results as "eval_<name>".
+TEST_F(EngineTest, FederatedEvaluationKeepsEveryMetricAndTheStoppingRuleCanUseThem) {
+  options_.num_rounds = 5;
+  options_.eval_every = 1;
+  options_.stop_metric = "eval_auc";
+  options_.stop_threshold = 0.8;
+  StartEngine();
+  JoinAll();
+  // Each site's (examples, loss, metrics) for the evaluation of one round.
+  struct Site {
+    int64_t examples;
+    double loss;
+    std::map<std::string, double> metrics;
+  };
+  auto evaluate = [&](int32_t round, const std::map<std::string, Site>& sites) {
+    for (const std::string& c : clients_) {
+      Task t = engine_->Poll(c);
+      ASSERT_EQ(t.kind, Task::Kind::kEvaluate) << c << " round " << round;
+      const Site& site = sites.at(c);
+      EvaluationReport r;
+      r.run_id = t.run_id;
+      r.round = round;
+      r.task_id = t.task_id;
+      r.num_examples = site.examples;
+      r.loss = site.loss;
+      r.metrics = site.metrics;
+      ASSERT_TRUE(engine_->SubmitEvaluation(c, r).ok()) << c;
+    }
+  };
+  RunRound();
+  evaluate(1, {{"client-a", {100, 1.0, {{"accuracy", 0.5}, {"auc", 0.6}}}},
+               {"client-b", {300, 2.0, {{"accuracy", 0.9}, {"f1", 0.4}}}},
+               {"client-c", {100, 3.0, {{"accuracy", 0.7}, {"auc", 0.9}}}}});
+  // auc over a and c only: (100 * 0.6 + 100 * 0.9) / 200 = 0.75 < 0.8, the run goes on.
+  EXPECT_FALSE(engine_->finished());
+  absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(engine_->run_id());
+  ASSERT_TRUE(evals.ok()) << evals.status();
+  ASSERT_EQ(evals->size(), 1u);
+  const EvaluationRecord& first = (*evals)[0];
+  EXPECT_EQ(first.source, "federated");
+  EXPECT_EQ(first.num_examples, 500);
+  EXPECT_DOUBLE_EQ(first.loss, (100 * 1.0 + 300 * 2.0 + 100 * 3.0) / 500);
+  EXPECT_DOUBLE_EQ(first.accuracy, (100 * 0.5 + 300 * 0.9 + 100 * 0.7) / 500);
+  ASSERT_EQ(first.metrics.size(), 3u);
+  EXPECT_DOUBLE_EQ(first.metrics.at("accuracy"), first.accuracy);
+  EXPECT_DOUBLE_EQ(first.metrics.at("auc"), (100 * 0.6 + 100 * 0.9) / 200);
+  EXPECT_DOUBLE_EQ(first.metrics.at("f1"), 0.4);  // only b reported it
+
+  RunRound();
+  ASSERT_EQ(engine_->committed_round(), 2);
+  evaluate(2, {{"client-a", {100, 0.5, {{"accuracy", 0.8}, {"auc", 0.8}}}},
+               {"client-b", {300, 0.5, {{"accuracy", 0.9}}}},
+               {"client-c", {100, 0.5, {{"accuracy", 0.8}, {"auc", 0.9}}}}});
+  ASSERT_TRUE(engine_->finished());
+  EXPECT_EQ(engine_->committed_round(), 2);
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, RunStatus::kFinished);
+  EXPECT_NE(run->reason.find("stopping rule met after round 2: eval_auc = 0.85 >= 0.8"),
+            std::string::npos)
+      << run->reason;
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kDone);
+}
+
+TEST_F(EngineTest, TheFederatedLossCanStopTheRunFromBelowAndResumeHonoursIt) {
+  options_.num_rounds = 5;
+  options_.eval_every = 1;
+  options_.stop_metric = "eval_loss";
+  options_.stop_threshold = 0.25;
+  options_.stop_when_below = true;
+  StartEngine();
+  JoinAll();
+  RunRound();
+  for (const std::string& c : clients_) {
+    Task t = engine_->Poll(c);
+    ASSERT_EQ(t.kind, Task::Kind::kEvaluate);
+    EvaluationReport r;
+    r.run_id = t.run_id;
+    r.round = 1;
+    r.task_id = t.task_id;
+    r.num_examples = 10;
+    r.loss = 0.2;
+    ASSERT_TRUE(engine_->SubmitEvaluation(c, r).ok());
+  }
+  ASSERT_TRUE(engine_->finished());
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_NE(run->reason.find("eval_loss = 0.2 <= 0.25"), std::string::npos) << run->reason;
+
+  // Had the server died between recording the evaluation and ending the run, a restart would
+  // still end it: the resumed engine checks the recorded federated evaluation too.
+  engine_.reset();
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/federation.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE runs SET status = 'running', reason = '', ended_at_ms = 0",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  store_.reset();
+  OpenStore();
+  StartEngine();
+  EXPECT_TRUE(engine_->finished());
+  run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, RunStatus::kFinished);
+  EXPECT_NE(run->reason.find("stopping rule met after round 1: eval_loss = 0.2 <= 0.25"),
+            std::string::npos)
+      << run->reason;
+}
+
 TEST_F(EngineTest, AFinishedRunIsFollowedByANewRunWithItsOwnConfiguration) {
   options_.num_rounds = 1;
   StartEngine();

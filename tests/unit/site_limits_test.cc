@@ -47,6 +47,15 @@ TEST(SiteLimitsTest, AModelOutsideTheAllowedListIsRefusedByName) {
             "(limits.allowed_models)");
 }
 
+TEST(SiteLimitsTest, LogisticAndSoftmaxAreOneModel) {
+  SiteLimits limits;
+  limits.allowed_models = {"logistic"};
+  EXPECT_TRUE(CheckSiteLimits(limits, Task(1, "softmax", false)).ok());
+  limits.allowed_models = {"softmax"};
+  EXPECT_TRUE(CheckSiteLimits(limits, Task(1, "logistic", false)).ok());
+  EXPECT_FALSE(CheckSiteLimits(limits, Task(1, "mlp", false)).ok());
+}
+
 TEST(SiteLimitsTest, RequiredDifferentialPrivacy) {
   SiteLimits limits;
   limits.require_differential_privacy = true;

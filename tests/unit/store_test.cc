@@ -3,9 +3,11 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "fl/common/model.h"
 #include "gtest/gtest.h"
+#include "server/store/migrations.h"
 
 namespace fl::server {
 namespace {
@@ -156,16 +159,16 @@ class StoreTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
 };
 
-TEST_F(StoreTest, CreatesSchemaAtVersionOneAndReopensIdempotently) {
-  EXPECT_EQ(store_->schema_version(), 1);
+TEST_F(StoreTest, CreatesSchemaAtTheLatestVersionAndReopensIdempotently) {
+  EXPECT_EQ(store_->schema_version(), 2);
   EXPECT_EQ(store_->db_path(), dir_ + "/federation.db");
   EXPECT_TRUE(std::filesystem::is_directory(store_->checkpoint_dir()));
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->schema_version(), 1);
+  EXPECT_EQ(store_->schema_version(), 2);
   RawDb db(store_->db_path());
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1");
+  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2");
   EXPECT_EQ(db.QueryText("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                          "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
             "audit_log,checkpoints,clients,evaluations,participations,rounds,runs,schema_version");
@@ -356,7 +359,7 @@ TEST_F(StoreTest, RecordParticipationReplacesByKey) {
   ASSERT_TRUE(ps.ok() && ps->size() == 1);
   EXPECT_EQ((*ps)[0].status, ParticipationStatus::kDropped);
   EXPECT_EQ((*ps)[0].reason, "deadline");
-  EXPECT_TRUE(store_->RecordEvaluation(run, 1, "server", 0.7, 0.8, 100, 700).ok());
+  EXPECT_TRUE(store_->RecordEvaluation(run, 1, "server", 0.7, 0.8, 100, 700, {}).ok());
   RawDb db(store_->db_path());
   EXPECT_EQ(db.QueryText("SELECT source || ':' || accuracy FROM evaluations"), "server:0.8");
 }
@@ -515,9 +518,9 @@ TEST_F(StoreTest, RunsListsEveryRunOldestFirst) {
 TEST_F(StoreTest, EvaluationsOfOneRunByRound) {
   int64_t run = NewRun("r", 1);
   int64_t other = NewRun("other", 2);
-  ASSERT_TRUE(store_->RecordEvaluation(run, 2, "server", 0.4, 0.85, 100, 20).ok());
-  ASSERT_TRUE(store_->RecordEvaluation(run, 1, "server", 0.6, 0.75, 100, 10).ok());
-  ASSERT_TRUE(store_->RecordEvaluation(other, 1, "server", 9, 0.1, 1, 30).ok());
+  ASSERT_TRUE(store_->RecordEvaluation(run, 2, "server", 0.4, 0.85, 100, 20, {}).ok());
+  ASSERT_TRUE(store_->RecordEvaluation(run, 1, "server", 0.6, 0.75, 100, 10, {}).ok());
+  ASSERT_TRUE(store_->RecordEvaluation(other, 1, "server", 9, 0.1, 1, 30, {}).ok());
   absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(run);
   ASSERT_TRUE(evals.ok()) << evals.status();
   ASSERT_EQ(evals->size(), 2u);
@@ -530,6 +533,89 @@ TEST_F(StoreTest, EvaluationsOfOneRunByRound) {
   EXPECT_EQ((*evals)[0].at_ms, 10);
   EXPECT_EQ((*evals)[1].round, 2);
   EXPECT_TRUE(store_->Evaluations(99)->empty());
+}
+
+TEST_F(StoreTest, EvaluationMetricsRoundTripAndNonFiniteOnesAreRefused) {
+  int64_t run = NewRun("r", 1);
+  ASSERT_TRUE(store_
+                  ->RecordEvaluation(run, 1, "federated", 0.4, 0.85, 300, 20,
+                                     {{"accuracy", 0.85}, {"auc", 0.9125}, {"f1", 1e-7}})
+                  .ok());
+  absl::Status nan = store_->RecordEvaluation(run, 2, "federated", 0.4, 0.85, 300, 30,
+                                              {{"accuracy", 0.85}, {"auc", std::nan("")}});
+  EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument) << nan;
+  EXPECT_NE(nan.message().find("metric 'auc' is not finite"), absl::string_view::npos) << nan;
+  Reopen();
+  absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(run);
+  ASSERT_TRUE(evals.ok()) << evals.status();
+  ASSERT_EQ(evals->size(), 1u);  // the refused one left no row
+  const std::map<std::string, double> expected = {
+      {"accuracy", 0.85}, {"auc", 0.9125}, {"f1", 1e-7}};
+  EXPECT_EQ((*evals)[0].metrics, expected);
+  EXPECT_EQ((*evals)[0].source, "federated");
+  EXPECT_EQ((*evals)[0].num_examples, 300);
+  ASSERT_TRUE(store_->RecordEvaluation(run, 2, "server", 0.3, 0.9, 0, 40, {}).ok());
+  EXPECT_TRUE(store_->Evaluations(run)->back().metrics.empty());
+  RawDb db(store_->db_path());
+  EXPECT_EQ(db.QueryText("SELECT metrics_json FROM evaluations WHERE round = 2"), "{}");
+
+  // A row whose metrics are not a JSON object of numbers is reported, not silently dropped.
+  ASSERT_EQ(db.Exec("UPDATE evaluations SET metrics_json = '{\"auc\": \"high\"}' "
+                    "WHERE round = 2"),
+            SQLITE_OK);
+  absl::StatusOr<std::vector<EvaluationRecord>> bad = store_->Evaluations(run);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kDataLoss) << bad.status();
+  EXPECT_NE(bad.status().message().find("metric 'auc' that is not a number"),
+            absl::string_view::npos)
+      << bad.status();
+}
+
+// A database as a server of schema version 1 left it: its evaluations migrate, read back with
+// an empty metrics map beside their loss and accuracy, and new ones carry every metric.
+TEST_F(StoreTest, AStoreOfSchemaOneMigratesAndOldEvaluationsHaveNoMetrics) {
+  const std::string old_dir = dir_ + "/old";
+  ASSERT_TRUE(std::filesystem::create_directories(old_dir));
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open((old_dir + "/federation.db").c_str(), &raw), SQLITE_OK);
+    std::unique_ptr<sqlite3, DbCloser> db(raw);
+    absl::StatusOr<int> version = sqlite::MigrateTo(db.get(), 1);
+    ASSERT_TRUE(version.ok()) << version.status();
+    EXPECT_EQ(*version, 1);
+    ASSERT_EQ(sqlite3_exec(db.get(),
+                           "INSERT INTO runs(run_id, name, config_json, model_spec_json, "
+                           "initial_checkpoint, status, created_at_ms) "
+                           "VALUES (1, 'old', '{}', '{}', 'init', 'running', 5);"
+                           "INSERT INTO evaluations(run_id, round, source, loss, accuracy, "
+                           "num_examples, at_ms) VALUES (1, 1, 'federated', 0.7, 0.6, 50, 9);",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK)
+        << sqlite3_errmsg(db.get());
+    EXPECT_EQ(sqlite::MigrateTo(db.get(), 0).status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  // A reader does not migrate: it names the version and what to do.
+  absl::StatusOr<std::unique_ptr<Store>> reader = Store::OpenReadOnly(old_dir);
+  EXPECT_EQ(reader.status().code(), absl::StatusCode::kFailedPrecondition) << reader.status();
+  EXPECT_NE(reader.status().message().find("schema version 1"), absl::string_view::npos)
+      << reader.status();
+
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(old_dir);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_EQ((*store)->schema_version(), 2);
+  ASSERT_TRUE((*store)
+                  ->RecordEvaluation(1, 2, "federated", 0.5, 0.7, 60, 10,
+                                     {{"accuracy", 0.7}, {"auc", 0.75}})
+                  .ok());
+  absl::StatusOr<std::vector<EvaluationRecord>> evals = (*store)->Evaluations(1);
+  ASSERT_TRUE(evals.ok()) << evals.status();
+  ASSERT_EQ(evals->size(), 2u);
+  EXPECT_EQ((*evals)[0].round, 1);
+  EXPECT_DOUBLE_EQ((*evals)[0].loss, 0.7);
+  EXPECT_DOUBLE_EQ((*evals)[0].accuracy, 0.6);
+  EXPECT_EQ((*evals)[0].num_examples, 50);
+  EXPECT_TRUE((*evals)[0].metrics.empty());
+  EXPECT_EQ((*evals)[1].metrics.at("auc"), 0.75);
+  EXPECT_TRUE(Store::OpenReadOnly(old_dir).ok());
 }
 
 TEST_F(StoreTest, ParticipationCountsSumEveryAttemptPerClient) {
@@ -625,7 +711,7 @@ TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
   Store& reader = **ro;
   EXPECT_TRUE(reader.read_only());
   EXPECT_FALSE(store_->read_only());
-  EXPECT_EQ(reader.schema_version(), 1);
+  EXPECT_EQ(reader.schema_version(), 2);
   EXPECT_EQ(reader.db_path(), store_->db_path());
 
   // The writer keeps committing rounds while the reader reads; every read succeeds and sees a
@@ -672,7 +758,7 @@ TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
       reader.EnrollClient("fp-x", "x", 5),
       reader.RevokeClient("fp-x", 5),
       reader.TouchClient("fp-x", 5),
-      reader.RecordEvaluation(run, 1, "server", 0, 0, 0, 5),
+      reader.RecordEvaluation(run, 1, "server", 0, 0, 0, 5, {}),
       reader.WriteCheckpoint(MakeModel(4, 7.0f)).status(),
       reader.Audit(Event(1, "", "x", 1)),
   };

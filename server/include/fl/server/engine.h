@@ -68,15 +68,16 @@ struct EngineOptions {
   uint64_t seed = 0;  // sampling
   FitSettings fit;
   // Stopping rule: when set, the run finishes early once a committed round's metric (e.g.
-  // "test_accuracy" from the evaluation hook) reaches `stop_threshold` (or falls to it, with
-  // `stop_when_below`).
+  // "test_accuracy" from the evaluation hook, "train_loss" from the clients) or its federated
+  // evaluation's ("eval_loss", "eval_accuracy", "eval_auc": "eval_" and the sites' metric name)
+  // reaches `stop_threshold` (or falls to it, with `stop_when_below`).
   std::string stop_metric;
   double stop_threshold = 0;
   bool stop_when_below = false;
   // Federated evaluation: after every `eval_every` committed rounds (0: never), a sample of the
-  // online clients evaluates the new global model on its own held-out data; loss and metrics
-  // are averaged weighted by examples and recorded. The next round waits for it, at most
-  // `eval_timeout`.
+  // online clients evaluates the new global model on its own held-out data; loss and every
+  // metric are averaged weighted by examples (a metric over the sites that report it) and
+  // recorded. The next round waits for it, at most `eval_timeout`.
   int32_t eval_every = 0;
   double eval_fraction = 1.0;
   absl::Duration eval_timeout = absl::Minutes(5);

@@ -19,6 +19,7 @@
 #define FL_SERVER_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -91,9 +92,13 @@ struct EvaluationRecord {
   int32_t round = 0;
   std::string source;  // who evaluated, e.g. "server"
   double loss = 0;
-  double accuracy = 0;
+  double accuracy = 0;  // metrics["accuracy"] when recorded, kept as a column for old readers
   int64_t num_examples = 0;
   int64_t at_ms = 0;
+  // Every metric of the evaluation by name (e.g. "accuracy", "auc"), loss apart; for a federated
+  // evaluation each is the example-weighted mean over the sites that reported it. Empty for rows
+  // recorded before schema version 2.
+  std::map<std::string, double> metrics;
 };
 
 // How one client's participations ended, summed over the attempts it was sampled for.
@@ -201,9 +206,13 @@ class Store {
   virtual absl::StatusOr<std::vector<ClientRecord>> Clients() = 0;
 
   // --- evaluations
+  // Records one evaluation of a round's model with its metrics (stored as a JSON object in
+  // evaluations.metrics_json). INVALID_ARGUMENT naming the metric when one is not finite (JSON
+  // has no NaN or infinity).
   virtual absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
                                         double loss, double accuracy, int64_t num_examples,
-                                        int64_t now_ms) = 0;
+                                        int64_t now_ms,
+                                        const std::map<std::string, double>& metrics) = 0;
   // The run's evaluations by round, then in the order they were recorded; empty for a run with
   // none or an unknown run.
   virtual absl::StatusOr<std::vector<EvaluationRecord>> Evaluations(int64_t run_id) = 0;
