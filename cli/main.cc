@@ -621,6 +621,21 @@ int main(int argc, char** argv) {
       ->add_option("--num-parties", server_strategy.num_parties,
                    "SCAFFOLD: parties N in the control variate's update (0: the enrolled clients)")
       ->capture_default_str();
+  fl::server::PrivacyOptions& server_privacy = server.engine.privacy;
+  server_cmd->add_option("--dp-mode", server_privacy.mode, "Differential privacy: off or central")
+      ->capture_default_str();
+  server_cmd->add_option("--dp-noise-multiplier", server_privacy.noise_multiplier, "DP: z (> 0)")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--dp-clip-norm", server_privacy.clip_norm,
+                   "DP: L2 norm each update's change is clipped to")
+      ->capture_default_str();
+  server_cmd->add_option("--dp-delta", server_privacy.delta, "DP: delta, in (0, 1)")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--dp-epsilon-budget", server_privacy.epsilon_budget,
+                   "DP: the run stops before exceeding this epsilon (0: no budget)")
+      ->capture_default_str();
   server_cmd->add_option("--eval-images", server_model.eval_images,
                          "Server-side evaluation of each new model: IDX images");
   server_cmd->add_option("--eval-labels", server_model.eval_labels,

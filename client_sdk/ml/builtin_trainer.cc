@@ -151,6 +151,11 @@ class BuiltinTrainer final : public Trainer {
           std::string(ModelKindName(arch_.kind)), " spec ", spec().ToJson(), " of this trainer"));
     }
     if (absl::Status s = EnsureNetwork(); !s.ok()) return s;
+    if (absl::Status s = net_->CheckBatch(std::min(test_.num_examples(), kEvalBlockRows),
+                                          static_cast<double>(options_.max_batch_bytes));
+        !s.ok()) {
+      return s;
+    }
     backend_->Upload(model.data().data(), net_->num_params(), net_->params());
     return Measure(*net_, test_, *labels_);
   }
@@ -177,8 +182,46 @@ class BuiltinTrainer final : public Trainer {
   int64_t optimizer_p_ = -1;             // the size optimizer_ was made for
   std::unique_ptr<ml::Buffer> batch_x_;  // one training batch, reused across rounds
   std::unique_ptr<ml::Buffer> batch_y_;
-  std::vector<float> scaffold_ci_;  // this client's control variate c_i, across rounds
+  // SCAFFOLD: this client's control variate c_i as the server's c counts it (empty: zero), and
+  // the c_i+ of the latest Fit with its round, which becomes committed only once the server
+  // reports that update accepted in a committed round (see PromoteControlVariate).
+  std::vector<float> committed_ci_;
+  std::vector<float> pending_ci_;
+  std::optional<int32_t> pending_ci_round_;
+
+  absl::Status PromoteControlVariate(const FitConfig& config);
 };
+
+// The server names in "scaffold_committed_round" the last round in which this client's update was
+// accepted and that round committed (0: none in this run). Every earlier round is closed when a
+// task of round R arrives, so a pending c_i+ of any other round was never folded into c and is
+// dropped. Without that value (a driver without a server) the previous round's Fit counts.
+absl::Status BuiltinTrainer::PromoteControlVariate(const FitConfig& config) {
+  auto it = config.extra.find(std::string(kScaffoldCommittedRoundKey));
+  if (it == config.extra.end()) {
+    if (pending_ci_round_.has_value() && *pending_ci_round_ < config.round) {
+      committed_ci_ = std::move(pending_ci_);
+    }
+  } else {
+    const double r = it->second;
+    if (!std::isfinite(r) || r < 0 || r != std::floor(r) || r >= config.round) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config value \"", std::string(kScaffoldCommittedRoundKey), "\" is ", r,
+                       "; it must be a whole round in [0, ", config.round, ")"));
+    }
+    const int32_t committed = static_cast<int32_t>(r);
+    if (committed == 0) {
+      committed_ci_.clear();  // none of this client's updates is in the server's c
+    } else if (committed == pending_ci_round_) {
+      committed_ci_ = std::move(pending_ci_);
+    }
+    // Otherwise committed_ci_ already is that round's c_i, or it was lost with an earlier process
+    // of this site (docs/design-decisions.md): training goes on from what this process holds.
+  }
+  pending_ci_.clear();
+  pending_ci_round_.reset();
+  return absl::OkStatus();
+}
 
 absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConfig& config) {
   if (train_.num_examples() == 0) {
@@ -214,7 +257,16 @@ absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConf
         Override(config, "clip_norm", 0, INFINITY, &sgd.clip_norm), CheckOptions(sgd)}) {
     if (!s.ok()) return s;
   }
+  if (options_.scaffold) {
+    if (absl::Status s = PromoteControlVariate(config); !s.ok()) return s;
+  }
   if (absl::Status s = EnsureNetwork(); !s.ok()) return s;
+  // Refuse a batch whose buffers would not fit before anything is allocated for it.
+  if (absl::Status s = net_->CheckBatch(std::min<int64_t>(config.batch_size, train_.num_examples()),
+                                        static_cast<double>(options_.max_batch_bytes));
+      !s.ok()) {
+    return s;
+  }
 
   ml::Backend& backend = *backend_;
   ml::Network& net = *net_;
@@ -228,11 +280,11 @@ absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConf
     anchor = backend.Allocate(p);
     backend.Upload(global_weights, p, anchor->data());
   }
-  std::unique_ptr<ml::Buffer> correction;  // SCAFFOLD: c - c_i
+  std::unique_ptr<ml::Buffer> correction;  // SCAFFOLD: c - c_i, c_i the committed one
   if (options_.scaffold) {
-    if (scaffold_ci_.empty()) scaffold_ci_.assign(static_cast<size_t>(p), 0.0f);
+    if (committed_ci_.empty()) committed_ci_.assign(static_cast<size_t>(p), 0.0f);
     std::vector<float> c_minus_ci(static_cast<size_t>(p));
-    for (int64_t i = 0; i < p; ++i) c_minus_ci[i] = global_weights[p + i] - scaffold_ci_[i];
+    for (int64_t i = 0; i < p; ++i) c_minus_ci[i] = global_weights[p + i] - committed_ci_[i];
     correction = backend.Allocate(p);
     backend.Upload(c_minus_ci.data(), p, correction->data());
   }
@@ -300,13 +352,16 @@ absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConf
   backend.Download(net.params(), p, out);
   if (options_.scaffold) {
     // Option II: c_i+ = c_i - c + (w_global - w_local) / (K lr); the update carries c_i+ - c_i.
+    // c_i+ stays pending until the server reports the update folded into a committed round.
     const double k_lr = static_cast<double>(steps) * config.learning_rate;
+    pending_ci_.resize(static_cast<size_t>(p));
     for (int64_t i = 0; i < p; ++i) {
       const double c = global_weights[p + i];
       const double delta = -c + (static_cast<double>(global_weights[i]) - out[i]) / k_lr;
       out[p + i] = static_cast<float>(delta);
-      scaffold_ci_[i] = static_cast<float>(scaffold_ci_[i] + delta);
+      pending_ci_[i] = static_cast<float>(committed_ci_[i] + delta);
     }
+    pending_ci_round_ = config.round;
   }
   FitResult result{std::move(local), n, {}};
   result.metrics["loss"] = mean_loss;
@@ -360,6 +415,9 @@ absl::StatusOr<EvalResult> EvaluateBuiltinModel(const ModelArchitecture& arch, c
   if (!b.ok()) return b.status();
   absl::StatusOr<std::unique_ptr<ml::Network>> net = ml::MakeNetwork(arch, b->get());
   if (!net.ok()) return net.status();
+  if (absl::Status s = (*net)->CheckBatch(std::min(data.num_examples(), kEvalBlockRows)); !s.ok()) {
+    return s;
+  }
   (*b)->Upload(model.data().data(), (*net)->num_params(), (*net)->params());
   std::unique_ptr<ml::Buffer> labels = (*b)->AllocateInts(kEvalBlockRows);
   return Measure(**net, data, *labels);

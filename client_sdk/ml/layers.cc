@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 
 namespace fl::client::ml {
 
@@ -96,6 +101,12 @@ void Conv2d::Backward(int64_t batch, const float* grad_y, float* grad_x) {
   backend_->Col2Im(s, grad_patches_->data(), grad_x);
 }
 
+double Conv2d::ScratchBytes(int64_t batch) const {
+  const ConvShape s = Shape(1);
+  return 2.0 * static_cast<double>(batch) * static_cast<double>(s.patches()) *
+         static_cast<double>(s.patch_size()) * sizeof(float);
+}
+
 // --- Relu ---
 
 void Relu::Forward(int64_t batch, const float* x, float* y) {
@@ -120,24 +131,44 @@ void MaxPool2::Forward(int64_t batch, const float* x, float* y) {
   backend_->MaxPool2(Shape(batch), x, y, argmax_->ints());
 }
 
+double MaxPool2::ScratchBytes(int64_t batch) const {
+  return static_cast<double>(batch) * static_cast<double>(output_size()) * sizeof(int32_t);
+}
+
+absl::Status MaxPool2::CheckBatch(int64_t batch) const {
+  constexpr int64_t kMaxIndex = std::numeric_limits<int32_t>::max();
+  const int64_t per_image = input_size();
+  if (batch > kMaxIndex / per_image) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max pooling indexes the whole batch with int32: a batch of ", batch, " images of ",
+        height_, "x", width_, "x", channels_, " is over 2^31 - 1 values; use at most ",
+        kMaxIndex / per_image, " examples per batch"));
+  }
+  return absl::OkStatus();
+}
+
 void MaxPool2::Backward(int64_t batch, const float* grad_y, float* grad_x) {
   if (grad_x != nullptr) backend_->MaxPool2Backward(Shape(batch), grad_y, argmax_->ints(), grad_x);
 }
 
 // --- Network ---
 
-Network::Network(Backend* backend, std::vector<NamedLayer> layers)
-    : backend_(backend), layers_(std::move(layers)) {
-  assert(!layers_.empty());
+ModelSpec Network::SpecOf(const std::vector<NamedLayer>& layers) {
   std::vector<TensorSpec> tensors;
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    assert(i == 0 || layers_[i].layer->input_size() == layers_[i - 1].layer->output_size());
-    for (TensorSpec t : layers_[i].layer->ParamSpecs()) {
-      if (!layers_[i].name.empty()) t.name = layers_[i].name + "." + t.name;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    assert(i == 0 || layers[i].layer->input_size() == layers[i - 1].layer->output_size());
+    for (TensorSpec t : layers[i].layer->ParamSpecs()) {
+      if (!layers[i].name.empty()) t.name = layers[i].name + "." + t.name;
       tensors.push_back(std::move(t));
     }
   }
-  spec_ = ModelSpec(std::move(tensors));
+  return ModelSpec(std::move(tensors));
+}
+
+Network::Network(Backend* backend, std::vector<NamedLayer> layers)
+    : backend_(backend), layers_(std::move(layers)) {
+  assert(!layers_.empty());
+  spec_ = SpecOf(layers_);
   params_ = backend_->Allocate(spec_.NumFloats());
   grads_ = backend_->Allocate(spec_.NumFloats());
   int64_t offset = 0;
@@ -146,6 +177,37 @@ Network::Network(Backend* backend, std::vector<NamedLayer> layers)
     offset += l.layer->NumParams();
   }
   outputs_.resize(layers_.size());
+}
+
+double Network::BatchBytes(int64_t batch) const {
+  const double b = static_cast<double>(batch);
+  double floats = b * static_cast<double>(input_size());  // the caller's input
+  int64_t widest = 0;
+  double scratch = 0;
+  for (const NamedLayer& l : layers_) {
+    floats += b * static_cast<double>(l.layer->output_size());
+    widest = std::max(widest, l.layer->input_size());
+    scratch += l.layer->ScratchBytes(batch);
+  }
+  floats += 2.0 * b * static_cast<double>(widest);
+  return floats * sizeof(float) + b * sizeof(int32_t) + scratch;
+}
+
+absl::Status Network::CheckBatch(int64_t batch, double max_bytes) const {
+  if (batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("batch size must be at least 1, not ", batch));
+  }
+  for (const NamedLayer& l : layers_) {
+    if (absl::Status s = l.layer->CheckBatch(batch); !s.ok()) return s;
+  }
+  const double bytes = BatchBytes(batch);
+  if (bytes > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a batch of %d examples needs %.0f bytes of activations and scratch, more than the cap of "
+        "%.0f bytes; use a smaller batch size",
+        batch, bytes, max_bytes));
+  }
+  return absl::OkStatus();
 }
 
 void Network::Reserve(int64_t batch) {

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "client_sdk/ml/backend.h"
 #include "fl/common/model.h"
 
@@ -48,6 +49,13 @@ class Layer {
   // gradients, and writes grad_x [batch, input_size] unless it is null (the first layer).
   // grad_x must not overlap grad_y unless the layer says in place is fine (Relu).
   virtual void Backward(int64_t batch, const float* grad_y, float* grad_x) = 0;
+
+  // Bytes of scratch memory the layer allocates for a batch beyond its output (patch matrices,
+  // pooling indices), in double so that no size can overflow.
+  virtual double ScratchBytes(int64_t /*batch*/) const { return 0; }
+  // OK when the layer can run a batch of this many examples; INVALID_ARGUMENT naming the limit
+  // otherwise (MaxPool2's int32 indices).
+  virtual absl::Status CheckBatch(int64_t /*batch*/) const { return absl::OkStatus(); }
 
  protected:
   explicit Layer(Backend* backend) : backend_(backend) {}
@@ -88,6 +96,7 @@ class Conv2d final : public Layer {
   int64_t fan_in() const override { return kernel_ * kernel_ * in_channels_; }
   void Forward(int64_t batch, const float* x, float* y) override;
   void Backward(int64_t batch, const float* grad_y, float* grad_x) override;
+  double ScratchBytes(int64_t batch) const override;  // the patch matrix and its gradient
   ConvShape Shape(int64_t batch) const;
 
  private:
@@ -120,6 +129,10 @@ class MaxPool2 final : public Layer {
   int64_t output_size() const override { return (height_ / 2) * (width_ / 2) * channels_; }
   void Forward(int64_t batch, const float* x, float* y) override;
   void Backward(int64_t batch, const float* grad_y, float* grad_x) override;
+  double ScratchBytes(int64_t batch) const override;  // the int32 argmax
+  // The argmax holds int32 indices into the whole batch's input: INVALID_ARGUMENT when
+  // batch x height x width x channels exceeds 2^31 - 1.
+  absl::Status CheckBatch(int64_t batch) const override;
   PoolShape Shape(int64_t batch) const { return {batch, height_, width_, channels_}; }
 
  private:
@@ -141,6 +154,19 @@ class Network {
   // The layers must chain (each input_size the previous output_size) and the last must not need
   // its own output for Backward (the loss overwrites the logits with their gradient): Dense.
   Network(Backend* backend, std::vector<NamedLayer> layers);
+
+  // The spec a network of these layers has, computed without allocating anything.
+  static ModelSpec SpecOf(const std::vector<NamedLayer>& layers);
+
+  // The most backend memory one batch may need (activations, gradients, scratch): 4 GiB.
+  static constexpr double kMaxBatchBytes = 4.0 * (int64_t{1} << 30);
+  // Bytes of backend memory a batch of `batch` examples needs: its input and labels, every
+  // layer's output, the two input-gradient buffers and the layers' scratch.
+  double BatchBytes(int64_t batch) const;
+  // OK when a batch of `batch` examples fits in `max_bytes` and every layer accepts it;
+  // otherwise INVALID_ARGUMENT naming the batch size and the bytes it needs (or the layer's
+  // limit). Callers check before the first Forward of a larger batch; Forward itself does not.
+  absl::Status CheckBatch(int64_t batch, double max_bytes = kMaxBatchBytes) const;
 
   Backend* backend() const { return backend_; }
   const ModelSpec& spec() const { return spec_; }

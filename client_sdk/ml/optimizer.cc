@@ -11,7 +11,8 @@ void SgdOptimizer::Reset() { velocity_valid_ = false; }
 
 double SgdOptimizer::Step(const SgdOptions& o, float* w, float* grad, const float* global,
                           const float* correction) {
-  if (o.weight_decay != 0.0f) backend_->Axpy(size_, o.weight_decay, w, grad);
+  // The proximal term is part of FedProx's loss, so it is clipped with the loss gradient; weight
+  // decay joins afterwards, inside the step (PyTorch's clip_grad_norm_ then SGD(weight_decay)).
   if (o.proximal_mu != 0.0f) {
     backend_->Axpy(size_, o.proximal_mu, w, grad);
     backend_->Axpy(size_, -o.proximal_mu, global, grad);
@@ -21,6 +22,7 @@ double SgdOptimizer::Step(const SgdOptions& o, float* w, float* grad, const floa
     norm = std::sqrt(backend_->SumSquares(size_, grad));
     if (norm > o.clip_norm) backend_->Scale(size_, static_cast<float>(o.clip_norm / norm), grad);
   }
+  if (o.weight_decay != 0.0f) backend_->Axpy(size_, o.weight_decay, w, grad);
   const float* step = grad;
   if (o.momentum != 0.0f) {
     // PyTorch: the first step after creation sets v = g; later ones v = momentum * v + g.

@@ -3,8 +3,9 @@
 // gradient-norm clipping, PyTorch's heavy-ball momentum and SCAFFOLD's correction.
 //
 // One step, on backend memory:
-//   g = grad + weight_decay * w + proximal_mu * (w - w_global)
+//   g = grad + proximal_mu * (w - w_global)   (the gradient of FedProx's loss)
 //   if clip_norm > 0 and ||g|| > clip_norm: g *= clip_norm / ||g||   (global L2 norm)
+//   g += weight_decay * w   (after clipping, as PyTorch's clip_grad_norm_ then SGD's step)
 //   v = momentum * v + g   (v = g when momentum is 0)
 //   w -= lr * v
 //   w -= lr * (c - c_i)    (SCAFFOLD, outside the momentum, when a correction is set)
@@ -37,8 +38,9 @@ class SgdOptimizer {
 
   // One step on w given its gradient `grad` (overwritten with g). `global` (the round's starting
   // weights) is read when proximal_mu > 0; `correction` (c - c_i) is applied when not null. All
-  // pointers are backend memory of `size` floats. Returns ||g|| before clipping when
-  // clip_norm > 0 (measuring it waits for the device), 0 otherwise.
+  // pointers are backend memory of `size` floats. Returns ||grad + proximal term|| before
+  // clipping (weight decay not included) when clip_norm > 0 (measuring it waits for the
+  // device), 0 otherwise.
   double Step(const SgdOptions& options, float* w, float* grad, const float* global,
               const float* correction);
 

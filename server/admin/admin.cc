@@ -63,6 +63,14 @@ EvalByRound FederatedEvaluations(const std::vector<EvaluationRecord>& evaluation
   return out;
 }
 
+// Whether any round ran with differential privacy (then the epsilon spent is shown).
+bool AnyPrivacy(const std::vector<RoundRecord>& rounds) {
+  for (const RoundRecord& r : rounds) {
+    if (r.dp_sampling_rate > 0) return true;
+  }
+  return false;
+}
+
 const std::map<std::string, double>* EvaluationOf(const RoundRecord& r, const EvalByRound& evals) {
   if (r.status != RoundStatus::kCommitted) return nullptr;
   auto it = evals.find(r.round);
@@ -73,8 +81,11 @@ std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& ro
                         const EvalByRound& evals) {
   // The EVALUATION column (the federated evaluation's loss and metrics) only when there is one.
   const bool with_eval = !evals.empty();
+  // The EPSILON column (spent by the run up to the round) only with differential privacy.
+  const bool with_dp = AnyPrivacy(rounds);
   std::vector<std::string> header = {"ROUND",    "ATTEMPT",     "STATUS", "SAMPLED",
                                      "REPORTED", "DURATION_MS", "METRICS"};
+  if (with_dp) header.push_back("EPSILON");
   if (with_eval) header.push_back("EVALUATION");
   header.push_back("REASON");
   TextTable table(std::move(header));
@@ -87,6 +98,9 @@ std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& ro
                                     absl::StrCat(r.num_reported),
                                     duration ? absl::StrCat(*duration) : "-",
                                     MetricsSummary(ParseMetrics(r.metrics_json))};
+    if (with_dp) {
+      row.push_back(r.dp_sampling_rate > 0 ? internal::FormatDouble(r.dp_epsilon) : "-");
+    }
     if (with_eval) {
       const std::map<std::string, double>* eval = EvaluationOf(r, evals);
       row.push_back(eval == nullptr ? "-" : MetricsSummary(*eval));
@@ -112,6 +126,11 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound&
   std::vector<std::string> header = {"run_id",        "round",       "attempt",     "status",
                                      "started_at_ms", "ended_at_ms", "duration_ms", "num_sampled",
                                      "num_reported",  "checkpoint",  "reason"};
+  const bool with_dp = AnyPrivacy(rounds);
+  if (with_dp) {
+    header.push_back("dp_sampling_rate");
+    header.push_back("dp_epsilon");
+  }
   for (const std::string& name : metric_names) header.push_back(CsvText("metric_" + name));
   for (const std::string& name : eval_names) header.push_back(CsvText("eval_" + name));
   std::string out = CsvLine(header);
@@ -129,6 +148,13 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound&
                                     absl::StrCat(r.num_reported),
                                     CsvText(r.checkpoint),
                                     CsvText(r.reason)};
+    if (with_dp && r.dp_sampling_rate > 0) {
+      row.push_back(internal::FormatDouble(r.dp_sampling_rate));
+      row.push_back(internal::FormatDouble(r.dp_epsilon));
+    } else if (with_dp) {
+      row.push_back("");
+      row.push_back("");
+    }
     for (const std::string& name : metric_names) {
       auto it = metrics[i].find(name);
       row.push_back(it == metrics[i].end() ? "" : internal::FormatDouble(it->second));
@@ -173,6 +199,10 @@ Json RoundsJson(const RunRecord& run, const std::vector<RoundRecord>& rounds,
                              {"checkpoint", r.checkpoint},
                              {"reason", r.reason},
                              {"metrics", std::move(metrics)}});
+    if (r.dp_sampling_rate > 0) {
+      out["rounds"].back()["dp_sampling_rate"] = r.dp_sampling_rate;
+      out["rounds"].back()["dp_epsilon"] = r.dp_epsilon;
+    }
   }
   for (const EvaluationRecord& e : evaluations) {
     Json metrics = Json::object();

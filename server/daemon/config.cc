@@ -28,6 +28,7 @@ const std::vector<tk::TableSpec>& Tables() {
       {"strategy",
        "How the server aggregates updates, and the training values every fit task carries."},
       {"model", "The built-in model a new run starts from; a resumed run's must have its shape."},
+      {"privacy", "Differential privacy (see `mode`); a resumed run keeps its recorded [privacy]."},
   };
   return *kTables;
 }
@@ -204,6 +205,28 @@ const std::vector<Key>& Keys() {
       tk::StringKey<C>(
           "model", "eval_labels", "Server-side evaluation: the IDX labels of eval_images.", true,
           [](auto& c) -> auto& { return c.model.eval_labels; }),
+
+      tk::StringKey<C>("privacy", "mode",
+                       "off, or central: the server clips each update's change, averages them "
+                       "unweighted and adds noise.",
+                       false, [](auto& c) -> auto& { return c.server.engine.privacy.mode; },
+                       {"off", "central"}),
+      tk::FloatKey<C>(
+          "privacy", "noise_multiplier", "z: the noise's standard deviation over clip_norm.",
+          Range::kPositive,
+          [](auto& c) -> auto& { return c.server.engine.privacy.noise_multiplier; }),
+      tk::FloatKey<C>(
+          "privacy", "clip_norm",
+          "L2 norm each update's change from the global model is clipped to.", Range::kPositive,
+          [](auto& c) -> auto& { return c.server.engine.privacy.clip_norm; }),
+      tk::FloatKey<C>(
+          "privacy", "delta", "The delta of the (epsilon, delta) reported, in (0, 1).",
+          Range::kFraction, [](auto& c) -> auto& { return c.server.engine.privacy.delta; }),
+      tk::FloatKey<C>(
+          "privacy", "epsilon_budget",
+          "The run finishes before a round that would spend more epsilon; 0: no budget.",
+          Range::kNonNegative,
+          [](auto& c) -> auto& { return c.server.engine.privacy.epsilon_budget; }),
   };
   return *kKeys;
 }
@@ -222,6 +245,18 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
         absl::StrCat("key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox', got ",
                      tk::FormatFloat(strategy.proximal_mu)),
         {{"strategy", "proximal_mu"}, {"strategy", "name"}}};
+  }
+  if (strategy.name == "scaffold" && strategy.num_parties > 0 &&
+      strategy.num_parties < c.server.engine.min_fit_clients) {
+    // Every committed round folds at least min_fit_clients deltas into c <- c + (1/N) sum.
+    return CrossKeyProblem{
+        absl::StrCat("key 'strategy.num_parties' (", strategy.num_parties,
+                     ") must be at least run.min_fit_clients (", c.server.engine.min_fit_clients,
+                     "): SCAFFOLD's N counts every party that can report in a round"),
+        {{"strategy", "num_parties"}, {"run", "min_fit_clients"}}};
+  }
+  if (absl::Status s = c.server.engine.privacy.Validate(); !s.ok()) {
+    return CrossKeyProblem{std::string(s.message()), {{"privacy", "delta"}, {"privacy", "mode"}}};
   }
   const ServerModelOptions& m = c.model;
   if (m.kind == "simple_cnn" && m.features != m.image_height * m.image_width * m.image_channels) {

@@ -153,6 +153,9 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
   t.kind = Task::Kind::kFit;
   t.task_id = task->second;
   t.fit = options_.fit;
+  if (auto c = client_committed_round_.find(client_id); c != client_committed_round_.end()) {
+    t.client_committed_round = c->second;
+  }
   t.spec = global_->spec();
   t.model_bytes = global_->NumBytes();
   t.model_sha256 = global_sha_;

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "fl/aggregation/dp/rdp_accountant.h"
 #include "fl/aggregation/strategy.h"
 #include "fl/common/chunking.h"
 #include "fl/server/engine.h"
@@ -194,6 +195,10 @@ class EngineImpl final : public RoundEngine {
   // Records `client_id` (sampled, not yet reported) as dropped from the open round.
   void DropFromRoundLocked(const std::string& client_id, const std::string& event,
                            const std::string& reason, absl::Time now);
+  // Differential privacy, once options_ are final (new or resumed run): wraps the strategy in
+  // central noise, flags the fit tasks and makes the accountant. INVALID_ARGUMENT for bad
+  // settings or a strategy that cannot be wrapped.
+  absl::Status SetUpPrivacy();
   void StartRoundLocked(std::vector<std::string> online);
   void CloseRoundLocked(const std::string& why);
   void FailRunLocked(const std::string& reason);
@@ -245,8 +250,15 @@ class EngineImpl final : public RoundEngine {
   bool aborted_ = false;  // Abort was called: no more rounds in this process
   std::shared_ptr<RoundState> current_;
   std::map<std::string, ClientState> clients_;
+  // Client id -> the last committed round that folded an accepted update of that client (see
+  // Task::client_committed_round); rebuilt from the store when a run resumes.
+  std::map<std::string, int32_t> client_committed_round_;
   std::vector<RoundSummary> pending_summaries_;
   std::mutex deliver_mu_;
+  // Differential privacy (see PrivacyOptions): the wrapper strategy_ points to, and the RDP of
+  // the committed rounds.
+  std::unique_ptr<aggregation::Strategy> dp_strategy_;
+  std::optional<aggregation::dp::RdpAccountant> accountant_;
 };
 
 }  // namespace fl::server::internal

@@ -1,4 +1,5 @@
 // EngineOptions' JSON form (recorded with each run) and the real clock.
+#include <cmath>
 #include <string>
 #include <string_view>
 
@@ -24,6 +25,30 @@ Clock* Clock::Real() {
   return &clock;
 }
 
+absl::Status PrivacyOptions::Validate() const {
+  if (mode == "off") return absl::OkStatus();
+  if (mode != "central") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("privacy.mode must be \"off\" or \"central\", got \"", mode, "\""));
+  }
+  if (!std::isfinite(noise_multiplier) || noise_multiplier <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "privacy.noise_multiplier must be a finite number > 0, got ", noise_multiplier));
+  }
+  if (!std::isfinite(clip_norm) || clip_norm <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("privacy.clip_norm must be a finite number > 0, got ", clip_norm));
+  }
+  if (!(delta > 0 && delta < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("privacy.delta must be in (0, 1), got ", delta));
+  }
+  if (!std::isfinite(epsilon_budget) || epsilon_budget < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "privacy.epsilon_budget must be a finite number >= 0 (0: none), got ", epsilon_budget));
+  }
+  return absl::OkStatus();
+}
+
 std::string EngineOptions::ToJson() const {
   nlohmann::json j = {
       {"run_name", run_name},
@@ -47,6 +72,12 @@ std::string EngineOptions::ToJson() const {
       {"learning_rate", fit.learning_rate},
       {"model_name", fit.model_name},
       {"fit_config", fit.extra},
+      {"privacy",
+       {{"mode", privacy.mode},
+        {"noise_multiplier", privacy.noise_multiplier},
+        {"clip_norm", privacy.clip_norm},
+        {"delta", privacy.delta},
+        {"epsilon_budget", privacy.epsilon_budget}}},
   };
   return j.dump();
 }
@@ -83,6 +114,14 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.eval_fraction = j.value("eval_fraction", o.eval_fraction);
     o.eval_timeout =
         absl::Milliseconds(j.value("eval_timeout_ms", absl::ToInt64Milliseconds(o.eval_timeout)));
+    if (j.contains("privacy")) {
+      const nlohmann::json& p = j.at("privacy");
+      o.privacy.mode = p.value("mode", o.privacy.mode);
+      o.privacy.noise_multiplier = p.value("noise_multiplier", o.privacy.noise_multiplier);
+      o.privacy.clip_norm = p.value("clip_norm", o.privacy.clip_norm);
+      o.privacy.delta = p.value("delta", o.privacy.delta);
+      o.privacy.epsilon_budget = p.value("epsilon_budget", o.privacy.epsilon_budget);
+    }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));
   }

@@ -2,6 +2,7 @@
 // recording the example-weighted result.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -73,9 +74,28 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
   if (examples > 0) {
     loss /= examples;
     for (auto& [k, v] : metrics) v /= metric_examples[k];
+    // Finite reports can still sum past the largest double (a site reporting 1e300); such a
+    // mean is dropped, by name, rather than costing the round its whole evaluation row.
+    if (!std::isfinite(loss)) loss = std::numeric_limits<double>::quiet_NaN();
+    for (auto it = metrics.begin(); it != metrics.end();) {
+      if (std::isfinite(it->second)) {
+        ++it;
+        continue;
+      }
+      LogEvent(LogLevel::kWarn, "evaluation_metric_dropped",
+               {{"round", absl::StrCat(eval->round)}, {"metric", it->first}});
+      it = metrics.erase(it);
+    }
     const double accuracy = metrics.count("accuracy") ? metrics["accuracy"] : 0.0;
-    (void)store_->RecordEvaluation(run_.run_id, eval->round, "federated", loss, accuracy,
-                                   static_cast<int64_t>(examples), ToMs(now), metrics);
+    if (absl::Status s =
+            std::isfinite(loss)
+                ? store_->RecordEvaluation(run_.run_id, eval->round, "federated", loss, accuracy,
+                                           static_cast<int64_t>(examples), ToMs(now), metrics)
+                : absl::InvalidArgumentError("the mean loss overflows a double");
+        !s.ok()) {
+      LogEvent(LogLevel::kError, "evaluation_not_recorded",
+               {{"round", absl::StrCat(eval->round)}, {"reason", std::string(s.message())}});
+    }
     LogEvent(
         LogLevel::kInfo, "evaluation_finished",
         {{"round", absl::StrCat(eval->round)},

@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "fl/aggregation/dp/central_dp.h"
 #include "fl/common/crash_point.h"
 #include "fl/common/logging.h"
 #include "fl/common/random.h"
@@ -47,6 +48,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
     if (!stored.ok()) return stored.status();
     options_ = *stored;
     options_.spill_dir = spill_dir;
+    if (absl::Status s = SetUpPrivacy(); !s.ok()) return s;
     if (run_.model_spec_json != initial_model.spec().ToJson()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the unfinished run ", run_.run_id, " in this data directory trains a model of spec ",
@@ -68,6 +70,26 @@ absl::Status EngineImpl::Init(Model initial_model) {
     absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run_.run_id);
     if (!rounds.ok()) return rounds.status();
     for (const RoundRecord& r : *rounds) {
+      // The accountant replays the committed rounds' sampling rates.
+      if (accountant_.has_value() && r.status == RoundStatus::kCommitted &&
+          r.dp_sampling_rate > 0) {
+        if (absl::Status s =
+                accountant_->AddSteps(r.dp_sampling_rate, options_.privacy.noise_multiplier);
+            !s.ok()) {
+          return s;
+        }
+      }
+      if (r.status == RoundStatus::kCommitted) {
+        // The clients whose updates this round folded in (its committed attempt's accepted ones).
+        absl::StatusOr<std::vector<ParticipationRecord>> parts =
+            store_->Participations(run_.run_id, r.round);
+        if (!parts.ok()) return parts.status();
+        for (const ParticipationRecord& p : *parts) {
+          if (p.attempt == r.attempt && p.status == ParticipationStatus::kAccepted) {
+            client_committed_round_[p.client_id] = r.round;
+          }
+        }
+      }
       if (r.round != committed_round_ + 1) continue;
       next_attempt_ = std::max(next_attempt_, r.attempt + 1);
       if (r.status == RoundStatus::kFailed) ++failed_attempts_;
@@ -102,6 +124,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
     return absl::OkStatus();
   }
   if (absl::Status s = initial_model.spec().Validate(); !s.ok()) return s;
+  if (absl::Status s = SetUpPrivacy(); !s.ok()) return s;
   absl::StatusOr<std::string> sha = store_->WriteCheckpoint(initial_model);
   if (!sha.ok()) return sha.status();
   run_.name = options_.run_name;
@@ -120,6 +143,26 @@ absl::Status EngineImpl::Init(Model initial_model) {
             {"name", run_.name},
             {"rounds", absl::StrCat(options_.num_rounds)},
             {"parameters", absl::StrCat(global_->spec().NumFloats())}});
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::SetUpPrivacy() {
+  const PrivacyOptions& p = options_.privacy;
+  if (absl::Status s = p.Validate(); !s.ok()) return s;
+  options_.fit.differential_privacy = p.enabled();
+  if (!p.enabled()) return absl::OkStatus();
+  aggregation::dp::CentralDpOptions dp;
+  dp.noise_multiplier = p.noise_multiplier;
+  dp.clip_norm = p.clip_norm;
+  absl::StatusOr<std::unique_ptr<aggregation::Strategy>> wrapped =
+      aggregation::dp::MakeCentralDp(*strategy_, dp);
+  if (!wrapped.ok()) return wrapped.status();
+  dp_strategy_ = *std::move(wrapped);
+  strategy_ = dp_strategy_.get();
+  absl::StatusOr<aggregation::dp::RdpAccountant> accountant =
+      aggregation::dp::RdpAccountant::Create();
+  if (!accountant.ok()) return accountant.status();
+  accountant_ = *std::move(accountant);
   return absl::OkStatus();
 }
 
@@ -189,6 +232,25 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
   k = std::clamp(std::max(k, options_.min_fit_clients), 1, n);
   online.resize(static_cast<size_t>(k));
   std::sort(online.begin(), online.end());
+  if (accountant_.has_value()) {
+    const PrivacyOptions& p = options_.privacy;
+    const double q = static_cast<double>(k) / n;
+    absl::StatusOr<aggregation::dp::PrivacySpent> after =
+        accountant_->SpentAfter(q, p.noise_multiplier, 1, p.delta);
+    if (!after.ok()) {
+      FailRunLocked(absl::StrCat("privacy accountant: ", after.status().message()));
+      return;
+    }
+    if (p.epsilon_budget > 0 && after->epsilon > p.epsilon_budget) {
+      FinishRunLocked(absl::StrCat(
+          "privacy budget spent: round ", round->round, " would bring epsilon to ", after->epsilon,
+          ", over epsilon_budget ", p.epsilon_budget, " (delta ", p.delta, ")"));
+      return;
+    }
+    round->dp_global = global_;
+    round->dp_clip_norm = p.clip_norm;
+    round->dp_sampling_rate = q;
+  }
   round->sampled = online;
   for (const std::string& id : round->sampled) {
     round->task_of[id] =
@@ -301,6 +363,13 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     rec.num_sampled = summary.num_sampled;
     rec.num_reported = summary.num_accepted;
     rec.metrics_json = MetricsJson(summary.metrics);
+    if (accountant_.has_value()) {
+      absl::StatusOr<aggregation::dp::PrivacySpent> spent = accountant_->SpentAfter(
+          round->dp_sampling_rate, options_.privacy.noise_multiplier, 1, options_.privacy.delta);
+      // StartRoundLocked computed the same value: it cannot fail here.
+      rec.dp_sampling_rate = round->dp_sampling_rate;
+      rec.dp_epsilon = spent.ok() ? spent->epsilon : 0;
+    }
     absl::StatusOr<std::string> sha = store_->WriteCheckpoint(*next);
     absl::Status committed =
         sha.ok() ? (rec.checkpoint = *sha, store_->CommitRound(rec, participations)) : sha.status();
@@ -322,6 +391,14 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
       global_ = std::make_shared<const Model>(*std::move(next));
       global_sha_ = *sha;
       committed_round_ = round->round;
+      for (const ParticipationRecord& p : participations) {
+        if (p.status == ParticipationStatus::kAccepted) {
+          client_committed_round_[p.client_id] = round->round;
+        }
+      }
+      if (accountant_.has_value()) {
+        (void)accountant_->AddSteps(round->dp_sampling_rate, options_.privacy.noise_multiplier);
+      }
       next_attempt_ = 0;
       failed_attempts_ = 0;
       LogEvent(LogLevel::kInfo, "round_committed",

@@ -41,9 +41,12 @@ struct UploadState {
   std::string spill_path;
 
   ~UploadState();
-  // Folds the staged payload into `aggregator` with this update's weight. An error (the spill
-  // could not be read) leaves the aggregate partly folded.
-  absl::Status FoldInto(aggregation::RoundAggregator& aggregator) const;
+  // Folds the staged payload into `aggregator` with this update's weight. With `dp_global` set
+  // (differential privacy), the update's delta from it is first measured (a first pass over the
+  // spill) and the update folded as dp_global + delta * min(1, dp_clip_norm / ||delta||). An
+  // error (the spill could not be read) leaves the aggregate partly folded.
+  absl::Status FoldInto(aggregation::RoundAggregator& aggregator, const Model* dp_global = nullptr,
+                        double dp_clip_norm = 0) const;
   void RemoveSpill();
 };
 
@@ -61,6 +64,11 @@ struct RoundState {
   std::atomic<bool> closing{false};
   // One upload per sampled client at most; guarded by the engine's mutex.
   std::map<std::string, std::shared_ptr<UploadState>> uploads;
+  // Differential privacy (null / 0 without): the round's global model, the updates' clip norm
+  // and the round's sampling rate q (sampled / online clients). Set before the round opens.
+  std::shared_ptr<const Model> dp_global;
+  double dp_clip_norm = 0;
+  double dp_sampling_rate = 0;
   // Set when the aggregate became unusable (a spill could not be read back mid-fold). Guarded by
   // the gate like the phases.
   bool poisoned = false;

@@ -295,7 +295,7 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
     why = assembler_.Finish(sha256_hex);
     if (why.ok()) {
       // Verified whole: only now does it touch the aggregate.
-      why = state_->FoldInto(*round_->aggregator);
+      why = state_->FoldInto(*round_->aggregator, round_->dp_global.get(), round_->dp_clip_norm);
       if (!why.ok()) round_->poisoned = true;
     }
     if (why.ok()) {
@@ -319,21 +319,50 @@ void UploadState::RemoveSpill() {
   spill_path.clear();
 }
 
-absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator) const {
+absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, const Model* dp_global,
+                                   double dp_clip_norm) const {
   std::vector<float> buf(static_cast<size_t>(kMaxChunkBytes / sizeof(float)));
-  for (int64_t off = 0; off < bytes_received;) {
-    size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, bytes_received - off));
-    ssize_t got = ::pread(spill_fd, buf.data(), n, off);
-    if (got != static_cast<ssize_t>(n)) {
-      return absl::InternalError(absl::StrCat("cannot read back the staged update ", spill_path,
-                                              ": ", got < 0 ? std::strerror(errno) : "short read"));
+  // Calls `visit(first float, values)` for each piece of the staged payload.
+  auto for_each_piece = [&](auto visit) -> absl::Status {
+    for (int64_t off = 0; off < bytes_received;) {
+      size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, bytes_received - off));
+      ssize_t got = ::pread(spill_fd, buf.data(), n, off);
+      if (got != static_cast<ssize_t>(n)) {
+        return absl::InternalError(absl::StrCat("cannot read back the staged update ", spill_path,
+                                                ": ",
+                                                got < 0 ? std::strerror(errno) : "short read"));
+      }
+      visit(off / static_cast<int64_t>(sizeof(float)),
+            std::span<float>(buf.data(), n / sizeof(float)));
+      off += static_cast<int64_t>(n);
     }
-    aggregator.Fold(off / static_cast<int64_t>(sizeof(float)),
-                    std::span<const float>(buf.data(), n / sizeof(float)),
-                    static_cast<double>(num_examples));
-    off += static_cast<int64_t>(n);
+    return absl::OkStatus();
+  };
+  const double weight = static_cast<double>(num_examples);
+  if (dp_global == nullptr) {
+    return for_each_piece(
+        [&](int64_t first, std::span<float> v) { aggregator.Fold(first, v, weight); });
   }
-  return absl::OkStatus();
+  std::span<const float> g = dp_global->data();
+  double sum_sq = 0;
+  absl::Status measured = for_each_piece([&](int64_t first, std::span<float> v) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      const double d = static_cast<double>(v[i]) - g[first + i];
+      sum_sq += d * d;
+    }
+  });
+  if (!measured.ok()) return measured;
+  const double norm = std::sqrt(sum_sq);
+  const double scale = norm > dp_clip_norm ? dp_clip_norm / norm : 1.0;
+  return for_each_piece([&](int64_t first, std::span<float> v) {
+    if (scale < 1.0) {
+      for (size_t i = 0; i < v.size(); ++i) {
+        const double gi = g[first + i];
+        v[i] = static_cast<float>(gi + (static_cast<double>(v[i]) - gi) * scale);
+      }
+    }
+    aggregator.Fold(first, v, weight);
+  });
 }
 
 }  // namespace fl::server::internal

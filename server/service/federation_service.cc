@@ -73,6 +73,8 @@ class FederationService final : public fl::v1::Federation::Service {
         fit->set_model_name(task.fit.model_name);
         fit->set_differential_privacy(task.fit.differential_privacy);
         fit->mutable_config()->insert(task.fit.extra.begin(), task.fit.extra.end());
+        (*fit->mutable_config())[std::string(kScaffoldCommittedRoundKey)] =
+            task.client_committed_round;
         ToProto(task.spec, fit->mutable_model_spec());
         fit->set_model_bytes(task.model_bytes);
         fit->set_model_sha256(task.model_sha256);

@@ -11,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 2> kMigrations = {
+constexpr std::array<const char*, 3> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -97,6 +97,13 @@ CREATE INDEX audit_by_event ON audit_log(event, id);
     // Rows from before read back with no metrics.
     R"sql(
 ALTER TABLE evaluations ADD COLUMN metrics_json TEXT NOT NULL DEFAULT '{}';
+)sql",
+    // 3: differential privacy: the epsilon spent by the run up to and including a committed
+    // round, and the round's sampling rate (the accountant replays it on resume). 0 in both for
+    // rounds without differential privacy.
+    R"sql(
+ALTER TABLE rounds ADD COLUMN dp_epsilon REAL NOT NULL DEFAULT 0;
+ALTER TABLE rounds ADD COLUMN dp_sampling_rate REAL NOT NULL DEFAULT 0;
 )sql",
 };
 

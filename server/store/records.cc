@@ -95,7 +95,9 @@ absl::StatusOr<RoundRecord> ReadRound(const Statement& st) {
                 .num_reported = static_cast<int32_t>(st.Int(7)),
                 .checkpoint = st.Text(8),
                 .metrics_json = st.Text(9),
-                .reason = st.Text(10)};
+                .reason = st.Text(10),
+                .dp_sampling_rate = st.Double(11),
+                .dp_epsilon = st.Double(12)};
   absl::StatusOr<RoundStatus> status =
       ParseStatus(st.Text(3),
                   std::array{RoundStatus::kRunning, RoundStatus::kCommitted, RoundStatus::kAborted,

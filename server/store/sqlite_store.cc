@@ -284,14 +284,15 @@ absl::Status SqliteStore::CommitRoundLocked(
 
   absl::StatusOr<Statement> update = Prepare(
       "UPDATE rounds SET status = 'committed', ended_at_ms = ?, num_sampled = ?, "
-      "num_reported = ?, checkpoint = ?, metrics_json = ?, reason = ? "
-      "WHERE run_id = ? AND round = ? AND attempt = ?",
+      "num_reported = ?, checkpoint = ?, metrics_json = ?, reason = ?, dp_sampling_rate = ?, "
+      "dp_epsilon = ? WHERE run_id = ? AND round = ? AND attempt = ?",
       absl::StrCat("update rounds to commit ", name));
   if (!update.ok()) return update.status();
   if (absl::Status s =
           update
               ->Bind(round.ended_at_ms, round.num_sampled, round.num_reported, round.checkpoint,
-                     round.metrics_json, round.reason, round.run_id, round.round, round.attempt)
+                     round.metrics_json, round.reason, round.dp_sampling_rate, round.dp_epsilon,
+                     round.run_id, round.round, round.attempt)
               .Run();
       !s.ok()) {
     return s;

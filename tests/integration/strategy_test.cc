@@ -28,15 +28,6 @@ constexpr int32_t kBatch = 32;
 constexpr float kLearningRate = 0.05f;
 constexpr int32_t kRounds = 3;
 
-client::ModelArchitecture Mlp() {
-  client::ModelArchitecture arch;
-  arch.kind = client::ModelKind::kMlp;
-  arch.num_features = 784;
-  arch.num_classes = 10;
-  arch.hidden = {32};
-  return arch;
-}
-
 // Passes fits through to a built-in trainer and records the strategy values each task carried.
 class RecordingTrainer final : public client::Trainer {
  public:
@@ -99,7 +90,7 @@ RunOutcome RunFederation(const aggregation::StrategyOptions& strategy, int enrol
   o.strategy = strategy;
 
   const bool scaffold = strategy.name == "scaffold";
-  absl::StatusOr<Model> weights = client::InitialBuiltinModel(Mlp(), 1);
+  absl::StatusOr<Model> weights = client::InitialBuiltinModel(FashionMlp(), 1);
   EXPECT_TRUE(weights.ok()) << weights.status();
   Model initial = scaffold ? aggregation::WithZeroControlVariates(*weights) : weights->Clone();
   RunOutcome outcome;
@@ -107,7 +98,7 @@ RunOutcome RunFederation(const aggregation::StrategyOptions& strategy, int enrol
 
   server::EngineHooks hooks;
   hooks.evaluate = simulation::BuiltinTestSetEvaluation(
-      Mlp(), std::make_shared<const client::Dataset>(FashionTestSlice(1000)), "cpu");
+      FashionMlp(), std::make_shared<const client::Dataset>(FashionTestSlice(1000)), "cpu");
   std::mutex metrics_mu;
   hooks.on_round_end = [&](const server::RoundSummary& r) {
     std::lock_guard<std::mutex> lock(metrics_mu);
@@ -122,7 +113,7 @@ RunOutcome RunFederation(const aggregation::StrategyOptions& strategy, int enrol
   std::vector<std::unique_ptr<ClientThread>> clients;
   for (int i = 0; i < kSites; ++i) {
     absl::StatusOr<std::unique_ptr<client::Trainer>> trainer = client::MakeBuiltinTrainer(
-        Mlp(), FashionTrainSlice(i * kExamplesPerSite, kExamplesPerSite), {},
+        FashionMlp(), FashionTrainSlice(i * kExamplesPerSite, kExamplesPerSite), {},
         {.backend = "cpu",
          .cpu_threads = 1,
          .seed = static_cast<uint64_t>(i),
@@ -157,7 +148,7 @@ RunOutcome RunFederation(const aggregation::StrategyOptions& strategy, int enrol
 
 double Accuracy(const Model& model) {
   absl::StatusOr<client::EvalResult> r = client::EvaluateBuiltinModel(
-      Mlp(), simulation::WithoutScaffoldTensors(model), FashionTestSlice(1000), "cpu");
+      FashionMlp(), simulation::WithoutScaffoldTensors(model), FashionTestSlice(1000), "cpu");
   EXPECT_TRUE(r.ok()) << r.status();
   return r.ok() ? r->metrics["accuracy"] : 0.0;
 }
@@ -245,6 +236,15 @@ TEST(StrategyTest, ScaffoldControlVariatesFollowTheFormulaAndTheModelLearns) {
   for (const auto& site : run.configs) {
     for (const auto& config : site) EXPECT_EQ(config.count("proximal_mu"), 0u);
   }
+  // Every site's update was folded into every committed round, so round r's task names round
+  // r - 1 as the site's last committed one (its c_i+ of r - 1 becomes its c_i).
+  for (const auto& site : run.configs) {
+    ASSERT_EQ(site.size(), static_cast<size_t>(kRounds));
+    for (int r = 1; r <= kRounds; ++r) {
+      EXPECT_THAT(site[r - 1], ::testing::Contains(::testing::Pair("scaffold_committed_round",
+                                                                   static_cast<double>(r - 1))));
+    }
+  }
 }
 
 TEST(StrategyTest, ScaffoldRefusesAModelWithoutControlVariates) {
@@ -252,7 +252,7 @@ TEST(StrategyTest, ScaffoldRefusesAModelWithoutControlVariates) {
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});
   server::ServerOptions o = TlsServerOptions(pki, dir.path());
   o.strategy.name = "scaffold";
-  absl::StatusOr<Model> weights = client::InitialBuiltinModel(Mlp(), 1);
+  absl::StatusOr<Model> weights = client::InitialBuiltinModel(FashionMlp(), 1);
   ASSERT_TRUE(weights.ok());
   absl::StatusOr<std::unique_ptr<server::Server>> server =
       server::Server::Start(o, *std::move(weights));

@@ -66,6 +66,15 @@ client::Dataset Slice(const client::Dataset& d, int64_t begin, int64_t count) {
 }
 }  // namespace
 
+client::ModelArchitecture FashionMlp() {
+  client::ModelArchitecture arch;
+  arch.kind = client::ModelKind::kMlp;
+  arch.num_features = 784;
+  arch.num_classes = 10;
+  arch.hidden = {32};
+  return arch;
+}
+
 client::Dataset FashionTrainSlice(int64_t begin, int64_t count) {
   return Slice(Load(true), begin, count);
 }

@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "fl/client/builtin_models.h"
 #include "fl/client/client.h"
 #include "fl/client/dataset.h"
 #include "fl/common/provision.h"
@@ -38,6 +39,8 @@ ProvisionedFiles MakePki(const std::string& dir, const std::vector<std::string>&
 
 // Rows [begin, begin + count) of the Fashion-MNIST training set / the first `count` test rows.
 client::Dataset FashionTrainSlice(int64_t begin, int64_t count);
+// A small MLP for Fashion-MNIST: 784 -> 32 -> 10.
+client::ModelArchitecture FashionMlp();
 client::Dataset FashionTestSlice(int64_t count);
 
 // Wraps a trainer and sleeps before each fit, so that rounds last long enough to interrupt.

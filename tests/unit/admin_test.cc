@@ -317,6 +317,41 @@ TEST_F(AdminTest, RoundsReportsShowEveryFederatedEvaluationMetric) {
   EXPECT_EQ(federated["metrics"], nlohmann::json({{"accuracy", 0.875}, {"auc", 0.9125}}));
 }
 
+// A run with differential privacy: the epsilon spent up to each committed round is shown in
+// every format; the rounds without it show none.
+TEST_F(AdminTest, RoundsReportsShowTheEpsilonSpentWithDifferentialPrivacy) {
+  Populate();
+  RoundRecord dp = Round(2, 0);  // round 2 attempt 0, running since Populate, commits with DP
+  dp.ended_at_ms = dp.started_at_ms + 100;
+  dp.num_reported = 2;
+  dp.checkpoint = NewCheckpoint(2.0f);
+  dp.dp_sampling_rate = 0.5;
+  dp.dp_epsilon = 1.375;
+  ASSERT_TRUE(store_->CommitRound(dp, {}).ok());
+
+  absl::StatusOr<std::string> table = RoundsReport(*store_, run_, Format::kTable);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<std::string> lines = Lines(*table);
+  ASSERT_GE(lines.size(), 5u) << *table;
+  const size_t column = lines[1].find("EPSILON");
+  ASSERT_NE(column, std::string::npos) << lines[1];
+  EXPECT_EQ(lines[3].substr(column, 1), "-") << *table;  // round 1, committed without DP
+  EXPECT_EQ(lines[4].substr(column, 5), "1.375") << *table;
+
+  absl::StatusOr<std::string> csv = RoundsReport(*store_, run_, Format::kCsv);
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  EXPECT_TRUE(absl::StrContains(Lines(*csv)[0], ",reason,dp_sampling_rate,dp_epsilon,")) << *csv;
+  EXPECT_TRUE(absl::StrContains(*csv, ",0.5,1.375,")) << *csv;
+
+  absl::StatusOr<std::string> json = RoundsReport(*store_, run_, Format::kJson);
+  ASSERT_TRUE(json.ok()) << json.status();
+  nlohmann::json j = nlohmann::json::parse(*json);
+  ASSERT_EQ(j["rounds"].size(), 3u);
+  EXPECT_FALSE(j["rounds"][1].contains("dp_epsilon"));
+  EXPECT_EQ(j["rounds"][2]["dp_epsilon"], 1.375);
+  EXPECT_EQ(j["rounds"][2]["dp_sampling_rate"], 0.5);
+}
+
 TEST_F(AdminTest, RoundsOfAnUnknownRunOrAnEmptyStoreAreNotFound) {
   absl::StatusOr<std::string> none = RoundsReport(*store_, std::nullopt, Format::kTable);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();

@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -26,6 +27,13 @@ TEST(AucTest, UndefinedWithoutBothClasses) {
   EXPECT_FALSE(BinaryAuc(scores, std::vector<uint8_t>{1, 1}).has_value());
   EXPECT_FALSE(BinaryAuc(scores, std::vector<uint8_t>{0, 0}).has_value());
   EXPECT_FALSE(BinaryAuc({}, {}).has_value());
+}
+
+TEST(AucTest, ANanScoreGivesNoAucAndInfinitiesRank) {
+  // A diverged model's logits (inf - inf) give NaN scores: no AUC, and no hang.
+  const std::vector<uint8_t> positive = {0, 1, 1, 0};
+  EXPECT_FALSE(BinaryAuc(std::vector<float>{0.1f, NAN, 0.7f, 0.3f}, positive).has_value());
+  EXPECT_DOUBLE_EQ(*BinaryAuc(std::vector<float>{-INFINITY, INFINITY, 0.7f, 0.3f}, positive), 1.0);
 }
 
 }  // namespace

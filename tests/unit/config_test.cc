@@ -280,6 +280,9 @@ TEST_F(ConfigTest, BadStrategyAndModelValuesNameFileLineAndKey) {
        ":2: key 'strategy.proximal_mu' must be > 0 for strategy 'fedprox', got 0.0"},
       {"[model]\nkind = \"resnet\"\n",
        ":2: key 'model.kind' must be one of softmax, logistic, mlp, simple_cnn, got \"resnet\""},
+      {"[strategy]\nname = \"scaffold\"\nnum_parties = 1\n",
+       ":3: key 'strategy.num_parties' (1) must be at least run.min_fit_clients (2): SCAFFOLD's N "
+       "counts every party that can report in a round"},
       {"[model]\nhidden = [64, 0]\n", ":2: key 'model.hidden[1]' must be >= 1, got 0"},
       {"[model]\nhidden = []\n",
        ":2: key 'model.hidden' must be a non-empty array of integers, got an array"},
@@ -349,6 +352,37 @@ TEST_F(ConfigTest, ToTomlReadsBackToTheSameValues) {
   EXPECT_EQ(back.server.engine.fit.learning_rate, 0.1f);
   EXPECT_EQ(back.server.engine.seed, 1234567890123u);
   EXPECT_EQ(back.server.max_poll_wait, original.server.max_poll_wait);
+}
+
+TEST_F(ConfigTest, PrivacySectionSetsCentralDifferentialPrivacy) {
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(Write("server.toml", R"([privacy]
+mode = "central"
+noise_multiplier = 1.1
+clip_norm = 0.5
+delta = 1e-6
+epsilon_budget = 8
+)"),
+                                     c);
+  ASSERT_TRUE(s.ok()) << s;
+  const PrivacyOptions& p = c.server.engine.privacy;
+  EXPECT_TRUE(p.enabled());
+  EXPECT_EQ(p.noise_multiplier, 1.1);
+  EXPECT_EQ(p.clip_norm, 0.5);
+  EXPECT_EQ(p.delta, 1e-6);
+  EXPECT_EQ(p.epsilon_budget, 8);
+  EXPECT_FALSE(ServerConfig{}.server.engine.privacy.enabled());  // off by default
+}
+
+TEST_F(ConfigTest, PrivacySectionRefusesBadValuesByKeyAndLine) {
+  EXPECT_THAT(ApplyText("[privacy]\nmode = \"local\"\n").message(), HasSubstr("privacy.mode"));
+  EXPECT_THAT(ApplyText("[privacy]\nnoise_multiplier = 0\n").message(),
+              HasSubstr("key 'privacy.noise_multiplier' must be > 0, got 0"));
+  EXPECT_THAT(ApplyText("[privacy]\nclip_norm = -1\n").message(),
+              HasSubstr("key 'privacy.clip_norm' must be > 0, got -1"));
+  absl::Status s = ApplyText("[privacy]\nmode = \"central\"\ndelta = 1\n");
+  EXPECT_THAT(s.message(), HasSubstr("server.toml:3"));
+  EXPECT_THAT(s.message(), HasSubstr("privacy.delta must be in (0, 1), got 1"));
 }
 
 TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) {
@@ -492,6 +526,25 @@ classes = 3
   EXPECT_THAT(c.server.enroll_cert_paths, ElementsAre("c.pem"));
   EXPECT_EQ(c.server.listen_address, "127.0.0.1:1");
   EXPECT_EQ(c.server.engine.num_rounds, 7);
+}
+
+TEST_F(ServerCommandTest, PrivacyFlagsOverTheFile) {
+  const std::string file =
+      Write("p.toml", "[privacy]\nmode = \"central\"\nnoise_multiplier = 0.8\ndelta = 1e-6\n");
+  ServerConfig c = Effective(
+      absl::StrCat("--config ", file, " --dp-noise-multiplier 1.5 --dp-epsilon-budget 4"));
+  EXPECT_EQ(c.server.engine.privacy.mode, "central");
+  EXPECT_EQ(c.server.engine.privacy.noise_multiplier, 1.5);
+  EXPECT_EQ(c.server.engine.privacy.delta, 1e-6);
+  EXPECT_EQ(c.server.engine.privacy.epsilon_budget, 4);
+  c = Effective("--dp-mode central --dp-clip-norm 0.25 --dp-delta 1e-7");
+  EXPECT_EQ(c.server.engine.privacy.clip_norm, 0.25);
+  EXPECT_EQ(c.server.engine.privacy.delta, 1e-7);
+  // What the flags put together is checked before the server starts.
+  Result r = Run(absl::StrCat("server --dp-mode central --dp-delta 1 --insecure-plaintext",
+                              " --listen 127.0.0.1:0 --data-dir ", Path("data")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("privacy.delta must be in (0, 1), got 1"));
 }
 
 TEST_F(ServerCommandTest, StrategyAndModelFlags) {

@@ -463,6 +463,34 @@ TEST_F(EngineTest, FederatedEvaluationKeepsEveryMetricAndTheStoppingRuleCanUseTh
   EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kDone);
 }
 
+TEST_F(EngineTest, AMetricWhoseMeanOverflowsIsDroppedAndTheRowIsStillRecorded) {
+  options_.num_rounds = 2;
+  options_.eval_every = 1;
+  StartEngine();
+  JoinAll();
+  RunRound();
+  for (const std::string& c : clients_) {
+    Task t = engine_->Poll(c);
+    ASSERT_EQ(t.kind, Task::Kind::kEvaluate) << c;
+    EvaluationReport r;
+    r.run_id = t.run_id;
+    r.round = 1;
+    r.task_id = t.task_id;
+    r.num_examples = 1000;
+    r.loss = 0.5;
+    // Finite on its own, 1000 * 1e306 is not: the weighted sum overflows a double.
+    r.metrics = {{"accuracy", 0.75}, {"huge", 1e306}};
+    ASSERT_TRUE(engine_->SubmitEvaluation(c, r).ok()) << c;
+  }
+  absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(engine_->run_id());
+  ASSERT_TRUE(evals.ok()) << evals.status();
+  ASSERT_EQ(evals->size(), 1u);
+  EXPECT_DOUBLE_EQ((*evals)[0].loss, 0.5);
+  EXPECT_DOUBLE_EQ((*evals)[0].accuracy, 0.75);
+  EXPECT_EQ((*evals)[0].metrics.count("huge"), 0u);
+  EXPECT_EQ((*evals)[0].metrics.count("accuracy"), 1u);
+}
+
 TEST_F(EngineTest, TheFederatedLossCanStopTheRunFromBelowAndResumeHonoursIt) {
   options_.num_rounds = 5;
   options_.eval_every = 1;

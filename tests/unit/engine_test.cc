@@ -2,6 +2,7 @@
 // aggregation and refused updates. Deadlines, liveness, restarts, evaluation and the run's end are
 // in engine_policy_test.cc.
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "tests/unit/engine_test_fixture.h"
@@ -324,6 +325,56 @@ TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {
   ASSERT_TRUE(old.ok()) << old.status();
   EXPECT_EQ(old->wait_timeout, EngineOptions().wait_timeout);
   EXPECT_TRUE(old->stop_metric.empty());
+}
+
+// Each fit task names the last round in which the client's update was accepted and the round
+// committed (SCAFFOLD clients promote their c_i by it): a refused update, a failed round or a
+// restart never names a round whose update the global model does not hold.
+TEST_F(EngineTest, FitTasksNameTheClientsLastCommittedAcceptedRound) {
+  StartEngine();
+  JoinAll();
+  auto committed_round_of = [&](const std::string& client) {
+    Task t = engine_->Poll(client);
+    EXPECT_EQ(t.kind, Task::Kind::kFit) << client;
+    return t.client_committed_round;
+  };
+  // Round 1: a and c accepted, b refused (NaN); the round commits with a and c.
+  std::map<std::string, Task> tasks;
+  for (const std::string& c : clients_) {
+    tasks[c] = engine_->Poll(c);
+    EXPECT_EQ(tasks[c].client_committed_round, 0) << c;
+  }
+  Model poisoned = RandomModel(9);
+  poisoned.data()[0] = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(Submit("client-a", tasks["client-a"], RandomModel(1), 10).ok());
+  EXPECT_EQ(Submit("client-b", tasks["client-b"], poisoned, 10).code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(Submit("client-c", tasks["client-c"], RandomModel(3), 10).ok());
+  ASSERT_EQ(engine_->committed_round(), 1);
+  EXPECT_EQ(committed_round_of("client-a"), 1);
+  EXPECT_EQ(committed_round_of("client-b"), 0);
+  EXPECT_EQ(committed_round_of("client-c"), 1);
+
+  // Round 2's first attempt fails (only a reports): a's accepted update there does not count.
+  ASSERT_TRUE(Submit("client-a", engine_->Poll("client-a"), RandomModel(4), 10).ok());
+  clock_.Advance(absl::Minutes(6));
+  engine_->Tick();
+  ASSERT_EQ(engine_->committed_round(), 1);
+  for (const std::string& c : clients_) (void)engine_->Poll(c);  // online: the retry starts
+  EXPECT_EQ(committed_round_of("client-a"), 1);
+
+  // A restart rebuilds the same answers from the store.
+  engine_.reset();
+  store_.reset();
+  OpenStore();
+  StartEngine();
+  JoinAll();
+  EXPECT_EQ(committed_round_of("client-a"), 1);
+  EXPECT_EQ(committed_round_of("client-b"), 0);
+  EXPECT_EQ(committed_round_of("client-c"), 1);
+  RunRound();  // round 2 commits with everyone
+  ASSERT_EQ(engine_->committed_round(), 2);
+  for (const std::string& c : clients_) EXPECT_EQ(committed_round_of(c), 2) << c;
 }
 
 }  // namespace

@@ -342,6 +342,25 @@ TEST(OptimizerTest, ClippingCapsTheGradientNorm) {
   EXPECT_THAT(s.W(), ElementsAre(testing::FloatEq(-3.0f), testing::FloatEq(-4.0f)));
 }
 
+TEST(OptimizerTest, WeightDecayJoinsAfterClippingAndTheProximalTermIsClipped) {
+  Sgd s;
+  s.Set(s.w, {10.0f, 0.0f});
+  // The loss gradient is 0, so nothing is clipped; then g = wd w = [10, 0] moves w by lr 10 = 1.
+  // (Clipping after the decay would have moved it by only lr clip = 0.1.)
+  const double norm =
+      s.Step({.learning_rate = 0.1f, .weight_decay = 1.0f, .clip_norm = 1.0f}, {0.0f, 0.0f});
+  EXPECT_DOUBLE_EQ(norm, 0.0);
+  EXPECT_THAT(s.W(), ElementsAre(testing::FloatEq(9.0f), testing::FloatEq(0.0f)));
+
+  // FedProx's term belongs to the loss: g = mu (w - w_global) = [10, 0] is clipped to [1, 0].
+  s.Set(s.w, {10.0f, 0.0f});
+  s.Set(s.global, {0.0f, 0.0f});
+  const double prox_norm =
+      s.Step({.learning_rate = 0.1f, .proximal_mu = 1.0f, .clip_norm = 1.0f}, {0.0f, 0.0f});
+  EXPECT_DOUBLE_EQ(prox_norm, 10.0);
+  EXPECT_THAT(s.W(), ElementsAre(testing::FloatEq(9.9f), testing::FloatEq(0.0f)));
+}
+
 TEST(OptimizerTest, ScaffoldCorrectionStaysOutsideMomentum) {
   Sgd s;
   s.Set(s.c, {1.0f, -1.0f});  // c - c_i
@@ -426,6 +445,84 @@ TEST(ModelTest, RefusesWhatDoesNotFit) {
     EXPECT_EQ(ml::MakeCudaBackend().status().code(), absl::StatusCode::kUnavailable);
     EXPECT_EQ(ml::MakeBackend("auto").value()->name(), "cpu");
   }
+}
+
+TEST(ModelTest, RefusesSizesBeyondTheLimits) {
+  // `fl server --model mlp --hidden 100000000000` used to crash; now the spec is refused.
+  ModelArchitecture mlp{
+      .kind = ModelKind::kMlp, .num_features = 784, .num_classes = 10, .hidden = {100000000000}};
+  absl::StatusOr<ModelSpec> spec = BuiltinModelSpec(mlp);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("MLP hidden width 100000000000 is over the limit of 2147483647"));
+  ModelArchitecture softmax{
+      .kind = ModelKind::kSoftmaxRegression, .num_features = 1000000000000, .num_classes = 10};
+  EXPECT_THAT(BuiltinModelSpec(softmax).status().message(),
+              HasSubstr("num_features 1000000000000 is over the limit"));
+
+  // Every dimension in range, but one layer over kMaxModelFloats (2^38).
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  mlp.num_features = kMax;
+  mlp.hidden = {kMax};
+  spec = BuiltinModelSpec(mlp);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(),
+              HasSubstr("layer fc1 would have 4611686016279904256 parameters, over the limit of "
+                        "274877906944"));
+  // Each layer 2^36 + 2^18 floats: the fourth takes the model over.
+  mlp.num_features = 262144;
+  mlp.hidden = {262144, 262144, 262144, 262144};
+  EXPECT_THAT(BuiltinModelSpec(mlp).status().message(),
+              HasSubstr("the model would have 274878955520 parameters with layer fc4"));
+
+  // Just under the limit: the spec is computed without allocating the 800 GiB it describes.
+  softmax.num_features = kMax;
+  softmax.num_classes = 100;
+  spec = BuiltinModelSpec(softmax);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->NumFloats(), kMax * 100 + 100);
+
+  // Image sides whose product overflows int64 are compared without overflow.
+  ModelArchitecture cnn{.kind = ModelKind::kSimpleCnn,
+                        .num_features = 784,
+                        .num_classes = 10,
+                        .image_height = kMax,
+                        .image_width = kMax,
+                        .image_channels = 4};
+  EXPECT_THAT(BuiltinModelSpec(cnn).status().message(),
+              HasSubstr("2147483647 x 2147483647 x 4 != 784"));
+}
+
+TEST(NetworkTest, RefusesBatchesBeyondTheLimits) {
+  std::unique_ptr<Backend> cpu = ml::MakeCpuBackend(1);
+  ModelArchitecture mlp{
+      .kind = ModelKind::kMlp, .num_features = 784, .num_classes = 10, .hidden = {200}};
+  std::unique_ptr<ml::Network> net = *ml::MakeNetwork(mlp, cpu.get());
+  // Per example: input 784, outputs 200 + 200 + 10, two gradient buffers of 784: 2762 floats
+  // and a label.
+  EXPECT_EQ(net->BatchBytes(100), 100.0 * (2762 * 4 + 4));
+  EXPECT_TRUE(net->CheckBatch(100).ok());
+  absl::Status s = net->CheckBatch(1000000000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(),
+              AllOf(HasSubstr("a batch of 1000000000 examples needs 11052000000000 bytes"),
+                    HasSubstr("cap of 4294967296 bytes")));
+
+  // Max pooling's int32 indices span the whole batch's input.
+  ml::MaxPool2 pool(cpu.get(), 28, 28, 6);  // 4704 values per image
+  EXPECT_TRUE(pool.CheckBatch(456522).ok());
+  s = pool.CheckBatch(456523);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("batch of 456523 images of 28x28x6"),
+                                 HasSubstr("use at most 456522")));
+}
+
+TEST(CpuBackendDeathTest, AllocationFailureAbortsWithAMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::unique_ptr<Backend> cpu = ml::MakeCpuBackend(1);
+  EXPECT_DEATH(cpu->Allocate(int64_t{1} << 60),
+               "cpu backend: cannot allocate 4611686018427387904 bytes");
+  EXPECT_DEATH(cpu->Allocate(int64_t{1} << 62), "cpu backend: cannot allocate");
 }
 
 // --- the trainer ---
@@ -543,6 +640,91 @@ TEST(TrainerTest, ScaffoldCorrectsStepsAndUpdatesTheControlVariate) {
   }
 }
 
+FitConfig ScaffoldConfig(int32_t round, float lr, double committed_round) {
+  FitConfig c = Config(round, 1, 8, lr);
+  c.extra[std::string(kScaffoldCommittedRoundKey)] = committed_round;
+  return c;
+}
+
+// c_i+ of a Fit counts only once the server names its round as this client's last committed one:
+// a retried round, a refused update or a failed round leave c_i as it was, so a retry sends the
+// same update. Same hand-checkable setting as above: one full-batch step, round 1 gives g.
+TEST(TrainerTest, ScaffoldPromotesTheControlVariateOnlyWhenTheServerCommittedIt) {
+  ModelArchitecture arch{
+      .kind = ModelKind::kSoftmaxRegression, .num_features = 3, .num_classes = 2};
+  const Dataset data = Blobs(8, 3, 2, 3);
+  BuiltinTrainerOptions options{.backend = "cpu", .scaffold = true};
+  auto trainer = MakeBuiltinTrainer(arch, data, Dataset{}, options);
+  auto fresh = MakeBuiltinTrainer(arch, data, Dataset{}, options);
+  ASSERT_TRUE(trainer.ok() && fresh.ok());
+  const ModelSpec spec = ScaffoldSpec(SoftmaxRegressionSpec(3, 2));
+  const int64_t p = 8;
+  const float lr = 0.5f;
+  const std::vector<float> w = Random(p, 4);
+  Model global(spec);
+  std::copy(w.begin(), w.end(), global.data().begin());
+  auto same = [](const FitResult& a, const FitResult& b) {
+    return std::equal(a.model.data().begin(), a.model.data().end(), b.model.data().begin());
+  };
+
+  // Round 1, and the same task again (upload cut short): identical uploads.
+  absl::StatusOr<FitResult> r1 = (*trainer)->Fit(global, ScaffoldConfig(1, lr, 0));
+  absl::StatusOr<FitResult> r1_again = (*trainer)->Fit(global, ScaffoldConfig(1, lr, 0));
+  ASSERT_TRUE(r1.ok() && r1_again.ok()) << r1.status() << r1_again.status();
+  EXPECT_TRUE(same(*r1, *r1_again));
+  std::vector<float> g(p);
+  for (int64_t i = 0; i < p; ++i) g[i] = r1->model.data()[p + i];  // c = c_i = 0: delta = grad
+
+  // Round 2 while the server says none of this client's updates committed (round 1 failed or
+  // refused it): c_i is still 0, exactly what a fresh trainer does.
+  const std::vector<float> big_c = Random(p, 5);
+  std::copy(big_c.begin(), big_c.end(), global.data().begin() + p);
+  absl::StatusOr<FitResult> r2 = (*trainer)->Fit(global, ScaffoldConfig(2, lr, 0));
+  absl::StatusOr<FitResult> r2_fresh = (*fresh)->Fit(global, ScaffoldConfig(2, lr, 0));
+  ASSERT_TRUE(r2.ok() && r2_fresh.ok());
+  EXPECT_TRUE(same(*r2, *r2_fresh));
+  for (int64_t i = 0; i < p; ++i) {
+    EXPECT_NEAR(r2->model.data()[i], w[i] - lr * (g[i] + big_c[i]), 1e-4) << i;
+    EXPECT_NEAR(r2->model.data()[p + i], g[i], 1e-4) << i;  // c_i+ = g
+  }
+
+  // Round 3 after round 2 committed this client's update: c_i = g, so w - lr C and delta 0; a
+  // second Fit of round 3 starts from the same c_i.
+  absl::StatusOr<FitResult> r3 = (*trainer)->Fit(global, ScaffoldConfig(3, lr, 2));
+  absl::StatusOr<FitResult> r3_again = (*trainer)->Fit(global, ScaffoldConfig(3, lr, 2));
+  ASSERT_TRUE(r3.ok() && r3_again.ok());
+  EXPECT_TRUE(same(*r3, *r3_again));
+  for (int64_t i = 0; i < p; ++i) {
+    EXPECT_NEAR(r3->model.data()[i], w[i] - lr * big_c[i], 1e-4) << i;
+    EXPECT_NEAR(r3->model.data()[p + i], 0.0f, 1e-4) << i;
+  }
+
+  // Round 3's update was refused: round 4 still trains from round 2's c_i, as round 3 did.
+  absl::StatusOr<FitResult> r4 = (*trainer)->Fit(global, ScaffoldConfig(4, lr, 2));
+  ASSERT_TRUE(r4.ok());
+  for (int64_t i = 0; i < p; ++i) {
+    EXPECT_NEAR(r4->model.data()[i], w[i] - lr * big_c[i], 1e-4) << i;
+  }
+  // A new run (the server names no committed round): c_i is zero again, like a fresh trainer's.
+  absl::StatusOr<FitResult> new_run = (*trainer)->Fit(global, ScaffoldConfig(2, lr, 0));
+  ASSERT_TRUE(new_run.ok());
+  EXPECT_TRUE(same(*new_run, *r2_fresh));
+}
+
+TEST(TrainerTest, ScaffoldRefusesACommittedRoundThatIsNotAnEarlierRound) {
+  ModelArchitecture arch{
+      .kind = ModelKind::kSoftmaxRegression, .num_features = 3, .num_classes = 2};
+  auto trainer =
+      MakeBuiltinTrainer(arch, Blobs(8, 3, 2, 3), Dataset{}, {.backend = "cpu", .scaffold = true});
+  ASSERT_TRUE(trainer.ok());
+  const Model global(ScaffoldSpec(SoftmaxRegressionSpec(3, 2)));
+  for (double bad : {3.0, 5.0, -1.0, 1.5, static_cast<double>(NAN)}) {
+    absl::StatusOr<FitResult> r = (*trainer)->Fit(global, ScaffoldConfig(3, 0.5f, bad));
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(r.status().message(), HasSubstr("scaffold_committed_round")) << bad;
+  }
+}
+
 TEST(TrainerTest, RefusesDataThatDoesNotFit) {
   ModelArchitecture mlp{.kind = ModelKind::kMlp, .num_features = 784, .num_classes = 10};
   Dataset wrong = Blobs(10, 783, 10, 1);
@@ -565,6 +747,25 @@ TEST(TrainerTest, RefusesDataThatDoesNotFit) {
   EXPECT_TRUE((*eval_only)->Evaluate(init).ok());
   EXPECT_EQ((*eval_only)->Evaluate(Model(SoftmaxRegressionSpec(784, 10))).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TrainerTest, RefusesABatchOverTheMemoryCap) {
+  ModelArchitecture mlp{
+      .kind = ModelKind::kMlp, .num_features = 784, .num_classes = 10, .hidden = {200}};
+  const Dataset data = Blobs(100, 784, 10, 1);
+  // A batch of 100 needs 100 x (2762 floats + 1 label) x 4 = 1105200 bytes; cap at 1 MiB.
+  auto trainer =
+      MakeBuiltinTrainer(mlp, data, data, {.backend = "cpu", .max_batch_bytes = 1024 * 1024});
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const Model init = *InitialBuiltinModel(mlp, 0);
+  absl::StatusOr<FitResult> r = (*trainer)->Fit(init, Config(1, 1, 100, 0.1f));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("a batch of 100 examples needs 1105200 bytes"));
+  // Evaluation runs the test set in one block of 100 rows: refused the same way.
+  EXPECT_THAT((*trainer)->Evaluate(init).status().message(),
+              HasSubstr("a batch of 100 examples needs 1105200 bytes"));
+  // A smaller batch fits and trains.
+  EXPECT_TRUE((*trainer)->Fit(init, Config(1, 1, 50, 0.1f)).ok());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -160,15 +160,15 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, CreatesSchemaAtTheLatestVersionAndReopensIdempotently) {
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   EXPECT_EQ(store_->db_path(), dir_ + "/federation.db");
   EXPECT_TRUE(std::filesystem::is_directory(store_->checkpoint_dir()));
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->schema_version(), 2);
+  EXPECT_EQ(store_->schema_version(), 3);
   RawDb db(store_->db_path());
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2");
+  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2,3");
   EXPECT_EQ(db.QueryText("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                          "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
             "audit_log,checkpoints,clients,evaluations,participations,rounds,runs,schema_version");
@@ -290,6 +290,31 @@ TEST_F(StoreTest, CommitRoundRefusesSecondCommittedAttemptAndUnwrittenCheckpoint
   std::vector<ParticipationRecord> wrong_round = {Participation(run, 1, 0, "c")};
   ASSERT_TRUE(store_->BeginRound(bad).ok());
   EXPECT_EQ(store_->CommitRound(bad, wrong_round).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Schema 3: a committed round of a run with differential privacy keeps its sampling rate and the
+// epsilon spent so far; rounds without it read back 0 in both.
+TEST_F(StoreTest, CommittedRoundKeepsItsPrivacySpending) {
+  int64_t run = NewRun("dp", 1);
+  std::string sha = NewCheckpoint(1.0f);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  RoundRecord r = Round(run, 1, 0);
+  r.ended_at_ms = r.started_at_ms + 5;
+  r.num_reported = 1;
+  r.checkpoint = sha;
+  r.dp_sampling_rate = 0.25;
+  r.dp_epsilon = 1.75;
+  ASSERT_TRUE(store_->CommitRound(r, {}).ok());
+  ASSERT_TRUE(store_->BeginRound(Round(run, 2, 0)).ok());
+  ASSERT_TRUE(Commit(run, 2, 0, sha).ok());  // without differential privacy
+  Reopen();
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ((*rounds)[0].dp_sampling_rate, 0.25);
+  EXPECT_EQ((*rounds)[0].dp_epsilon, 1.75);
+  EXPECT_EQ((*rounds)[1].dp_sampling_rate, 0.0);
+  EXPECT_EQ((*rounds)[1].dp_epsilon, 0.0);
 }
 
 TEST_F(StoreTest, AbortInFlightRoundsAfterRestartKeepsCommittedRounds) {
@@ -601,7 +626,7 @@ TEST_F(StoreTest, AStoreOfSchemaOneMigratesAndOldEvaluationsHaveNoMetrics) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(old_dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->schema_version(), 2);
+  EXPECT_EQ((*store)->schema_version(), 3);
   ASSERT_TRUE((*store)
                   ->RecordEvaluation(1, 2, "federated", 0.5, 0.7, 60, 10,
                                      {{"accuracy", 0.7}, {"auc", 0.75}})
@@ -711,7 +736,7 @@ TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
   Store& reader = **ro;
   EXPECT_TRUE(reader.read_only());
   EXPECT_FALSE(store_->read_only());
-  EXPECT_EQ(reader.schema_version(), 2);
+  EXPECT_EQ(reader.schema_version(), 3);
   EXPECT_EQ(reader.db_path(), store_->db_path());
 
   // The writer keeps committing rounds while the reader reads; every read succeeds and sees a

@@ -10,6 +10,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -32,10 +33,24 @@ constexpr int64_t kParallelMin = 1 << 14;
 
 class HostBuffer final : public Buffer {
  public:
+  // Callers validate sizes upstream (architecture and batch caps); a request that still cannot
+  // be met is a programmer error or an exhausted host, and aborts with a message rather than
+  // writing through a null pointer.
   explicit HostBuffer(int64_t floats) : size_(floats) {
+    constexpr int64_t kMaxFloats =
+        static_cast<int64_t>((std::numeric_limits<size_t>::max() - 63) / sizeof(float));
+    if (floats < 0 || floats > kMaxFloats) {
+      std::fprintf(stderr, "cpu backend: cannot allocate %lld floats (invalid size)\n",
+                   static_cast<long long>(floats));
+      std::abort();
+    }
     const size_t bytes =
         (static_cast<size_t>(std::max<int64_t>(floats, 1)) * sizeof(float) + 63) & ~size_t{63};
     data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
+    if (data_ == nullptr) {
+      std::fprintf(stderr, "cpu backend: cannot allocate %zu bytes\n", bytes);
+      std::abort();
+    }
     std::memset(data_.get(), 0, bytes);
   }
   float* data() override { return data_.get(); }

@@ -49,6 +49,10 @@ absl::StatusOr<ModelSpec> BuiltinModelSpec(const ModelArchitecture& arch);
 // Softmax regression starts at zero.
 absl::StatusOr<Model> InitialBuiltinModel(const ModelArchitecture& arch, uint64_t seed);
 
+// FitConfig::extra key in which the server names the last round in which this client's update was
+// accepted and that round committed (0: none in this run); see BuiltinTrainerOptions::scaffold.
+inline constexpr std::string_view kScaffoldCommittedRoundKey = "scaffold_committed_round";
+
 // How a built-in trainer trains. Values the server sends in FitConfig::extra override these for
 // one round: "momentum", "weight_decay", "proximal_mu", "clip_norm".
 struct BuiltinTrainerOptions {
@@ -59,10 +63,17 @@ struct BuiltinTrainerOptions {
   float weight_decay = 0.0f;     // L2 coefficient added to the gradient
   float proximal_mu = 0.0f;      // FedProx: + mu/2 ||w - w_global||^2 on every batch
   float clip_norm = 0.0f;        // clip each batch's gradient to this L2 norm (0: off)
+  // Fit and Evaluate refuse (INVALID_ARGUMENT, naming the batch size and the bytes needed) a
+  // batch whose activations, gradients and scratch would need more backend memory than this.
+  int64_t max_batch_bytes = int64_t{4} << 30;  // 4 GiB
   // SCAFFOLD: the global model then carries the server's control variate c as extra tensors
-  // named "scaffold.c.<tensor>" (fl::ScaffoldSpec in fl/common/model.h); every local step is corrected by (c - c_i),
-  // and the update carries delta c_i = c_i+ - c_i in those same tensors (option II of the paper:
-  // c_i+ = c_i - c + (w_global - w_local) / (K lr)). c_i is kept in memory across rounds.
+  // named "scaffold.c.<tensor>" (fl::ScaffoldSpec in fl/common/model.h); every local step is
+  // corrected by (c - c_i), and the update carries delta c_i = c_i+ - c_i in those same tensors
+  // (option II of the paper: c_i+ = c_i - c + (w_global - w_local) / (K lr)). c_i is kept in
+  // memory across rounds; a Fit's c_i+ becomes c_i only once a later fit task's
+  // kScaffoldCommittedRoundKey names that Fit's round, so a retried or refused update never moves
+  // it and two Fits of one round send the same update. Without that key (a driver without the
+  // server) the previous round's Fit counts.
   bool scaffold = false;
 };
 

@@ -11,7 +11,7 @@ namespace fl::client {
 // Area under the ROC curve of `scores` (higher: more likely positive) against `positive`: the
 // probability that a random positive scores above a random negative, ties counting one half
 // (the Mann-Whitney statistic). Empty when there are no positives or no negatives, where the
-// curve is undefined. O(n log n).
+// curve is undefined, or when a score is NaN (a diverged model). O(n log n).
 std::optional<double> BinaryAuc(std::span<const float> scores, std::span<const uint8_t> positive);
 
 }  // namespace fl::client

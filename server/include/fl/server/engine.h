@@ -52,6 +52,26 @@ struct FitSettings {
   std::map<std::string, double> extra;  // strategy values sent with every fit task
 };
 
+// Differential privacy with central noise (DP-FedAvg, McMahan et al. 2018). The server clips the
+// delta of each accepted update from the round's global model to L2 norm `clip_norm`, averages
+// the clipped updates with equal weights (not by examples), and adds N(0, (z * clip_norm / n)^2)
+// to each coordinate of the mean of n (z = noise_multiplier), from OpenSSL's CSPRNG. A Renyi
+// accountant (fl/aggregation/dp/rdp_accountant.h; each round's q = sampled / online clients)
+// records the epsilon spent for `delta` with every committed round, and the run finishes before a
+// round that would take it past `epsilon_budget`. Fit tasks carry differential_privacy = true.
+struct PrivacyOptions {
+  std::string mode = "off";  // "off" or "central"
+  double noise_multiplier = 1.0;
+  double clip_norm = 1.0;
+  double delta = 1e-5;
+  double epsilon_budget = 0;  // 0: no budget (epsilon is still recorded)
+
+  bool enabled() const { return mode == "central"; }
+  // OK, or INVALID_ARGUMENT naming the key and the value (e.g. "privacy.delta must be in (0, 1),
+  // got 0"). Only checked when the mode is not "off".
+  absl::Status Validate() const;
+};
+
 struct EngineOptions {
   std::string run_name = "default";
   int32_t num_rounds = 10;
@@ -81,6 +101,7 @@ struct EngineOptions {
   int32_t eval_every = 0;
   double eval_fraction = 1.0;
   absl::Duration eval_timeout = absl::Minutes(5);
+  PrivacyOptions privacy;
   // Where updates are staged while their chunks arrive (not part of a run's configuration).
   std::string spill_dir;
 
@@ -90,6 +111,10 @@ struct EngineOptions {
   static absl::StatusOr<EngineOptions> FromJson(std::string_view json);
 };
 
+// The FitTask.config key that carries Task::client_committed_round; the client SDK reads the same
+// key (fl::client::kScaffoldCommittedRoundKey).
+inline constexpr std::string_view kScaffoldCommittedRoundKey = "scaffold_committed_round";
+
 struct Task {
   enum class Kind { kWait, kFit, kDone, kEvaluate };
   Kind kind = Kind::kWait;
@@ -97,6 +122,10 @@ struct Task {
   int32_t round = 0;
   std::string task_id;
   FitSettings fit;
+  // Fit tasks: the last round in which this client's update was accepted and that round committed
+  // (0: none in this run). Sent as FitTask.config[kScaffoldCommittedRoundKey], with every
+  // strategy, so that a SCAFFOLD client promotes only the c_i+ that the server's c counts.
+  int32_t client_committed_round = 0;
   ModelSpec spec;
   int64_t model_bytes = 0;
   std::string model_sha256;

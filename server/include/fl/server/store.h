@@ -63,6 +63,11 @@ struct RoundRecord {
   std::string checkpoint;    // SHA-256 of the aggregated model (committed rounds only)
   std::string metrics_json;  // e.g. {"train_loss": 0.5, "test_accuracy": 0.8}
   std::string reason;        // why it was aborted or failed
+  // Differential privacy (committed rounds of a run with it; 0 otherwise): the fraction of the
+  // online clients the round sampled (the accountant's q), and the epsilon the run has spent up
+  // to and including this round, for the run's delta.
+  double dp_sampling_rate = 0;
+  double dp_epsilon = 0;
 };
 
 struct ParticipationRecord {

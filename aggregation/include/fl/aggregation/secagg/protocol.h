@@ -1,0 +1,178 @@
+// The SecAgg+ protocol (Bell et al. 2020) with the double masking of Bonawitz et al. 2017, as two
+// in-process state machines that exchange the message structs below. No network: the server
+// session relays what a transport hands it; a later layer carries the structs over gRPC.
+//
+// One round, for clients 0..n-1 on the neighbour graph of `SecAggParams`:
+//   1. AdvertiseKeys: each client sends two X25519 public keys (one to encrypt shares, one to
+//      agree pairwise masks). The server returns the directory of all keys it received (U1).
+//   2. ShareKeys: each client splits its mask private key and a fresh self-mask seed into t-of-k
+//      Shamir shares, one per neighbour in U1, each encrypted with AES-256-GCM under
+//      HKDF(X25519(own cipher key, neighbour's cipher key)). The server forwards to each client the
+//      ciphertexts addressed to it; who sent them is U2.
+//   3. MaskedInput: each client sends y = encoding + PRG(self seed) + sum over neighbours v in U2
+//      of +PRG(s_uv) (u < v) or -PRG(s_uv) (u > v), modulo 2^m, with s_uv =
+//      HKDF(X25519(own mask key, v's mask key)). The server adds each y into one accumulator
+//      (memory O(model), not O(clients x model)); who sent is U3.
+//   4. Unmasking: the server tells the clients of U3 who survived (U3) and who dropped after
+//      sharing (U2 \ U3). Each reveals, per neighbour, the share of its self-mask seed (survivor)
+//      or of its mask key (dropped), never both. The server reconstructs from t shares, removes
+//      the masks and obtains the exact sum of the survivors' encodings.
+//
+// A client refuses (FAILED_PRECONDITION) to reveal both shares of one peer, or to answer twice.
+// The server fails the round (FAILED_PRECONDITION naming the client and the counts) when fewer
+// than t neighbours of a client whose mask must be removed answered. Neither class is thread-safe.
+#ifndef FL_AGGREGATION_SECAGG_PROTOCOL_H_
+#define FL_AGGREGATION_SECAGG_PROTOCOL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "fl/aggregation/secagg/params.h"
+#include "fl/aggregation/secagg/primitives.h"
+#include "fl/aggregation/secagg/shamir.h"
+
+namespace fl::secagg {
+
+// Stage 1, client -> server.
+struct KeyAdvertisement {
+  int client = -1;
+  Key32 cipher_public{};  // encrypts the shares
+  Key32 mask_public{};    // agrees the pairwise masks
+};
+
+// Stage 1, server -> every client of U1: the keys of U1, by client id.
+struct KeyDirectory {
+  std::map<int, KeyAdvertisement> keys;
+};
+
+// Stage 2, client -> server: one AES-256-GCM ciphertext per neighbour in U1, by recipient.
+struct EncryptedShares {
+  int client = -1;
+  std::map<int, Bytes> ciphertexts;
+};
+
+// Stage 2, server -> one client: the ciphertexts addressed to it, by sender (the sender's
+// neighbours in U2).
+struct ShareBundle {
+  std::map<int, Bytes> ciphertexts;
+};
+
+// Stage 3, client -> server: the masked encoding (dimension + 1 words, each < 2^m).
+struct MaskedInput {
+  int client = -1;
+  std::vector<uint64_t> words;
+};
+
+// Stage 4, server -> every client of U3.
+struct UnmaskRequest {
+  std::vector<int> survivors;  // U3: their self masks are removed
+  std::vector<int> dropped;    // U2 \ U3: their pairwise masks are removed
+};
+
+// Stage 4, client -> server: shares of neighbours' secrets, by the neighbour they belong to.
+struct UnmaskResponse {
+  int client = -1;
+  std::map<int, ShamirShare> self_seed_shares;  // of survivors
+  std::map<int, ShamirShare> mask_key_shares;   // of dropped clients
+};
+
+// What the server learns.
+struct AggregateResult {
+  std::vector<uint64_t> sum;   // sum of the survivors' encodings mod 2^m; last word: total weight
+  std::vector<float> mean;     // the dequantized weighted mean (dimension values)
+  std::vector<int> survivors;  // U3, ascending
+};
+
+class ClientSession {
+ public:
+  // INVALID_ARGUMENT for parameters ValidateSecAggParams refuses, a client id outside [0, n),
+  // or a dimension < 1. `rng` supplies every secret (keys, seeds, nonces, share polynomials).
+  static absl::StatusOr<std::unique_ptr<ClientSession>> Create(const SecAggParams& params,
+                                                               int client, size_t dimension,
+                                                               std::unique_ptr<RandomSource> rng);
+  ~ClientSession();
+  ClientSession(const ClientSession&) = delete;
+  ClientSession& operator=(const ClientSession&) = delete;
+
+  // Stage 1: fresh key pairs. FAILED_PRECONDITION when called out of order (for all stages).
+  absl::StatusOr<KeyAdvertisement> AdvertiseKeys();
+
+  // Stage 2. FAILED_PRECONDITION when the directory lacks this client's own keys as advertised,
+  // holds one public key for two clients, or holds fewer than t of this client's neighbours.
+  absl::StatusOr<EncryptedShares> ShareKeys(const KeyDirectory& directory);
+
+  // Stage 3 with an encoding already made by EncodeWeightedUpdate (dimension + 1 words).
+  // INVALID_ARGUMENT when the size is wrong or a word is >= 2^m, or a ciphertext comes from a
+  // non-neighbour or does not decrypt (DATA_LOSS); FAILED_PRECONDITION when fewer than t
+  // neighbours sent shares.
+  absl::StatusOr<MaskedInput> MaskEncodedInput(const ShareBundle& bundle,
+                                               std::span<const uint64_t> encoding);
+  // Stage 3 from the float update: EncodeWeightedUpdate with this session's randomness, then
+  // MaskEncodedInput.
+  absl::StatusOr<MaskedInput> MaskUpdate(const ShareBundle& bundle, std::span<const float> update,
+                                         uint32_t weight);
+
+  // Stage 4. FAILED_PRECONDITION when a peer is listed both as survivor and as dropped ("reveal
+  // both shares"), when this client is listed as dropped, when fewer than t of its neighbours are
+  // listed as survivors, or when it already answered.
+  absl::StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
+
+ private:
+  struct State;
+  explicit ClientSession(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+class ServerSession {
+ public:
+  // INVALID_ARGUMENT for parameters ValidateSecAggParams refuses or a dimension < 1.
+  static absl::StatusOr<std::unique_ptr<ServerSession>> Create(const SecAggParams& params,
+                                                               size_t dimension);
+  ~ServerSession();
+  ServerSession(const ServerSession&) = delete;
+  ServerSession& operator=(const ServerSession&) = delete;
+
+  // Every Receive* refuses: a client id outside [0, n) (INVALID_ARGUMENT), a message for a stage
+  // that is closed or not yet open (FAILED_PRECONDITION), a second message from one client
+  // (ALREADY_EXISTS), a client that dropped out at an earlier stage (FAILED_PRECONDITION).
+  absl::Status ReceiveKeys(const KeyAdvertisement& message);
+  // Closes stage 1. FAILED_PRECONDITION when fewer than t + 1 clients advertised.
+  absl::StatusOr<KeyDirectory> CloseAdvertiseKeys();
+
+  // INVALID_ARGUMENT when a ciphertext is addressed to a non-neighbour or a client outside U1.
+  absl::Status ReceiveShares(const EncryptedShares& message);
+  // Closes stage 2: the bundle of every client of U2, by client.
+  absl::StatusOr<std::map<int, ShareBundle>> CloseShareKeys();
+
+  // INVALID_ARGUMENT when the size is not dimension + 1 or a word is >= 2^m.
+  absl::Status ReceiveMaskedInput(const MaskedInput& message);
+  // Closes stage 3. FAILED_PRECONDITION when no client sent its masked input.
+  absl::StatusOr<UnmaskRequest> CloseMaskedInput();
+
+  // INVALID_ARGUMENT when a share belongs to a client the request did not list in that role,
+  // to a non-neighbour, or is not at the responder's point.
+  absl::Status ReceiveUnmask(const UnmaskResponse& message);
+  // Reconstructs and removes the masks. FAILED_PRECONDITION ("client 7: 4 of its neighbours
+  // revealed shares of its self-mask seed, 6 needed") when a needed secret has fewer than t
+  // shares; DATA_LOSS when a reconstructed mask key does not match the advertised public key.
+  // After a failure the session stays at the unmasking stage: more answers may still be
+  // received and Finish called again.
+  absl::StatusOr<AggregateResult> Finish();
+
+  // The masked inputs' running sum (what the server holds before unmasking).
+  std::span<const uint64_t> accumulator() const;
+
+ private:
+  struct State;
+  explicit ServerSession(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace fl::secagg
+
+#endif  // FL_AGGREGATION_SECAGG_PROTOCOL_H_

@@ -1,0 +1,298 @@
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "aggregation/internal/secagg_masking.h"
+#include "fl/aggregation/secagg/graph.h"
+#include "fl/aggregation/secagg/protocol.h"
+#include "fl/aggregation/secagg/quantization.h"
+
+namespace fl::secagg {
+
+enum class ServerStage { kAdvertise, kShare, kMask, kUnmask, kDone };
+
+struct ServerSession::State {
+  SecAggParams params;
+  size_t dimension = 0;
+  NeighborGraph graph;
+  ServerStage stage = ServerStage::kAdvertise;
+  std::map<int, KeyAdvertisement> u1;
+  std::map<int, EncryptedShares> u2;
+  std::set<int> u3;
+  std::vector<uint64_t> accumulator;
+  std::set<int> responders;                             // U4
+  std::map<int, std::vector<ShamirShare>> seed_shares;  // by survivor
+  std::map<int, std::vector<ShamirShare>> key_shares;   // by dropped client
+  std::set<int> dropped;                                // U2 \ U3
+};
+
+namespace {
+
+const char* StageName(ServerStage stage) {
+  static constexpr const char* kNames[] = {"advertise keys", "share keys", "masked input",
+                                           "unmasking", "done"};
+  return kNames[static_cast<int>(stage)];
+}
+
+absl::Status CheckStage(const char* call, ServerStage at, ServerStage want) {
+  if (at == want) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(call, " arrived while the round is at stage '",
+                                                    StageName(at), "', not '", StageName(want),
+                                                    "'"));
+}
+
+absl::Status CheckClient(int client, int n) {
+  if (client >= 0 && client < n) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("client id ", client, " is outside [0, ", n, ")"));
+}
+
+}  // namespace
+
+ServerSession::ServerSession(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ServerSession::~ServerSession() = default;
+
+absl::StatusOr<std::unique_ptr<ServerSession>> ServerSession::Create(const SecAggParams& params,
+                                                                     size_t dimension) {
+  if (absl::Status s = ValidateSecAggParams(params); !s.ok()) return s;
+  if (dimension < 1) return absl::InvalidArgumentError("dimension must be at least 1");
+  absl::StatusOr<NeighborGraph> graph =
+      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
+  if (!graph.ok()) return graph.status();
+  auto state = std::make_unique<State>();
+  state->params = params;
+  state->dimension = dimension;
+  state->graph = *std::move(graph);
+  return std::unique_ptr<ServerSession>(new ServerSession(std::move(state)));
+}
+
+absl::Status ServerSession::ReceiveKeys(const KeyAdvertisement& m) {
+  State& s = *state_;
+  if (absl::Status st = CheckClient(m.client, s.params.num_clients); !st.ok()) return st;
+  if (absl::Status st = CheckStage("AdvertiseKeys", s.stage, ServerStage::kAdvertise); !st.ok()) {
+    return st;
+  }
+  if (s.u1.count(m.client) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("client ", m.client, " already advertised keys"));
+  }
+  s.u1[m.client] = m;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<KeyDirectory> ServerSession::CloseAdvertiseKeys() {
+  State& s = *state_;
+  if (absl::Status st = CheckStage("CloseAdvertiseKeys", s.stage, ServerStage::kAdvertise);
+      !st.ok()) {
+    return st;
+  }
+  if (static_cast<int>(s.u1.size()) < s.params.threshold + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("only ", s.u1.size(),
+                     " clients advertised keys; secure aggregation needs at least "
+                     "threshold + 1 = ",
+                     s.params.threshold + 1));
+  }
+  s.stage = ServerStage::kShare;
+  return KeyDirectory{.keys = s.u1};
+}
+
+absl::Status ServerSession::ReceiveShares(const EncryptedShares& m) {
+  State& s = *state_;
+  if (absl::Status st = CheckClient(m.client, s.params.num_clients); !st.ok()) return st;
+  if (absl::Status st = CheckStage("ShareKeys", s.stage, ServerStage::kShare); !st.ok()) return st;
+  if (s.u1.count(m.client) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", m.client, " sent shares but did not advertise keys"));
+  }
+  if (s.u2.count(m.client) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("client ", m.client, " already sent its shares"));
+  }
+  for (const auto& [to, unused] : m.ciphertexts) {
+    if (!s.graph.AreNeighbors(m.client, to) || s.u1.count(to) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("client ", m.client,
+                                                     " addressed shares to client ", to,
+                                                     ", not a neighbour that advertised keys"));
+    }
+  }
+  s.u2[m.client] = m;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<int, ShareBundle>> ServerSession::CloseShareKeys() {
+  State& s = *state_;
+  if (absl::Status st = CheckStage("CloseShareKeys", s.stage, ServerStage::kShare); !st.ok()) {
+    return st;
+  }
+  std::map<int, ShareBundle> bundles;
+  for (const auto& [from, shares] : s.u2) bundles[from];  // every client of U2 gets a bundle
+  for (const auto& [from, shares] : s.u2) {
+    for (const auto& [to, sealed] : shares.ciphertexts) {
+      if (s.u2.count(to) != 0) bundles[to].ciphertexts[from] = sealed;
+    }
+  }
+  // The ciphertexts are relayed now; only the list of senders is kept.
+  for (auto& [from, shares] : s.u2) shares.ciphertexts.clear();
+  s.accumulator.assign(s.dimension + 1, 0);
+  s.stage = ServerStage::kMask;
+  return bundles;
+}
+
+absl::Status ServerSession::ReceiveMaskedInput(const MaskedInput& m) {
+  State& s = *state_;
+  if (absl::Status st = CheckClient(m.client, s.params.num_clients); !st.ok()) return st;
+  if (absl::Status st = CheckStage("MaskedInput", s.stage, ServerStage::kMask); !st.ok()) {
+    return st;
+  }
+  if (s.u2.count(m.client) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", m.client, " sent a masked input but did not share its keys"));
+  }
+  if (s.u3.count(m.client) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("client ", m.client, " already sent its masked input"));
+  }
+  if (m.words.size() != s.dimension + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("masked input of client ", m.client, " has ",
+                                                   m.words.size(), " words, expected ",
+                                                   s.dimension + 1));
+  }
+  const uint64_t mask = internal::ModulusMask(s.params.modulus_bits);
+  for (uint64_t w : m.words) {
+    if (w > mask) {
+      return absl::InvalidArgumentError(absl::StrCat("masked input of client ", m.client,
+                                                     " holds a word >= 2^", s.params.modulus_bits));
+    }
+  }
+  for (size_t i = 0; i < m.words.size(); ++i) {
+    s.accumulator[i] = (s.accumulator[i] + m.words[i]) & mask;
+  }
+  s.u3.insert(m.client);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UnmaskRequest> ServerSession::CloseMaskedInput() {
+  State& s = *state_;
+  if (absl::Status st = CheckStage("CloseMaskedInput", s.stage, ServerStage::kMask); !st.ok()) {
+    return st;
+  }
+  if (s.u3.empty()) {
+    return absl::FailedPreconditionError("no client sent its masked input");
+  }
+  UnmaskRequest request;
+  request.survivors.assign(s.u3.begin(), s.u3.end());
+  for (const auto& [id, unused] : s.u2) {
+    if (s.u3.count(id) == 0) {
+      request.dropped.push_back(id);
+      s.dropped.insert(id);
+    }
+  }
+  s.stage = ServerStage::kUnmask;
+  return request;
+}
+
+absl::Status ServerSession::ReceiveUnmask(const UnmaskResponse& m) {
+  State& s = *state_;
+  if (absl::Status st = CheckClient(m.client, s.params.num_clients); !st.ok()) return st;
+  if (absl::Status st = CheckStage("Unmask", s.stage, ServerStage::kUnmask); !st.ok()) return st;
+  if (s.u3.count(m.client) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", m.client, " answered the unmasking but is not a survivor"));
+  }
+  if (s.responders.count(m.client) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("client ", m.client, " already answered"));
+  }
+  const uint64_t point = static_cast<uint64_t>(m.client) + 1;
+  auto check = [&](int owner, const ShamirShare& share, const std::set<int>& role,
+                   const char* what) -> absl::Status {
+    if (role.count(owner) == 0 || !s.graph.AreNeighbors(m.client, owner)) {
+      return absl::InvalidArgumentError(absl::StrCat("client ", m.client, " revealed a ", what,
+                                                     " share of client ", owner,
+                                                     ", which the request did not ask for"));
+    }
+    if (share.x != point) {
+      return absl::InvalidArgumentError(absl::StrCat("client ", m.client,
+                                                     " revealed a share at "
+                                                     "point ",
+                                                     share.x, ", not its own ", point));
+    }
+    return absl::OkStatus();
+  };
+  for (const auto& [owner, share] : m.self_seed_shares) {
+    if (absl::Status st = check(owner, share, s.u3, "self-mask-seed"); !st.ok()) return st;
+  }
+  for (const auto& [owner, share] : m.mask_key_shares) {
+    if (absl::Status st = check(owner, share, s.dropped, "mask-key"); !st.ok()) return st;
+  }
+  for (const auto& [owner, share] : m.self_seed_shares) s.seed_shares[owner].push_back(share);
+  for (const auto& [owner, share] : m.mask_key_shares) s.key_shares[owner].push_back(share);
+  s.responders.insert(m.client);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<AggregateResult> ServerSession::Finish() {
+  State& s = *state_;
+  if (absl::Status st = CheckStage("Finish", s.stage, ServerStage::kUnmask); !st.ok()) return st;
+  const int t = s.params.threshold;
+  // Check every needed secret has t shares before spending time on the PRGs.
+  for (int v : s.dropped) {
+    const size_t got = s.key_shares[v].size();
+    if (got < static_cast<size_t>(t)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("client ", v, " dropped after sharing: ", got,
+                       " of its neighbours revealed shares of its mask key, ", t,
+                       " needed; the round cannot be unmasked"));
+    }
+  }
+  for (int u : s.u3) {
+    const size_t got = s.seed_shares[u].size();
+    if (got < static_cast<size_t>(t)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "client ", u, ": ", got, " of its neighbours revealed shares of its self-mask seed, ", t,
+          " needed; the round cannot be unmasked"));
+    }
+  }
+  internal::MaskAdder adder(s.params.modulus_bits);
+  // A copy: on failure the session keeps its accumulator, so late answers can still arrive
+  // and Finish can be called again.
+  std::vector<uint64_t> sum = s.accumulator;
+  for (int u : s.u3) {
+    absl::StatusOr<Key32> seed = ShamirReconstruct(s.seed_shares[u], t);
+    if (!seed.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("self-mask seed of client ", u, ": ", seed.status().message()));
+    }
+    if (absl::Status st = adder.Add(*seed, -1, sum); !st.ok()) return st;
+  }
+  for (int v : s.dropped) {
+    absl::StatusOr<Key32> key = ShamirReconstruct(s.key_shares[v], t);
+    if (!key.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("mask key of client ", v, ": ", key.status().message()));
+    }
+    absl::StatusOr<Key32> pub = X25519PublicFromPrivate(*key);
+    if (!pub.ok()) return pub.status();
+    if (*pub != s.u1[v].mask_public) {
+      return absl::DataLossError(absl::StrCat(
+          "the mask key reconstructed for client ", v,
+          " does not match its advertised public key (a neighbour revealed a wrong share)"));
+    }
+    // Survivor u added +PRG(s_uv) when u < v and -PRG(s_uv) otherwise: take it back out.
+    for (int u : s.graph.Neighbors(v)) {
+      if (s.u3.count(u) == 0) continue;
+      absl::StatusOr<Key32> seed = internal::PairwiseMaskSeed(*key, s.u1[u].mask_public);
+      if (!seed.ok()) return seed.status();
+      if (absl::Status st = adder.Add(*seed, u < v ? -1 : +1, sum); !st.ok()) return st;
+    }
+  }
+  AggregateResult result;
+  result.sum = std::move(sum);
+  result.survivors.assign(s.u3.begin(), s.u3.end());
+  absl::StatusOr<std::vector<float>> mean = DecodeWeightedMean(s.params, result.sum);
+  if (!mean.ok()) return mean.status();
+  result.mean = *std::move(mean);
+  s.stage = ServerStage::kDone;
+  return result;
+}
+
+std::span<const uint64_t> ServerSession::accumulator() const { return state_->accumulator; }
+
+}  // namespace fl::secagg

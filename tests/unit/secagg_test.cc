@@ -1,0 +1,823 @@
+// Secure aggregation math: primitives against published vectors, Shamir, the Harary graph,
+// quantization bounds, parameter refusals, and whole protocol rounds with dropouts at every stage.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <numeric>
+#include <ostream>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "fl/aggregation/secagg/graph.h"
+#include "fl/aggregation/secagg/params.h"
+#include "fl/aggregation/secagg/primitives.h"
+#include "fl/aggregation/secagg/protocol.h"
+#include "fl/aggregation/secagg/quantization.h"
+#include "fl/aggregation/secagg/shamir.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fl::secagg {
+namespace {
+
+using ::testing::HasSubstr;
+
+Bytes FromHex(std::string_view hex) {
+  const std::string raw = absl::HexStringToBytes(std::string(hex));
+  return Bytes(raw.begin(), raw.end());
+}
+Key32 Key(std::string_view hex) {
+  Bytes b = FromHex(hex);
+  Key32 k{};
+  std::memcpy(k.data(), b.data(), 32);
+  return k;
+}
+std::string Hex(std::span<const uint8_t> b) {
+  return absl::BytesToHexString(std::string(b.begin(), b.end()));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Primitives
+
+TEST(SecAggX25519Test, Rfc7748Section52FirstVector) {
+  absl::StatusOr<Key32> out =
+      X25519Agree(Key("a546e36bf0527c9d3b16154b82465edd62144c0ac1fc5a18506a2244ba449ac4"),
+                  Key("e6db6867583030db3594c1a424b15f7c726624ec26b3353b10a903a6d0ab1c4c"));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Hex(*out), "c3da55379de9c6908e94ea4df28d084f32eccf03491c71f754b4075577a28552");
+}
+
+TEST(SecAggX25519Test, Rfc7748Section61DiffieHellman) {
+  const Key32 alice = Key("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a");
+  const Key32 bob = Key("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb");
+  absl::StatusOr<Key32> alice_pub = X25519PublicFromPrivate(alice);
+  absl::StatusOr<Key32> bob_pub = X25519PublicFromPrivate(bob);
+  ASSERT_TRUE(alice_pub.ok() && bob_pub.ok());
+  EXPECT_EQ(Hex(*alice_pub), "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a");
+  EXPECT_EQ(Hex(*bob_pub), "de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f");
+  absl::StatusOr<Key32> k1 = X25519Agree(alice, *bob_pub);
+  absl::StatusOr<Key32> k2 = X25519Agree(bob, *alice_pub);
+  ASSERT_TRUE(k1.ok() && k2.ok());
+  EXPECT_EQ(Hex(*k1), "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742");
+  EXPECT_EQ(*k1, *k2);
+}
+
+TEST(SecAggX25519Test, LowOrderPeerKeyIsRefused) {
+  auto rng = MakeDeterministicRandomSource(1);
+  absl::StatusOr<X25519KeyPair> pair = GenerateX25519KeyPair(*rng);
+  ASSERT_TRUE(pair.ok());
+  const Key32 zero{};  // the point of order 4 at u = 0: the shared secret would be all zeros
+  absl::StatusOr<Key32> out = X25519Agree(pair->private_key, zero);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SecAggHkdfTest, Rfc5869TestCases1And3) {
+  const Bytes ikm(22, 0x0b);
+  absl::StatusOr<Bytes> okm1 =
+      HkdfSha256(ikm, FromHex("000102030405060708090a0b0c"), FromHex("f0f1f2f3f4f5f6f7f8f9"), 42);
+  ASSERT_TRUE(okm1.ok()) << okm1.status();
+  EXPECT_EQ(Hex(*okm1),
+            "3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf34007208d5b887185865");
+  absl::StatusOr<Bytes> okm3 = HkdfSha256(ikm, {}, {}, 42);
+  ASSERT_TRUE(okm3.ok()) << okm3.status();
+  EXPECT_EQ(Hex(*okm3),
+            "8da4e775a563c18f715f802a063c5a31b8a11f5c5ee1879ec3454e5f3c738d2d9d201395faa4b61a96c8");
+  EXPECT_EQ(HkdfSha256(ikm, {}, {}, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HkdfSha256(ikm, {}, {}, 8161).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SecAggAesGcmTest, RoundTripAndRandomNonce) {
+  auto rng = MakeOsRandomSource();
+  Key32 key{};
+  ASSERT_TRUE(rng->Fill(key).ok());
+  const Bytes plain = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  const Bytes aad = {'i', 'd'};
+  absl::StatusOr<Bytes> a = AesGcmEncrypt(key, plain, aad, *rng);
+  absl::StatusOr<Bytes> b = AesGcmEncrypt(key, plain, aad, *rng);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 12 + plain.size() + 16);
+  EXPECT_NE(*a, *b) << "two encryptions must use different nonces";
+  absl::StatusOr<Bytes> opened = AesGcmDecrypt(key, *a, aad);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(*opened, plain);
+}
+
+TEST(SecAggAesGcmTest, TamperingIsRefused) {
+  auto rng = MakeDeterministicRandomSource(7);
+  Key32 key{};
+  ASSERT_TRUE(rng->Fill(key).ok());
+  const Bytes plain(40, 0x5a);
+  const Bytes aad = {'a'};
+  absl::StatusOr<Bytes> sealed = AesGcmEncrypt(key, plain, aad, *rng);
+  ASSERT_TRUE(sealed.ok());
+  for (size_t at : {size_t{0}, size_t{12}, size_t{30}, sealed->size() - 1}) {  // nonce, body, tag
+    Bytes bad = *sealed;
+    bad[at] ^= 0x01;
+    absl::StatusOr<Bytes> out = AesGcmDecrypt(key, bad, aad);
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss) << "byte " << at;
+    EXPECT_THAT(std::string(out.status().message()), HasSubstr("authentication failed"));
+  }
+  EXPECT_EQ(AesGcmDecrypt(key, *sealed, Bytes{'b'}).status().code(), absl::StatusCode::kDataLoss);
+  Key32 other = key;
+  other[0] ^= 1;
+  EXPECT_EQ(AesGcmDecrypt(other, *sealed, aad).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(AesGcmDecrypt(key, Bytes(27, 0), aad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SecAggPrgTest, KnownAnswerAndConsistency) {
+  // AES-256-CTR, zero key, zero IV: the first block is AES-256_0(0) = dc95c078...
+  std::vector<uint32_t> w(8);
+  ASSERT_TRUE(PrgExpand32(Key32{}, w).ok());
+  uint8_t bytes[32];
+  std::memcpy(bytes, w.data(), 32);
+  EXPECT_EQ(Hex(bytes), "dc95c078a2408989ad48a21492842087530f8afbc74536b9a963b4f1c4cb738b");
+  // Same seed, same stream; a prefix of a longer expansion; 64-bit words are pairs of 32-bit ones.
+  Key32 seed{};
+  seed[3] = 9;
+  std::vector<uint32_t> a(1000), b(10);
+  std::vector<uint64_t> c(500);
+  ASSERT_TRUE(PrgExpand32(seed, a).ok());
+  ASSERT_TRUE(PrgExpand32(seed, b).ok());
+  ASSERT_TRUE(PrgExpand64(seed, c).ok());
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin()));
+  EXPECT_EQ(c[7], (uint64_t{a[15]} << 32) | a[14]);
+  seed[3] = 10;
+  std::vector<uint32_t> d(1000);
+  ASSERT_TRUE(PrgExpand32(seed, d).ok());
+  EXPECT_NE(a, d);
+}
+
+TEST(SecAggRandomSourceTest, DeterministicSourceRepeatsAndOsSourceDoesNot) {
+  auto a = MakeDeterministicRandomSource(42);
+  auto b = MakeDeterministicRandomSource(42);
+  auto c = MakeDeterministicRandomSource(43);
+  Bytes x(64), y(64), z(64), x2(64);
+  ASSERT_TRUE(a->Fill(x).ok() && b->Fill(y).ok() && c->Fill(z).ok() && a->Fill(x2).ok());
+  EXPECT_EQ(x, y);
+  EXPECT_NE(x, z);
+  EXPECT_NE(x, x2) << "successive draws must continue the stream";
+  auto os = MakeOsRandomSource();
+  Bytes p(32), q(32);
+  ASSERT_TRUE(os->Fill(p).ok() && os->Fill(q).ok());
+  EXPECT_NE(p, q);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shamir
+
+TEST(SecAggShamirTest, AnyThresholdSubsetReconstructs) {
+  auto rng = MakeDeterministicRandomSource(3);
+  Key32 secret{};
+  ASSERT_TRUE(rng->Fill(secret).ok());
+  secret[31] = 0xff;  // the last (4-byte) piece at its maximum
+  std::vector<uint64_t> xs;
+  for (uint64_t x = 1; x <= 12; ++x) xs.push_back(x * 1000003);
+  absl::StatusOr<std::vector<ShamirShare>> shares = ShamirSplit(secret, 7, xs, *rng);
+  ASSERT_TRUE(shares.ok()) << shares.status();
+  std::mt19937_64 pick(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<ShamirShare> subset = *shares;
+    std::shuffle(subset.begin(), subset.end(), pick);
+    subset.resize(7 + trial % 5);
+    absl::StatusOr<Key32> got = ShamirReconstruct(subset, 7);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, secret);
+  }
+  // t - 1 shares plus a share of another secret do not give the secret back.
+  Key32 other = secret;
+  other[0] ^= 1;
+  absl::StatusOr<std::vector<ShamirShare>> other_shares = ShamirSplit(other, 7, xs, *rng);
+  ASSERT_TRUE(other_shares.ok());
+  std::vector<ShamirShare> mixed(shares->begin(), shares->begin() + 6);
+  mixed.push_back((*other_shares)[6]);
+  absl::StatusOr<Key32> mixed_out = ShamirReconstruct(mixed, 7);
+  EXPECT_TRUE(!mixed_out.ok() || *mixed_out != secret);
+}
+
+TEST(SecAggShamirTest, RefusesTooFewAndDuplicateShares) {
+  auto rng = MakeDeterministicRandomSource(4);
+  const Key32 secret{1, 2, 3};
+  const std::vector<uint64_t> xs = {1, 2, 3, 4, 5};
+  absl::StatusOr<std::vector<ShamirShare>> shares = ShamirSplit(secret, 3, xs, *rng);
+  ASSERT_TRUE(shares.ok());
+  absl::StatusOr<Key32> few = ShamirReconstruct(std::span(*shares).first(2), 3);
+  EXPECT_EQ(few.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(few.status().message()), HasSubstr("needs 3 shares, got 2"));
+  std::vector<ShamirShare> dup = {(*shares)[0], (*shares)[1], (*shares)[1]};
+  absl::StatusOr<Key32> d = ShamirReconstruct(dup, 3);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("same point"));
+  const std::vector<uint64_t> bad_points = {1, 0, 3};
+  EXPECT_FALSE(ShamirSplit(secret, 2, bad_points, *rng).ok());
+  const std::vector<uint64_t> dup_points = {1, 2, 2};
+  EXPECT_FALSE(ShamirSplit(secret, 2, dup_points, *rng).ok());
+  EXPECT_FALSE(ShamirSplit(secret, 6, xs, *rng).ok());
+  // Serialization round trip.
+  Bytes wire;
+  AppendShare((*shares)[2], wire);
+  absl::StatusOr<ShamirShare> parsed = ParseShare(wire);
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(*parsed, (*shares)[2]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Harary graph
+
+TEST(SecAggNeighborGraphTest, IsKRegularSymmetricAndShuffled) {
+  for (auto [n, k] :
+       std::vector<std::pair<int, int>>{{30, 20}, {100, 22}, {10, 9}, {11, 10}, {8, 3}, {50, 2}}) {
+    absl::StatusOr<NeighborGraph> g = NeighborGraph::Make(n, k, 99);
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (int u = 0; u < n; ++u) {
+      const std::vector<int>& nb = g->Neighbors(u);
+      EXPECT_EQ(static_cast<int>(nb.size()), k) << "n=" << n << " k=" << k << " u=" << u;
+      for (int v : nb) {
+        EXPECT_NE(v, u);
+        EXPECT_TRUE(g->AreNeighbors(v, u)) << u << "-" << v << " not symmetric";
+      }
+    }
+  }
+  absl::StatusOr<NeighborGraph> a = NeighborGraph::Make(40, 6, 1);
+  absl::StatusOr<NeighborGraph> b = NeighborGraph::Make(40, 6, 1);
+  absl::StatusOr<NeighborGraph> c = NeighborGraph::Make(40, 6, 2);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  int same_ab = 0, same_ac = 0;
+  for (int u = 0; u < 40; ++u) {
+    same_ab += a->Neighbors(u) == b->Neighbors(u);
+    same_ac += a->Neighbors(u) == c->Neighbors(u);
+  }
+  EXPECT_EQ(same_ab, 40);
+  EXPECT_LT(same_ac, 10) << "another seed must give another labelling";
+  // Without shuffling, client 0's neighbours would be {1, 2, 3, 37, 38, 39}.
+  EXPECT_NE(a->Neighbors(0), (std::vector<int>{1, 2, 3, 37, 38, 39}));
+  EXPECT_FALSE(NeighborGraph::Make(9, 3, 0).ok());  // n * k odd
+  EXPECT_FALSE(NeighborGraph::Make(5, 5, 0).ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantization and parameters
+
+TEST(SecAggQuantizationTest, ClipsAndStaysInRange) {
+  auto rng = MakeDeterministicRandomSource(8);
+  const std::vector<float> v = {-100.f, -2.f, 0.f, 2.f, 100.f, INFINITY, -INFINITY};
+  absl::StatusOr<std::vector<uint64_t>> q = Quantize(v, 2.0, 10, *rng);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ((*q)[0], 0u);
+  EXPECT_EQ((*q)[1], 0u);
+  EXPECT_EQ((*q)[3], 1023u);
+  EXPECT_EQ((*q)[4], 1023u);
+  EXPECT_EQ((*q)[5], 1023u);
+  EXPECT_EQ((*q)[6], 0u);
+  const std::vector<float> nan = {0.f, NAN};
+  absl::StatusOr<std::vector<uint64_t>> bad = Quantize(nan, 2.0, 10, *rng);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("value 1"));
+}
+
+TEST(SecAggQuantizationTest, StochasticRoundingIsUnbiased) {
+  auto rng = MakeDeterministicRandomSource(9);
+  const int bits = 4;  // coarse: step = 2 * 1 / 15
+  const std::vector<float> v(100000, 0.3f);
+  absl::StatusOr<std::vector<uint64_t>> q = Quantize(v, 1.0, bits, *rng);
+  ASSERT_TRUE(q.ok());
+  double mean = 0;
+  for (uint64_t x : *q) mean += static_cast<double>(x);
+  mean /= static_cast<double>(q->size());
+  const double step = QuantizationStep(1.0, bits);
+  // Deterministic rounding would give 10 * step - 1 = 0.333; the mean must be 0.3 within 5 sigma
+  // of a Bernoulli mean (sigma <= step / 2 / sqrt(N)).
+  EXPECT_NEAR(mean * step - 1.0, 0.3, 5 * step / 2 / std::sqrt(100000.0));
+}
+
+TEST(SecAggQuantizationTest, WeightedMeanWithinBound) {
+  SecAggParams p;
+  p.num_clients = 50;
+  p.num_neighbors = 10;
+  p.threshold = 6;
+  p.clip_range = 1.5;
+  p.quantization_bits = 12;  // coarse, so the bound is visible
+  p.max_weight = 1000;
+  ASSERT_TRUE(ValidateSecAggParams(p).ok());
+  auto rng = MakeDeterministicRandomSource(10);
+  std::mt19937_64 gen(10);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  const size_t dim = 3000;
+  std::vector<uint64_t> sum(dim + 1, 0);
+  std::vector<double> reference(dim, 0);
+  double total = 0;
+  for (int c = 0; c < p.num_clients; ++c) {
+    std::vector<float> x(dim);
+    for (float& v : x) v = normal(gen);
+    const uint32_t w = 1 + static_cast<uint32_t>(gen() % 1000);
+    absl::StatusOr<std::vector<uint64_t>> e = EncodeWeightedUpdate(p, x, w, *rng);
+    ASSERT_TRUE(e.ok()) << e.status();
+    for (size_t i = 0; i <= dim; ++i) sum[i] = (sum[i] + (*e)[i]) & 0xffffffffu;
+    for (size_t i = 0; i < dim; ++i) reference[i] += w * std::clamp<double>(x[i], -1.5, 1.5);
+    total += w;
+  }
+  absl::StatusOr<std::vector<float>> mean = DecodeWeightedMean(p, sum);
+  ASSERT_TRUE(mean.ok());
+  const double bound = QuantizationErrorBound(p.clip_range, p.quantization_bits);
+  double worst = 0;
+  for (size_t i = 0; i < dim; ++i)
+    worst = std::max(worst, std::abs((*mean)[i] - reference[i] / total));
+  EXPECT_LE(worst, bound);
+  EXPECT_GT(worst, bound / 100) << "the error must be the quantization's, not zero";
+  EXPECT_EQ(EncodeWeightedUpdate(p, std::vector<float>(3), 0, *rng).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(EncodeWeightedUpdate(p, std::vector<float>(3), 1001, *rng).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SecAggParamsTest, DefaultsAreValidAndDerivedFromN) {
+  for (int n : {3, 10, 16, 17, 30, 100, 1000}) {
+    absl::StatusOr<SecAggParams> p = DefaultSecAggParams(n);
+    ASSERT_TRUE(p.ok()) << n << ": " << p.status();
+    EXPECT_TRUE(ValidateSecAggParams(*p).ok());
+    EXPECT_GT(p->threshold, p->num_neighbors / 2);
+    EXPECT_GE(p->quantization_bits, 8);
+  }
+  EXPECT_EQ(DefaultSecAggParams(10)->num_neighbors, 9);
+  EXPECT_EQ(DefaultSecAggParams(100)->num_neighbors, 20);
+  EXPECT_EQ(DefaultSecAggParams(100)->threshold, 11);
+  EXPECT_EQ(DefaultSecAggParams(100)->quantization_bits, 15);  // 100 * 1000 * (2^15-1) < 2^32
+  EXPECT_EQ(DefaultSecAggParams(2).status().code(), absl::StatusCode::kInvalidArgument);
+  // 10^5 clients at weight 1000 leave no 8-bit quantization under 2^32; 2^64 fits.
+  EXPECT_EQ(DefaultSecAggParams(100000).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(DefaultSecAggParams(100000, 64).ok());
+}
+
+TEST(SecAggParamsTest, RefusesNoPrivacyAndOverflow) {
+  SecAggParams p = *DefaultSecAggParams(30);
+  SecAggParams q = p;
+  q.threshold = q.num_neighbors / 2;
+  absl::Status s = ValidateSecAggParams(q);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("no privacy"));
+  q = p;
+  q.quantization_bits = 22;  // 30 * 1000 * (2^22 - 1) > 2^32
+  s = ValidateSecAggParams(q);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("wrap the modulus"));
+  q.modulus_bits = 64;
+  EXPECT_TRUE(ValidateSecAggParams(q).ok());
+  q = p;
+  q.modulus_bits = 48;
+  EXPECT_THAT(std::string(ValidateSecAggParams(q).message()), HasSubstr("modulus_bits"));
+  q = p;
+  q.num_clients = 31;
+  q.num_neighbors = 15;
+  q.threshold = 8;
+  EXPECT_THAT(std::string(ValidateSecAggParams(q).message()), HasSubstr("both odd"));
+  q = p;
+  q.clip_range = 0;
+  EXPECT_THAT(std::string(ValidateSecAggParams(q).message()), HasSubstr("clip_range"));
+  q = p;
+  q.threshold = q.num_neighbors + 1;
+  EXPECT_THAT(std::string(ValidateSecAggParams(q).message()), HasSubstr("exceeds"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// The protocol
+
+enum class DropAt { kNone, kBeforeSharing, kAfterSharing, kBeforeMaskedInput, kDuringUnmasking };
+
+std::string Name(DropAt at) {
+  switch (at) {
+    case DropAt::kNone:
+      return "None";
+    case DropAt::kBeforeSharing:
+      return "BeforeSharing";
+    case DropAt::kAfterSharing:
+      return "AfterSharing";
+    case DropAt::kBeforeMaskedInput:
+      return "BeforeMaskedInput";
+    case DropAt::kDuringUnmasking:
+      return "DuringUnmasking";
+  }
+  return "?";
+}
+
+void PrintTo(DropAt at, std::ostream* os) { *os << Name(at); }
+
+struct Federation {
+  SecAggParams params;
+  size_t dim = 0;
+  std::vector<std::vector<float>> updates;
+  std::vector<uint32_t> weights;
+  std::vector<std::vector<uint64_t>> encodings;
+  std::vector<std::unique_ptr<ClientSession>> clients;
+  std::unique_ptr<ServerSession> server;
+};
+
+Federation MakeFederation(const SecAggParams& params, size_t dim, uint64_t seed) {
+  Federation f;
+  f.params = params;
+  f.dim = dim;
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  auto rounding = MakeDeterministicRandomSource(seed + 1000);
+  for (int c = 0; c < params.num_clients; ++c) {
+    std::vector<float> x(dim);
+    for (float& v : x) v = normal(gen);
+    f.updates.push_back(x);
+    f.weights.push_back(1 + static_cast<uint32_t>(gen() % params.max_weight));
+    f.encodings.push_back(*EncodeWeightedUpdate(params, x, f.weights.back(), *rounding));
+    f.clients.push_back(
+        *ClientSession::Create(params, c, dim, MakeDeterministicRandomSource(seed * 1000 + c)));
+  }
+  f.server = *ServerSession::Create(params, dim);
+  return f;
+}
+
+// Runs one round; the clients in drops[stage] vanish at that stage. Returns the server's result.
+absl::StatusOr<AggregateResult> RunRound(Federation& f,
+                                         const std::map<DropAt, std::set<int>>& drops,
+                                         std::vector<MaskedInput>* masked_out = nullptr) {
+  const int n = f.params.num_clients;
+  auto gone = [&](int c, DropAt stage) {
+    auto it = drops.find(stage);
+    return it != drops.end() && it->second.count(c) != 0;
+  };
+  for (int c = 0; c < n; ++c) {
+    absl::StatusOr<KeyAdvertisement> adv = f.clients[c]->AdvertiseKeys();
+    if (!adv.ok()) return adv.status();
+    if (absl::Status s = f.server->ReceiveKeys(*adv); !s.ok()) return s;
+  }
+  absl::StatusOr<KeyDirectory> dir = f.server->CloseAdvertiseKeys();
+  if (!dir.ok()) return dir.status();
+  for (int c = 0; c < n; ++c) {
+    if (gone(c, DropAt::kBeforeSharing)) continue;
+    absl::StatusOr<EncryptedShares> shares = f.clients[c]->ShareKeys(*dir);
+    if (!shares.ok()) return shares.status();
+    if (absl::Status s = f.server->ReceiveShares(*shares); !s.ok()) return s;
+  }
+  absl::StatusOr<std::map<int, ShareBundle>> bundles = f.server->CloseShareKeys();
+  if (!bundles.ok()) return bundles.status();
+  for (auto& [c, bundle] : *bundles) {
+    if (gone(c, DropAt::kAfterSharing)) continue;  // never receives its bundle
+    absl::StatusOr<MaskedInput> masked = f.clients[c]->MaskEncodedInput(bundle, f.encodings[c]);
+    if (!masked.ok()) return masked.status();
+    if (gone(c, DropAt::kBeforeMaskedInput)) continue;  // computed, never arrives
+    if (masked_out != nullptr) masked_out->push_back(*masked);
+    if (absl::Status s = f.server->ReceiveMaskedInput(*masked); !s.ok()) return s;
+  }
+  absl::StatusOr<UnmaskRequest> request = f.server->CloseMaskedInput();
+  if (!request.ok()) return request.status();
+  for (int c : request->survivors) {
+    if (gone(c, DropAt::kDuringUnmasking)) continue;
+    absl::StatusOr<UnmaskResponse> response = f.clients[c]->Unmask(*request);
+    if (!response.ok()) return response.status();
+    if (absl::Status s = f.server->ReceiveUnmask(*response); !s.ok()) return s;
+  }
+  return f.server->Finish();
+}
+
+absl::StatusOr<AggregateResult> RunRound(Federation& f, DropAt at, const std::set<int>& drop,
+                                         std::vector<MaskedInput>* masked_out = nullptr) {
+  return RunRound(f, std::map<DropAt, std::set<int>>{{at, drop}}, masked_out);
+}
+
+// The plain sum modulo 2^32 of the encodings of `survivors`.
+std::vector<uint64_t> PlainSum32(const Federation& f, const std::vector<int>& survivors) {
+  std::vector<uint64_t> sum(f.dim + 1, 0);
+  for (int c : survivors) {
+    for (size_t i = 0; i <= f.dim; ++i) sum[i] = (sum[i] + f.encodings[c][i]) & 0xffffffffu;
+  }
+  return sum;
+}
+
+// 30 clients on a 20-regular graph with t = 11: any 9 dropped clients leave every client at
+// least 11 live neighbours, so each case below must succeed.
+SecAggParams ProtocolParams() {
+  SecAggParams p = *DefaultSecAggParams(30);
+  p.num_neighbors = 20;
+  p.threshold = 11;
+  p.clip_range = 2.0;  // N(0, 1) updates: some values are clipped
+  p.graph_seed = 1234;
+  return p;
+}
+
+class SecAggDropoutTest : public ::testing::TestWithParam<std::tuple<DropAt, double>> {};
+
+TEST_P(SecAggDropoutTest, AggregateIsExactAndWithinBoundOfFedAvg) {
+  const auto [at, fraction] = GetParam();
+  const SecAggParams params = ProtocolParams();
+  ASSERT_TRUE(ValidateSecAggParams(params).ok());
+  const size_t dim = 2000;
+  Federation f = MakeFederation(params, dim, 77);
+  std::set<int> drop;
+  std::vector<int> order(params.num_clients);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 pick(static_cast<uint64_t>(fraction * 100) + static_cast<uint64_t>(at));
+  std::shuffle(order.begin(), order.end(), pick);
+  const int dropped = static_cast<int>(std::lround(fraction * params.num_clients));
+  drop.insert(order.begin(), order.begin() + dropped);
+
+  absl::StatusOr<AggregateResult> result = RunRound(f, at, drop);
+  ASSERT_TRUE(result.ok()) << result.status();
+
+  // Survivors: everyone but those dropped before their masked input arrived.
+  std::vector<int> survivors;
+  for (int c = 0; c < params.num_clients; ++c) {
+    if (at == DropAt::kDuringUnmasking || drop.count(c) == 0) survivors.push_back(c);
+  }
+  EXPECT_EQ(result->survivors, survivors);
+  // Exact: the plain sum of the survivors' encodings modulo 2^32.
+  std::vector<uint64_t> expected(dim + 1, 0);
+  for (int c : survivors) {
+    for (size_t i = 0; i <= dim; ++i) expected[i] = (expected[i] + f.encodings[c][i]) & 0xffffffffu;
+  }
+  ASSERT_EQ(result->sum.size(), expected.size());
+  EXPECT_TRUE(result->sum == expected) << "the unmasked sum differs from the plain sum";
+  // Within the quantization bound of the survivors' FedAvg of the clipped updates.
+  double total = 0;
+  for (int c : survivors) total += f.weights[c];
+  const double bound = QuantizationErrorBound(params.clip_range, params.quantization_bits);
+  double worst = 0;
+  for (size_t i = 0; i < dim; ++i) {
+    double ref = 0;
+    for (int c : survivors) {
+      ref +=
+          f.weights[c] * std::clamp<double>(f.updates[c][i], -params.clip_range, params.clip_range);
+    }
+    worst = std::max(worst, std::abs(result->mean[i] - ref / total));
+  }
+  EXPECT_LE(worst, bound);
+}
+
+INSTANTIATE_TEST_SUITE_P(SecAggStages, SecAggDropoutTest,
+                         ::testing::Values(std::make_tuple(DropAt::kNone, 0.0),
+                                           std::make_tuple(DropAt::kBeforeSharing, 0.1),
+                                           std::make_tuple(DropAt::kBeforeSharing, 0.3),
+                                           std::make_tuple(DropAt::kAfterSharing, 0.1),
+                                           std::make_tuple(DropAt::kAfterSharing, 0.3),
+                                           std::make_tuple(DropAt::kBeforeMaskedInput, 0.1),
+                                           std::make_tuple(DropAt::kBeforeMaskedInput, 0.3),
+                                           std::make_tuple(DropAt::kDuringUnmasking, 0.1),
+                                           std::make_tuple(DropAt::kDuringUnmasking, 0.3)),
+                         [](const auto& info) {
+                           return Name(std::get<0>(info.param)) + "_" +
+                                  std::to_string(static_cast<int>(std::get<1>(info.param) * 100)) +
+                                  "pct";
+                         });
+
+TEST(SecAggProtocolTest, Modulus64IsExact) {
+  SecAggParams p = *DefaultSecAggParams(12, 64);
+  p.quantization_bits = 30;
+  ASSERT_TRUE(ValidateSecAggParams(p).ok());
+  Federation f = MakeFederation(p, 500, 5);
+  absl::StatusOr<AggregateResult> result = RunRound(f, DropAt::kBeforeMaskedInput, {3});
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::vector<uint64_t> expected(501, 0);
+  for (int c = 0; c < 12; ++c) {
+    if (c == 3) continue;
+    for (size_t i = 0; i <= 500; ++i) expected[i] += f.encodings[c][i];
+  }
+  EXPECT_TRUE(result->sum == expected);
+}
+
+TEST(SecAggProtocolTest, DropoutsAtEveryStageInOneRound) {
+  // 50 clients, k = 30, t = 16: three clients vanish at each of the four stages (24 % in all);
+  // every neighbourhood keeps at least 18 of 30.
+  SecAggParams params = *DefaultSecAggParams(50);
+  params.num_neighbors = 30;
+  params.threshold = 16;
+  params.graph_seed = 5;
+  ASSERT_TRUE(ValidateSecAggParams(params).ok());
+  Federation f = MakeFederation(params, 300, 21);
+  const std::map<DropAt, std::set<int>> drops = {{DropAt::kBeforeSharing, {1, 17, 33}},
+                                                 {DropAt::kAfterSharing, {4, 20, 36}},
+                                                 {DropAt::kBeforeMaskedInput, {9, 25, 41}},
+                                                 {DropAt::kDuringUnmasking, {12, 28, 44}}};
+  absl::StatusOr<AggregateResult> result = RunRound(f, drops);
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::vector<int> survivors;
+  for (int c = 0; c < 50; ++c) {
+    bool lost = false;
+    for (DropAt at : {DropAt::kBeforeSharing, DropAt::kAfterSharing, DropAt::kBeforeMaskedInput}) {
+      lost = lost || drops.at(at).count(c) != 0;
+    }
+    if (!lost) survivors.push_back(c);
+  }
+  EXPECT_EQ(result->survivors, survivors);
+  EXPECT_TRUE(result->sum == PlainSum32(f, survivors));
+}
+
+TEST(SecAggProtocolTest, FailsWhenFewerThanThresholdHoldersOfADroppedKeyAnswer) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 100, 15);
+  absl::StatusOr<NeighborGraph> graph =
+      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
+  // Client 29 never sends its masked input; 10 of its 20 neighbours then vanish during
+  // unmasking, so only 10 < t = 11 shares of its mask key arrive.
+  const std::vector<int>& nb = graph->Neighbors(29);
+  const std::set<int> vanish(nb.end() - 10, nb.end());
+  absl::StatusOr<AggregateResult> result =
+      RunRound(f, {{DropAt::kBeforeMaskedInput, {29}}, {DropAt::kDuringUnmasking, vanish}});
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("client 29 dropped after sharing: 10 of its neighbours revealed shares of "
+                        "its mask key, 11 needed"));
+}
+
+TEST(SecAggProtocolTest, FailsWhenFewerThanThresholdNeighboursAnswer) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 100, 8);
+  absl::StatusOr<NeighborGraph> graph =
+      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
+  ASSERT_TRUE(graph.ok());
+  // Ten of client 0's twenty neighbours vanish during unmasking: 10 shares < t = 11.
+  const std::vector<int>& nb = graph->Neighbors(0);
+  const std::set<int> drop(nb.begin(), nb.begin() + 10);
+  absl::StatusOr<AggregateResult> result = RunRound(f, DropAt::kDuringUnmasking, drop);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("client 0: 10 of its neighbours revealed shares of its self-mask seed, "
+                        "11 needed"));
+}
+
+TEST(SecAggProtocolTest, ClientRefusesWithTooFewNeighboursSharing) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 9);
+  absl::StatusOr<NeighborGraph> graph =
+      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
+  const std::vector<int>& nb = graph->Neighbors(0);
+  const std::set<int> drop(nb.begin(), nb.begin() + 10);
+  absl::StatusOr<AggregateResult> result = RunRound(f, DropAt::kBeforeSharing, drop);
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("client 0: only 10 neighbours shared their keys"));
+}
+
+// Drives a round up to the unmask request; returns it.
+UnmaskRequest UpToUnmask(Federation& f, std::set<int> vanish_before_input) {
+  for (int c = 0; c < f.params.num_clients; ++c) {
+    EXPECT_TRUE(f.server->ReceiveKeys(*f.clients[c]->AdvertiseKeys()).ok());
+  }
+  KeyDirectory dir = *f.server->CloseAdvertiseKeys();
+  for (int c = 0; c < f.params.num_clients; ++c) {
+    EXPECT_TRUE(f.server->ReceiveShares(*f.clients[c]->ShareKeys(dir)).ok());
+  }
+  std::map<int, ShareBundle> bundles = *f.server->CloseShareKeys();
+  for (auto& [c, bundle] : bundles) {
+    absl::StatusOr<MaskedInput> m = f.clients[c]->MaskEncodedInput(bundle, f.encodings[c]);
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (vanish_before_input.count(c) == 0) {
+      EXPECT_TRUE(f.server->ReceiveMaskedInput(*m).ok());
+    }
+  }
+  return *f.server->CloseMaskedInput();
+}
+
+TEST(SecAggProtocolTest, ClientRefusesToRevealBothSharesOfOnePeer) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 10);
+  UnmaskRequest honest = UpToUnmask(f, {});
+  absl::StatusOr<NeighborGraph> graph =
+      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
+  const int peer = graph->Neighbors(4)[0];
+  UnmaskRequest evil = honest;
+  evil.dropped.push_back(peer);  // also "dropped": asks for its mask key and its self seed
+  absl::StatusOr<UnmaskResponse> refused = f.clients[4]->Unmask(evil);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("asks for both the self-mask-seed share and the mask-key share of client " +
+                        std::to_string(peer)));
+  // Asking it as a dropped client is refused too; the honest request still works once.
+  UnmaskRequest self_dropped = honest;
+  self_dropped.survivors.erase(
+      std::find(self_dropped.survivors.begin(), self_dropped.survivors.end(), 4));
+  self_dropped.dropped.push_back(4);
+  EXPECT_EQ(f.clients[4]->Unmask(self_dropped).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<UnmaskResponse> ok = f.clients[4]->Unmask(honest);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->self_seed_shares.size(), 20u);
+  EXPECT_TRUE(ok->mask_key_shares.empty());
+  // A second request, whatever it asks, is refused: shares are revealed once.
+  UnmaskRequest later = honest;
+  later.survivors.erase(std::find(later.survivors.begin(), later.survivors.end(), peer));
+  later.dropped = {peer};
+  absl::StatusOr<UnmaskResponse> again = f.clients[4]->Unmask(later);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(again.status().message()), HasSubstr("out of order"));
+}
+
+TEST(SecAggProtocolTest, TamperedRelayedShareIsRefused) {
+  const SecAggParams params = *DefaultSecAggParams(8);
+  Federation f = MakeFederation(params, 20, 11);
+  for (int c = 0; c < 8; ++c)
+    ASSERT_TRUE(f.server->ReceiveKeys(*f.clients[c]->AdvertiseKeys()).ok());
+  KeyDirectory dir = *f.server->CloseAdvertiseKeys();
+  for (int c = 0; c < 8; ++c)
+    ASSERT_TRUE(f.server->ReceiveShares(*f.clients[c]->ShareKeys(dir)).ok());
+  std::map<int, ShareBundle> bundles = *f.server->CloseShareKeys();
+  ShareBundle bad = bundles[2];
+  bad.ciphertexts.begin()->second[20] ^= 0x80;
+  absl::StatusOr<MaskedInput> m = f.clients[2]->MaskEncodedInput(bad, f.encodings[2]);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(m.status().message()), HasSubstr("authentication failed"));
+  // A bundle relayed to the wrong client does not open either.
+  absl::StatusOr<MaskedInput> wrong = f.clients[2]->MaskEncodedInput(bundles[3], f.encodings[2]);
+  EXPECT_FALSE(wrong.ok());
+}
+
+TEST(SecAggProtocolTest, ServerRefusesOutOfOrderDuplicateAndUnknownMessages) {
+  const SecAggParams params = *DefaultSecAggParams(5);
+  Federation f = MakeFederation(params, 10, 12);
+  KeyAdvertisement a0 = *f.clients[0]->AdvertiseKeys();
+  ASSERT_TRUE(f.server->ReceiveKeys(a0).ok());
+  EXPECT_EQ(f.server->ReceiveKeys(a0).code(), absl::StatusCode::kAlreadyExists);
+  KeyAdvertisement stranger = a0;
+  stranger.client = 5;
+  EXPECT_EQ(f.server->ReceiveKeys(stranger).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.server->ReceiveMaskedInput(MaskedInput{.client = 0, .words = {}}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.server->CloseAdvertiseKeys().status().code(),
+            absl::StatusCode::kFailedPrecondition);  // 1 < t + 1 clients
+  EXPECT_EQ(f.clients[1]->ShareKeys(KeyDirectory{}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // before AdvertiseKeys
+}
+
+TEST(SecAggProtocolTest, LateUnmaskAnswersLetAFailedFinishSucceed) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 200, 16);
+  absl::StatusOr<NeighborGraph> graph =
+      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
+  UnmaskRequest request = UpToUnmask(f, {});
+  const std::vector<int>& nb = graph->Neighbors(0);
+  const std::set<int> late(nb.begin(), nb.begin() + 10);
+  for (int c : request.survivors) {
+    if (late.count(c) != 0) continue;
+    ASSERT_TRUE(f.server->ReceiveUnmask(*f.clients[c]->Unmask(request)).ok());
+  }
+  EXPECT_EQ(f.server->Finish().status().code(), absl::StatusCode::kFailedPrecondition);
+  for (int c : late) ASSERT_TRUE(f.server->ReceiveUnmask(*f.clients[c]->Unmask(request)).ok());
+  absl::StatusOr<AggregateResult> result = f.server->Finish();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->sum == PlainSum32(f, request.survivors));
+}
+
+TEST(SecAggProtocolTest, WrongRevealedMaskKeyShareIsDetected) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 14);
+  absl::StatusOr<NeighborGraph> graph =
+      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
+  const int victim = 7;  // drops before its masked input; its mask key must be rebuilt
+  UnmaskRequest request = UpToUnmask(f, {victim});
+  ASSERT_EQ(request.dropped, std::vector<int>{victim});
+  bool corrupted = false;
+  for (int c : request.survivors) {
+    absl::StatusOr<UnmaskResponse> r = f.clients[c]->Unmask(request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    if (!corrupted && r->mask_key_shares.count(victim) != 0) {
+      r->mask_key_shares[victim].y[0] = (r->mask_key_shares[victim].y[0] + 1) % kShamirPrime;
+      corrupted = true;  // the first share the server receives: used in the reconstruction
+    }
+    ASSERT_TRUE(f.server->ReceiveUnmask(*r).ok());
+  }
+  ASSERT_TRUE(corrupted);
+  absl::StatusOr<AggregateResult> result = f.server->Finish();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("client 7"));
+}
+
+// Chi-square statistic of the top 4 bits of 32-bit words over 16 bins.
+double ChiSquareHighBits(std::span<const uint64_t> words) {
+  std::vector<double> bins(16, 0);
+  for (uint64_t w : words) bins[(w >> 28) & 15] += 1;
+  const double expected = static_cast<double>(words.size()) / 16;
+  double chi2 = 0;
+  for (double b : bins) chi2 += (b - expected) * (b - expected) / expected;
+  return chi2;
+}
+
+TEST(SecAggProtocolTest, WhatTheServerHoldsForOneClientIsUniform) {
+  const SecAggParams params = ProtocolParams();
+  const size_t dim = 4000;
+  Federation f = MakeFederation(params, dim, 13);
+  std::vector<MaskedInput> masked;
+  absl::StatusOr<AggregateResult> result = RunRound(f, DropAt::kNone, {}, &masked);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(masked.size(), 30u);
+  const MaskedInput& one = masked[0];
+  // 15 degrees of freedom: 37.7 is the 0.999 quantile. The encoding itself (w * q < 1000 * 2^17
+  // < 2^27 per client) sits in the lowest bin.
+  const double masked_chi2 = ChiSquareHighBits(std::span(one.words).first(dim));
+  const double plain_chi2 = ChiSquareHighBits(std::span(f.encodings[one.client]).first(dim));
+  EXPECT_LT(masked_chi2, 37.7);
+  EXPECT_GT(plain_chi2, 1000.0);
+  // And the masked words are not correlated with the encoding: their low bits differ as often as
+  // chance says (about half).
+  int same_low_bit = 0;
+  for (size_t i = 0; i < dim; ++i) same_low_bit += (one.words[i] & 1) == (f.encodings[0][i] & 1);
+  EXPECT_NEAR(same_low_bit, dim / 2.0, 4 * std::sqrt(dim / 4.0));
+}
+
+}  // namespace
+}  // namespace fl::secagg
