@@ -100,7 +100,9 @@ const std::vector<Key>& Keys() {
           0, [](auto& c) -> auto& { return c.model.features; }),
       tk::IntKey<C, int32_t>(
           "model", "classes",
-          "Output classes; labels must be in [0, classes). 0: 1 + the largest training label.", 0,
+          "Output classes; labels must be in [0, classes). 0: 1 + the largest training label "
+          "(set it when a site may lack the highest classes).",
+          0,
           [](auto& c) -> auto& { return c.model.classes; }),
       tk::IntArrayKey<C>(
           "model", "hidden", "mlp: widths of the hidden layers.", 1,
