@@ -327,6 +327,8 @@ int RunSim(fl::simulation::SimulationOptions options) {
   // Refuse bad choices before printing the run's header.
   if (absl::Status s = options.strategy.Validate(); !s.ok()) return Fail(s);
   if (absl::Status s = fl::client::ParseModelKind(options.model).status(); !s.ok()) return Fail(s);
+  if (absl::Status s = options.privacy.Validate(); !s.ok()) return Fail(s);
+  const bool dp = options.privacy.enabled();
   options.work_dir = absl::StrCat(options.work_dir, "/run-", absl::ToUnixMillis(absl::Now()));
   std::printf(
       "Simulated federation: %d clients, %d rounds, %s, %s on Fashion-MNIST (%s split), "
@@ -334,26 +336,47 @@ int RunSim(fl::simulation::SimulationOptions options) {
       options.num_clients, options.num_rounds, options.strategy.name.c_str(), options.model.c_str(),
       options.partition.c_str(),
       options.tls ? "mutual TLS over loopback gRPC" : "plaintext loopback gRPC");
-  std::printf("%6s %9s %11s %10s %9s\n", "round", "clients", "train loss", "test acc", "time");
+  if (dp) {
+    std::printf("Central differential privacy: noise multiplier %g, clip norm %g, delta %g, %s\n",
+                options.privacy.noise_multiplier, options.privacy.clip_norm, options.privacy.delta,
+                options.privacy.epsilon_budget > 0
+                    ? absl::StrCat("epsilon budget ", options.privacy.epsilon_budget).c_str()
+                    : "no epsilon budget");
+  }
+  std::printf("%6s %9s %11s %10s %9s%s\n", "round", "clients", "train loss", "test acc", "time",
+              dp ? absl::StrFormat(" %9s", "epsilon").c_str() : "");
   std::fflush(stdout);
   absl::StatusOr<fl::simulation::SimulationResult> result =
-      fl::simulation::RunSimulation(options, [](const fl::server::RoundSummary& r) {
+      fl::simulation::RunSimulation(options, [dp](const fl::simulation::SimulationRound& round) {
+        const fl::server::RoundSummary& r = round.summary;
         auto metric = [&](const char* name) {
           auto it = r.metrics.find(name);
           return it == r.metrics.end() ? std::string("-") : absl::StrFormat("%.4f", it->second);
         };
-        std::printf("%6d %4d/%-4d %11s %10s %8.2fs%s\n", r.round, r.num_accepted, r.num_sampled,
+        std::string epsilon;
+        if (dp) {
+          epsilon = r.committed ? absl::StrFormat(" %9.4f", round.dp_epsilon)
+                                : absl::StrFormat(" %9s", "-");
+        }
+        std::printf("%6d %4d/%-4d %11s %10s %8.2fs%s%s\n", r.round, r.num_accepted, r.num_sampled,
                     metric("train_loss").c_str(), metric("test_accuracy").c_str(),
-                    absl::ToDoubleSeconds(r.duration),
+                    absl::ToDoubleSeconds(r.duration), epsilon.c_str(),
                     r.committed ? "" : absl::StrCat("  FAILED: ", r.reason).c_str());
         std::fflush(stdout);
       });
   if (!result.ok()) return Fail(result.status());
   int committed = 0;
-  for (const auto& r : result->rounds) committed += r.committed ? 1 : 0;
-  std::printf("\nRun %lld finished: %d rounds committed, final test accuracy %.2f %%, %.1f s\n",
+  for (const auto& r : result->rounds) committed += r.summary.committed ? 1 : 0;
+  if (!result->finish_reason.empty()) {
+    std::printf("\nRun stopped early: %s\n", result->finish_reason.c_str());
+  }
+  std::printf("\nRun %lld finished: %d rounds committed, final test accuracy %.2f %%, %.1f s",
               static_cast<long long>(result->run_id), committed,
               100.0 * result->final_test_accuracy, absl::ToDoubleSeconds(result->wall_time));
+  if (dp) {
+    std::printf(", epsilon spent %.4f (delta %g)", result->dp_epsilon, options.privacy.delta);
+  }
+  std::printf("\n");
   std::printf("SQLite file with the run: %s\n", result->db_path.c_str());
   return 0;
 }
@@ -660,6 +683,10 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--dataset-dir", sim.dataset_dir, "Fashion-MNIST IDX files")
       ->capture_default_str();
   sim_cmd->add_option("--clients", sim.num_clients)->capture_default_str();
+  sim_cmd
+      ->add_option("--examples-per-client", sim.max_examples_per_client,
+                   "Each client keeps at most this many of its examples (0: all)")
+      ->capture_default_str();
   sim_cmd->add_option("--rounds", sim.num_rounds)->capture_default_str();
   sim_cmd->add_option("--sample-fraction", sim.sample_fraction)->capture_default_str();
   sim_cmd->add_option("--partition", sim.partition, "iid or dirichlet")->capture_default_str();
@@ -684,6 +711,24 @@ int main(int argc, char** argv) {
                    "SCAFFOLD: global step size eta_g")
       ->capture_default_str();
   sim_cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
+  // The server's differential-privacy flags (fl::server::PrivacyOptions); any of the numeric ones
+  // turns central DP on unless --dp-mode says otherwise.
+  CLI::Option* sim_dp_mode =
+      sim_cmd->add_option("--dp-mode", sim.privacy.mode, "Differential privacy: off or central")
+          ->capture_default_str();
+  std::vector<CLI::Option*> sim_dp_values = {
+      sim_cmd->add_option("--dp-noise-multiplier", sim.privacy.noise_multiplier, "DP: z (> 0)")
+          ->capture_default_str(),
+      sim_cmd
+          ->add_option("--dp-clip-norm", sim.privacy.clip_norm,
+                       "DP: L2 norm each update's change is clipped to")
+          ->capture_default_str(),
+      sim_cmd->add_option("--dp-delta", sim.privacy.delta, "DP: delta, in (0, 1)")
+          ->capture_default_str(),
+      sim_cmd
+          ->add_option("--dp-epsilon-budget", sim.privacy.epsilon_budget,
+                       "DP: the run stops before exceeding this epsilon (0: no budget)")
+          ->capture_default_str()};
   sim_cmd->add_option("--round-timeout", sim_timeout_s, "Round deadline in seconds")
       ->capture_default_str();
   bool sim_plaintext = false, sim_verbose = false;
@@ -714,6 +759,9 @@ int main(int argc, char** argv) {
     sim.tls = !sim_plaintext;
     if (!sim_verbose && !std::getenv("FL_LOG_LEVEL")) fl::SetLogLevel(fl::LogLevel::kWarn);
     sim.round_timeout = absl::Seconds(sim_timeout_s);
+    for (const CLI::Option* o : sim_dp_values) {
+      if (o->count() > 0 && sim_dp_mode->count() == 0) sim.privacy.mode = "central";
+    }
     return RunSim(sim);
   }
   if (admin_cmd->parsed()) return RunAdmin(admin);

@@ -20,8 +20,13 @@
 namespace fl::simulation {
 
 absl::StatusOr<SimulationResult> RunSimulation(
-    const SimulationOptions& options, std::function<void(const server::RoundSummary&)> on_round) {
+    const SimulationOptions& options, std::function<void(const SimulationRound&)> on_round) {
   const absl::Time start = absl::Now();
+  if (absl::Status s = options.privacy.Validate(); !s.ok()) return s;
+  if (options.max_examples_per_client < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_examples_per_client must be >= 0 (0: all), got ", options.max_examples_per_client));
+  }
   absl::StatusOr<client::Dataset> train =
       client::LoadIdx(options.dataset_dir + "/train-images-idx3-ubyte.gz",
                       options.dataset_dir + "/train-labels-idx1-ubyte.gz");
@@ -41,6 +46,13 @@ absl::StatusOr<SimulationResult> RunSimulation(
                 absl::InvalidArgumentError(absl::StrCat("unknown partition '", options.partition,
                                                         "'; choose iid or dirichlet")));
   if (!parts.ok()) return parts.status();
+  if (options.max_examples_per_client > 0) {
+    for (std::vector<int64_t>& part : *parts) {
+      if (static_cast<int64_t>(part.size()) > options.max_examples_per_client) {
+        part.resize(static_cast<size_t>(options.max_examples_per_client));
+      }
+    }
+  }
 
   absl::StatusOr<client::ModelKind> kind = client::ParseModelKind(options.model);
   if (!kind.ok()) return kind.status();
@@ -79,7 +91,8 @@ absl::StatusOr<SimulationResult> RunSimulation(
   server_options.key_path = files.server_key;
   server_options.enroll_cert_paths = files.client_certs;
   server::EngineOptions& engine = server_options.engine;
-  engine.run_name = absl::StrCat("fashion-mnist-", options.model, "-", options.strategy.name);
+  engine.run_name = absl::StrCat("fashion-mnist-", options.model, "-", options.strategy.name,
+                                 options.privacy.enabled() ? "-dp" : "");
   engine.num_rounds = options.num_rounds;
   engine.min_clients = options.num_clients;
   engine.min_fit_clients =
@@ -89,20 +102,37 @@ absl::StatusOr<SimulationResult> RunSimulation(
   engine.seed = options.seed;
   engine.fit = options.fit;
   engine.fit.model_name = std::string(client::ModelKindName(arch.kind));
+  engine.privacy = options.privacy;
   server_options.strategy = options.strategy;
   const bool scaffold = options.strategy.name == "scaffold";
 
   SimulationResult result;
   std::mutex result_mu;
+  // Set once the server has started, before any client exists (so before any round ends).
+  std::atomic<server::Store*> store{nullptr};
+  std::atomic<int64_t> run_id{0};
   server::EngineHooks hooks;
   hooks.evaluate = BuiltinTestSetEvaluation(
       arch, std::make_shared<const client::Dataset>(*std::move(test)), options.backend);
   hooks.on_round_end = [&](const server::RoundSummary& summary) {
+    SimulationRound round{.summary = summary};
+    server::Store* s = store.load();
+    if (options.privacy.enabled() && summary.committed && s != nullptr) {
+      // The engine records the epsilon with the round it commits; read it back from there.
+      absl::StatusOr<std::vector<server::RoundRecord>> records = s->Rounds(run_id.load());
+      if (records.ok()) {
+        for (const server::RoundRecord& r : *records) {
+          if (r.round == summary.round && r.status == server::RoundStatus::kCommitted) {
+            round.dp_epsilon = r.dp_epsilon;
+          }
+        }
+      }
+    }
     {
       std::lock_guard<std::mutex> lock(result_mu);
-      result.rounds.push_back(summary);
+      result.rounds.push_back(round);
     }
-    if (on_round) on_round(summary);
+    if (on_round) on_round(round);
   };
   absl::StatusOr<Model> weights = client::InitialBuiltinModel(arch, options.seed);
   if (!weights.ok()) return weights.status();
@@ -112,6 +142,8 @@ absl::StatusOr<SimulationResult> RunSimulation(
   if (!server.ok()) return server.status();
   result.run_id = (*server)->engine().run_id();
   result.db_path = (*server)->store().db_path();
+  run_id.store(result.run_id);
+  store.store(&(*server)->store());
 
   std::vector<std::unique_ptr<client::Trainer>> trainers;
   std::vector<std::unique_ptr<client::Client>> clients;
@@ -170,10 +202,17 @@ absl::StatusOr<SimulationResult> RunSimulation(
                                               " failed: ", client_status[i].ToString()));
     }
   }
-  for (const server::RoundSummary& r : result.rounds) {
-    if (r.committed && r.metrics.count("test_accuracy")) {
-      result.final_test_accuracy = r.metrics.at("test_accuracy");
+  for (const SimulationRound& r : result.rounds) {
+    if (r.summary.committed && r.summary.metrics.count("test_accuracy")) {
+      result.final_test_accuracy = r.summary.metrics.at("test_accuracy");
     }
+  }
+  result.finish_reason = run->reason;
+  absl::StatusOr<std::vector<server::RoundRecord>> records =
+      (*server)->store().Rounds(result.run_id);
+  if (!records.ok()) return records.status();
+  for (const server::RoundRecord& r : *records) {  // by round: the last committed one wins
+    if (r.status == server::RoundStatus::kCommitted) result.dp_epsilon = r.dp_epsilon;
   }
   result.wall_time = absl::Now() - start;
   return result;

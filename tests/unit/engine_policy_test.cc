@@ -570,7 +570,7 @@ TEST_F(EngineTest, AnEvaluatorThatGoesSilentDoesNotHoldTheNextRound) {
   std::map<std::string, Task> tasks;
   for (const std::string& c : clients_) tasks[c] = engine_->Poll(c);
   EXPECT_TRUE(engine_->Heartbeat("client-a", 1, tasks["client-a"].task_id));
-  for (const std::string& c : {"client-a", "client-b"}) {
+  for (const char* c : {"client-a", "client-b"}) {
     EvaluationReport r;
     r.run_id = tasks[c].run_id;
     r.round = 1;

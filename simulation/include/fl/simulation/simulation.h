@@ -4,7 +4,9 @@
 // all) on a free loopback port with mutual TLS, and runs N clients that use the real SDK over
 // loopback gRPC, each training a built-in model (softmax regression, an MLP or the simple CNN)
 // with the chosen strategy (FedAvg, FedProx, SCAFFOLD) on its own partition of Fashion-MNIST.
-// The server evaluates every new global model on the 10k test set.
+// The server evaluates every new global model on the 10k test set. With `privacy` on, the server
+// clips, averages with equal weights and noises the updates (central DP), records the epsilon
+// spent with every committed round, and ends the run before a round that would exceed the budget.
 #ifndef FL_SIMULATION_SIMULATION_H_
 #define FL_SIMULATION_SIMULATION_H_
 
@@ -24,6 +26,8 @@ struct SimulationOptions {
   std::string work_dir = "fl-sim";  // certificates and the server's data directory go here
   std::string dataset_dir = "/usr/share/datasets/fashion-mnist";
   int32_t num_clients = 10;
+  // Each client keeps at most this many examples of its partition (0: all of them).
+  int64_t max_examples_per_client = 0;
   int32_t num_rounds = 10;
   double sample_fraction = 1.0;
   std::string partition = "iid";  // "iid" or "dirichlet"
@@ -40,23 +44,41 @@ struct SimulationOptions {
   // The strategy, and the clients' momentum, weight decay and proximal_mu, which the server sends
   // with every fit task.
   aggregation::StrategyOptions strategy;
+  // Central differential privacy on the simulated server (mode "off" by default), validated by
+  // PrivacyOptions::Validate as for `fl server`. SCAFFOLD under DP is refused.
+  server::PrivacyOptions privacy;
   std::string backend = "auto";  // the clients' and the server evaluation's: auto, cpu or cuda
   bool tls = true;               // false: plaintext on loopback
   absl::Duration round_timeout = absl::Minutes(5);
 };
 
+// One round attempt as the simulation reports it.
+struct SimulationRound {
+  server::RoundSummary summary;
+  // With differential privacy, for a committed round: the epsilon the run has spent up to and
+  // including it (for privacy.delta), as the store records it. 0 otherwise.
+  double dp_epsilon = 0;
+};
+
 struct SimulationResult {
   int64_t run_id = 0;
-  std::vector<server::RoundSummary> rounds;
+  std::vector<SimulationRound> rounds;
   double final_test_accuracy = 0;
+  // With differential privacy: the epsilon spent by the run (that of its last committed round,
+  // read from the store as `fl admin rounds` does); 0 without.
+  double dp_epsilon = 0;
+  // Why the run finished before its last round (e.g. "privacy budget spent: round 3 would bring
+  // epsilon to ..."); empty when it ran all its rounds.
+  std::string finish_reason;
   std::string db_path;
   absl::Duration wall_time;
 };
 
-// Runs the federation to the end. `on_round` (may be empty) sees each round as it ends.
+// Runs the federation to the end. `on_round` (may be empty) sees each round as it ends. Returns
+// INVALID_ARGUMENT for a bad option (naming it), ABORTED when the run failed (with its reason), or
+// the first error of a client or of the server.
 absl::StatusOr<SimulationResult> RunSimulation(
-    const SimulationOptions& options,
-    std::function<void(const server::RoundSummary&)> on_round = {});
+    const SimulationOptions& options, std::function<void(const SimulationRound&)> on_round = {});
 
 }  // namespace fl::simulation
 
