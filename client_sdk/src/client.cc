@@ -38,8 +38,11 @@ void SetTaskIds(const fl::v1::Task& task, Message& m) {
   m.set_task_id(task.task_id());
 }
 
+// A server that is shutting down cancels the calls in flight (a long poll gets CANCELLED, not
+// UNAVAILABLE); unless this client is stopping itself (checked first), that is the server going
+// away, and the client waits for it like any other outage.
 bool IsRetryable(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s);
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
 }
 
 }  // namespace
@@ -437,7 +440,11 @@ absl::Status Client::Impl::Run() {
     }
     if (stopping_) break;
     if (!s.ok()) {
-      if (!IsRetryable(s)) return s;
+      if (!IsRetryable(s)) {
+        LogEvent(LogLevel::kError, "client_gave_up",
+                 {{"name", options_.name}, {"error", s.ToString()}});
+        return s;
+      }
       if (absl::Status give_up = retry(s); !give_up.ok()) return give_up;
       continue;
     }
