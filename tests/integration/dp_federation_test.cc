@@ -45,21 +45,13 @@ class DpCountingTrainer final : public client::Trainer {
 
 TEST(DpFederationTest, CentralDpClipsNoisesAndRecordsEpsilonEveryRound) {
   TempDir dir;
-  std::vector<std::string> names;
-  for (int i = 0; i < kSites; ++i) names.push_back(absl::StrCat("site-", i));
-  ProvisionedFiles pki = MakePki(dir.path(), names);
-  server::ServerOptions o = TlsServerOptions(pki, dir.path());
-  o.engine.num_rounds = kRounds;
-  o.engine.min_clients = kSites;
-  o.engine.min_fit_clients = kSites;
-  o.engine.round_timeout = absl::Seconds(60);
+  ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
+  server::ServerOptions o = MlpRunOptions(pki, dir.path(), kSites, kRounds);
   o.engine.fit.batch_size = 32;
   o.engine.fit.learning_rate = 0.05f;
-  o.engine.fit.model_name = "mlp";
   o.engine.privacy.mode = "central";
   o.engine.privacy.noise_multiplier = 0.01;
   o.engine.privacy.clip_norm = 0.5;
-  o.max_poll_wait = absl::Seconds(2);
   absl::StatusOr<Model> initial = client::InitialBuiltinModel(FashionMlp(), 1);
   ASSERT_TRUE(initial.ok()) << initial.status();
   absl::StatusOr<std::unique_ptr<server::Server>> server =

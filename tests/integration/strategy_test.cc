@@ -73,20 +73,11 @@ struct RunOutcome {
 // are enrolled; only the first kSites sites run.
 RunOutcome RunFederation(const aggregation::StrategyOptions& strategy, int enrolled_sites) {
   TempDir dir;
-  std::vector<std::string> names;
-  for (int i = 0; i < enrolled_sites; ++i) names.push_back(absl::StrCat("site-", i));
-  ProvisionedFiles pki = MakePki(dir.path(), names);
-
-  server::ServerOptions o = TlsServerOptions(pki, dir.path());
-  o.engine.num_rounds = kRounds;
-  o.engine.min_clients = kSites;
-  o.engine.min_fit_clients = kSites;
-  o.engine.round_timeout = absl::Seconds(60);
+  ProvisionedFiles pki = MakePki(dir.path(), SiteNames(enrolled_sites));
+  server::ServerOptions o = MlpRunOptions(pki, dir.path(), kSites, kRounds);
   o.engine.fit.local_epochs = 1;
   o.engine.fit.batch_size = kBatch;
   o.engine.fit.learning_rate = kLearningRate;
-  o.engine.fit.model_name = "mlp";
-  o.max_poll_wait = absl::Seconds(2);
   o.strategy = strategy;
 
   const bool scaffold = strategy.name == "scaffold";

@@ -132,6 +132,24 @@ server::ServerOptions TlsServerOptions(const ProvisionedFiles& pki, const std::s
   return o;
 }
 
+std::vector<std::string> SiteNames(int n) {
+  std::vector<std::string> names;
+  for (int i = 0; i < n; ++i) names.push_back(absl::StrCat("site-", i));
+  return names;
+}
+
+server::ServerOptions MlpRunOptions(const ProvisionedFiles& pki, const std::string& dir,
+                                    int sites, int rounds) {
+  server::ServerOptions o = TlsServerOptions(pki, dir);
+  o.engine.num_rounds = rounds;
+  o.engine.min_clients = sites;
+  o.engine.min_fit_clients = sites;
+  o.engine.round_timeout = absl::Seconds(60);
+  o.engine.fit.model_name = "mlp";
+  o.max_poll_wait = absl::Seconds(2);
+  return o;
+}
+
 std::vector<std::string> ServerCommand(const ProvisionedFiles& pki, const std::string& data_dir,
                                        int port, const std::vector<std::string>& flags) {
   std::vector<std::string> argv = {

@@ -88,6 +88,14 @@ client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index
 // else (engine, fit, strategy) keeps its default for the test to set.
 server::ServerOptions TlsServerOptions(const ProvisionedFiles& pki, const std::string& dir);
 
+// "site-0" ... "site-<n-1>".
+std::vector<std::string> SiteNames(int n);
+
+// TlsServerOptions for `rounds` rounds of the FashionMlp model in which all `sites` sites take
+// part (min_clients = min_fit_clients = sites), with a 60 s round deadline and 2 s long polls.
+server::ServerOptions MlpRunOptions(const ProvisionedFiles& pki, const std::string& dir,
+                                    int sites, int rounds);
+
 // The argv of the real `fl server` (FL_BINARY) for the federation `pki` with mutual TLS on
 // 127.0.0.1:`port`, its data in `data_dir`, every client certificate of `pki` enrolled, then
 // `flags` as pairs ("--rounds", "4"): a flag already in the argv gets the later value.
