@@ -153,6 +153,10 @@ const std::vector<Key>& Keys() {
           "limits", "require_differential_privacy",
           "Decline tasks of runs without differential privacy.",
           [](auto& c) -> auto& { return c.client.limits.require_differential_privacy; }),
+      tk::BoolKey<C>(
+          "limits", "require_secure_aggregation",
+          "Decline tasks of runs without secure aggregation (the server would see this update).",
+          [](auto& c) -> auto& { return c.client.limits.require_secure_aggregation; }),
 
       tk::SecondsKey<C>(
           "client", "heartbeat_s",

@@ -250,6 +250,8 @@ CLI::App* AddClientCommand(CLI::App& app, ClientArgs& a) {
                   "Decline tasks for any other model (repeatable; default: any)");
   cmd->add_flag("--require-differential-privacy", c.client.limits.require_differential_privacy,
                 "Decline tasks of runs without differential privacy");
+  cmd->add_flag("--require-secure-aggregation", c.client.limits.require_secure_aggregation,
+                "Decline tasks of rounds without secure aggregation");
   cmd->add_option("--heartbeat", a.heartbeat_s, "Heartbeat period while working (seconds)")
       ->capture_default_str();
   cmd->add_option("--reconnect-timeout", a.reconnect_timeout_s,
@@ -312,6 +314,7 @@ int RunClient(ClientArgs& a) {
   c->set_on_task([](const fl::client::TaskReport& r) {
     fl::LogEvent(fl::LogLevel::kInfo, "fit_task",
                  {{"round", absl::StrCat(r.round)},
+                  {"stage", r.stage},
                   {"examples", absl::StrCat(r.num_examples)},
                   {"train_time", absl::FormatDuration(r.train_time)},
                   {"status", r.status.ok() ? "accepted" : r.status.ToString()}});
@@ -323,12 +326,48 @@ int RunClient(ClientArgs& a) {
   return 0;
 }
 
+// The [secure_aggregation] keys as flags, for `fl server` and `fl sim`; any value flag turns it on.
+void AddSecAggFlags(CLI::App* cmd, fl::server::SecureAggregationOptions& sa) {
+  auto on = [&sa](const auto&) { sa.enabled = true; };
+  cmd->add_flag("--secagg", sa.enabled,
+                "Secure aggregation (SecAgg+): the server sees only the sum of the changes");
+  cmd->add_option("--secagg-neighbors", sa.num_neighbors, "SecAgg: k (0: default for n)")
+      ->capture_default_str()
+      ->each(on);
+  cmd->add_option("--secagg-threshold", sa.threshold, "SecAgg: t, in (k/2, k] (0: k/2 + 1)")
+      ->capture_default_str()
+      ->each(on);
+  cmd->add_option("--secagg-clip-range", sa.clip_range,
+                  "SecAgg: each coordinate of a change is clipped to [-c, c]")
+      ->capture_default_str()
+      ->each(on);
+  cmd->add_option("--secagg-bits", sa.quantization_bits,
+                  "SecAgg: quantization bits (0: the most that fit)")
+      ->capture_default_str()
+      ->each(on);
+  cmd->add_option("--secagg-modulus-bits", sa.modulus_bits, "SecAgg: 32 or 64")
+      ->capture_default_str()
+      ->each(on);
+  cmd->add_option("--secagg-stage-timeout",
+                  [&sa](const CLI::results_t& r) {
+                    double s = 0;
+                    if (r.size() != 1 || !CLI::detail::lexical_cast(r[0], s) || !(s > 0)) {
+                      return false;
+                    }
+                    sa.stage_timeout = absl::Seconds(s);
+                    sa.enabled = true;
+                    return true;
+                  },
+                  "SecAgg: seconds for the key, sharing and unmasking stages");
+}
+
 int RunSim(fl::simulation::SimulationOptions options) {
   // Refuse bad choices before printing the run's header.
   if (absl::Status s = options.strategy.Validate(); !s.ok()) return Fail(s);
   if (absl::Status s = fl::client::ParseModelKind(options.model).status(); !s.ok()) return Fail(s);
   if (absl::Status s = options.privacy.Validate(); !s.ok()) return Fail(s);
-  const bool dp = options.privacy.enabled();
+  if (absl::Status s = options.secure_aggregation.Validate(); !s.ok()) return Fail(s);
+  const bool dp = options.privacy.accounted();
   options.work_dir = absl::StrCat(options.work_dir, "/run-", absl::ToUnixMillis(absl::Now()));
   std::printf(
       "Simulated federation: %d clients, %d rounds, %s, %s on Fashion-MNIST (%s split), "
@@ -336,8 +375,12 @@ int RunSim(fl::simulation::SimulationOptions options) {
       options.num_clients, options.num_rounds, options.strategy.name.c_str(), options.model.c_str(),
       options.partition.c_str(),
       options.tls ? "mutual TLS over loopback gRPC" : "plaintext loopback gRPC");
+  if (options.secure_aggregation.enabled) {
+    std::printf("Secure aggregation (SecAgg+): the server sees only the sum of the clients' changes\n");
+  }
   if (dp) {
-    std::printf("Central differential privacy: noise multiplier %g, clip norm %g, delta %g, %s\n",
+    std::printf("%s differential privacy: noise multiplier %g, clip norm %g, delta %g, %s\n",
+                options.privacy.distributed() ? "Distributed" : "Central",
                 options.privacy.noise_multiplier, options.privacy.clip_norm, options.privacy.delta,
                 options.privacy.epsilon_budget > 0
                     ? absl::StrCat("epsilon budget ", options.privacy.epsilon_budget).c_str()
@@ -645,7 +688,9 @@ int main(int argc, char** argv) {
                    "SCAFFOLD: parties N in the control variate's update (0: the enrolled clients)")
       ->capture_default_str();
   fl::server::PrivacyOptions& server_privacy = server.engine.privacy;
-  server_cmd->add_option("--dp-mode", server_privacy.mode, "Differential privacy: off or central")
+  server_cmd
+      ->add_option("--dp-mode", server_privacy.mode,
+                   "Differential privacy: off, central, or distributed (with --secagg)")
       ->capture_default_str();
   server_cmd->add_option("--dp-noise-multiplier", server_privacy.noise_multiplier, "DP: z (> 0)")
       ->capture_default_str();
@@ -659,6 +704,7 @@ int main(int argc, char** argv) {
       ->add_option("--dp-epsilon-budget", server_privacy.epsilon_budget,
                    "DP: the run stops before exceeding this epsilon (0: no budget)")
       ->capture_default_str();
+  AddSecAggFlags(server_cmd, server.engine.secure_aggregation);
   server_cmd->add_option("--eval-images", server_model.eval_images,
                          "Server-side evaluation of each new model: IDX images");
   server_cmd->add_option("--eval-labels", server_model.eval_labels,
@@ -714,7 +760,9 @@ int main(int argc, char** argv) {
   // The server's differential-privacy flags (fl::server::PrivacyOptions); any of the numeric ones
   // turns central DP on unless --dp-mode says otherwise.
   CLI::Option* sim_dp_mode =
-      sim_cmd->add_option("--dp-mode", sim.privacy.mode, "Differential privacy: off or central")
+      sim_cmd
+          ->add_option("--dp-mode", sim.privacy.mode,
+                       "Differential privacy: off, central, or distributed (with --secagg)")
           ->capture_default_str();
   std::vector<CLI::Option*> sim_dp_values = {
       sim_cmd->add_option("--dp-noise-multiplier", sim.privacy.noise_multiplier, "DP: z (> 0)")
@@ -729,6 +777,7 @@ int main(int argc, char** argv) {
           ->add_option("--dp-epsilon-budget", sim.privacy.epsilon_budget,
                        "DP: the run stops before exceeding this epsilon (0: no budget)")
           ->capture_default_str()};
+  AddSecAggFlags(sim_cmd, sim.secure_aggregation);
   sim_cmd->add_option("--round-timeout", sim_timeout_s, "Round deadline in seconds")
       ->capture_default_str();
   bool sim_plaintext = false, sim_verbose = false;
@@ -760,7 +809,9 @@ int main(int argc, char** argv) {
     if (!sim_verbose && !std::getenv("FL_LOG_LEVEL")) fl::SetLogLevel(fl::LogLevel::kWarn);
     sim.round_timeout = absl::Seconds(sim_timeout_s);
     for (const CLI::Option* o : sim_dp_values) {
-      if (o->count() > 0 && sim_dp_mode->count() == 0) sim.privacy.mode = "central";
+      if (o->count() > 0 && sim_dp_mode->count() == 0) {
+        sim.privacy.mode = sim.secure_aggregation.enabled ? "distributed" : "central";
+      }
     }
     return RunSim(sim);
   }

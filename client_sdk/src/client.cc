@@ -1,15 +1,14 @@
 #include "fl/client/client.h"
 
 #include <algorithm>
-#include <atomic>
-#include <condition_variable>
 #include <cstring>
 #include <mutex>
-#include <thread>
+#include <span>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "client_sdk/src/client_impl.h"
 #include "fl/common/address.h"
 #include "fl/common/chunking.h"
 #include "fl/common/crypto.h"
@@ -20,23 +19,28 @@
 #include "grpcpp/grpcpp.h"
 
 namespace fl::client {
-namespace {
+namespace internal {
 
-constexpr char kClientNameHeader[] = "fl-client-name";
-
-// A deadline for moving `bytes` of model: generous (1 MB/s), but never infinite, so that a
-// transfer stuck on a connection that no longer leads anywhere ends in a retry.
 absl::Duration TransferTimeout(int64_t bytes) {
   return absl::Seconds(60) + absl::Microseconds(bytes);
 }
 
-// Every answer to a task names it: run, round and task id.
-template <typename Message>
-void SetTaskIds(const fl::v1::Task& task, Message& m) {
-  m.set_run_id(task.run_id());
-  m.set_round(task.round());
-  m.set_task_id(task.task_id());
+FitConfig FitConfigOf(const fl::v1::Task& task) {
+  FitConfig config;
+  config.round = task.round();
+  config.local_epochs = task.fit().local_epochs();
+  config.batch_size = task.fit().batch_size();
+  config.learning_rate = task.fit().learning_rate();
+  config.extra.insert(task.fit().config().begin(), task.fit().config().end());
+  config.model_name = task.fit().model_name();
+  config.differential_privacy = task.fit().differential_privacy();
+  config.secure_aggregation = IsSecAgg(task.kind());
+  return config;
 }
+
+}  // namespace internal
+
+namespace {
 
 // A server that is shutting down cancels the calls in flight (a long poll gets CANCELLED, not
 // UNAVAILABLE); unless this client is stopping itself (checked first), that is the server going
@@ -74,90 +78,13 @@ absl::Status CheckSiteLimits(const SiteLimits& limits, const FitConfig& config) 
         "task runs without differential privacy; this site requires it "
         "(limits.require_differential_privacy)");
   }
+  if (limits.require_secure_aggregation && !config.secure_aggregation) {
+    return absl::PermissionDeniedError(
+        "task runs without secure aggregation; this site requires it "
+        "(limits.require_secure_aggregation)");
+  }
   return absl::OkStatus();
 }
-
-class Client::Impl {
- public:
-  Impl(ClientOptions options, Trainer* trainer, std::shared_ptr<grpc::Channel> channel)
-      : options_(std::move(options)),
-        trainer_(trainer),
-        channel_(channel),
-        stub_(fl::v1::Federation::NewStub(channel)) {}
-
-  absl::Status Run();
-  void Stop() {
-    std::lock_guard<std::mutex> lock(ctx_mu_);
-    stopping_ = true;
-    if (active_ctx_ != nullptr) active_ctx_->TryCancel();
-  }
-
-  std::function<void(const TaskReport&)> on_task_;
-  mutable std::mutex id_mu_;
-  std::string client_id_;
-
- private:
-  // A ClientContext registered so that Stop can cancel the call in flight.
-  class Call {
-   public:
-    Call(Impl* impl, absl::Duration timeout) : impl_(impl) {
-      if (impl_->options_.insecure_plaintext) {
-        ctx.AddMetadata(kClientNameHeader, impl_->options_.name);
-      }
-      if (timeout != absl::InfiniteDuration()) {
-        ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
-      }
-      std::lock_guard<std::mutex> lock(impl_->ctx_mu_);
-      impl_->active_ctx_ = &ctx;
-      if (impl_->stopping_) ctx.TryCancel();  // Stop came before this call registered
-    }
-    ~Call() {
-      std::lock_guard<std::mutex> lock(impl_->ctx_mu_);
-      impl_->active_ctx_ = nullptr;
-    }
-    grpc::ClientContext ctx;
-
-   private:
-    Impl* impl_;
-  };
-
-  absl::Status Join();
-  absl::Status Poll(fl::v1::Task* task);
-  class HeartbeatThread;
-  absl::Status Fit(const fl::v1::Task& task, TaskReport& report);
-  // Evaluates the task's model with the trainer and reports the result (or why it could not).
-  absl::Status Evaluate(const fl::v1::Task& task);
-  absl::StatusOr<Model> Download(const fl::v1::Task& task, const ModelSpec& spec);
-  absl::Status Submit(const fl::v1::Task& task, const FitResult& result);
-  // Tells the server this client will not do `task`, so the round stops waiting for it.
-  void Decline(const fl::v1::Task& task, const absl::Status& why);
-  // Sleeps `d` unless stopped; false when stopped.
-  bool SleepUnlessStopped(absl::Duration d) {
-    const absl::Time until = absl::Now() + d;
-    while (!stopping_ && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
-    return !stopping_;
-  }
-  // Waits up to `d` for the channel to (re)connect, returning early once it is connected; false
-  // when stopped. Waiting on the channel is what drives its connection attempts: a blocked
-  // sleep would leave them to gRPC's 5-second backup poller.
-  bool WaitForServer(absl::Duration d) {
-    const absl::Time until = absl::Now() + d;
-    while (!stopping_ && absl::Now() < until) {
-      const absl::Time step = std::min(until, absl::Now() + absl::Milliseconds(100));
-      if (channel_->WaitForConnected(absl::ToChronoTime(step))) break;
-    }
-    return !stopping_;
-  }
-
-  const ClientOptions options_;
-  Trainer* trainer_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<fl::v1::Federation::Stub> stub_;
-  std::atomic<bool> stopping_{false};
-  std::mutex ctx_mu_;
-  grpc::ClientContext* active_ctx_ = nullptr;
-  int64_t run_id_ = 0;
-};
 
 absl::Status Client::Impl::Join() {
   Call call(this, absl::Seconds(30));
@@ -184,7 +111,7 @@ absl::Status Client::Impl::Poll(fl::v1::Task* task) {
 }
 
 absl::StatusOr<Model> Client::Impl::Download(const fl::v1::Task& task, const ModelSpec& spec) {
-  Call call(this, TransferTimeout(task.fit().model_bytes()));
+  Call call(this, internal::TransferTimeout(task.fit().model_bytes()));
   fl::v1::DownloadRequest req;
   req.set_run_id(task.run_id());
   req.set_round(task.round());
@@ -216,31 +143,37 @@ absl::StatusOr<Model> Client::Impl::Download(const fl::v1::Task& task, const Mod
 }
 
 absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& result) {
-  Call call(this, TransferTimeout(result.model.NumBytes()));
+  fl::v1::UpdateMetadata meta;
+  internal::SetTaskIds(task, meta);
+  meta.set_num_examples(result.num_examples);
+  for (const auto& [k, v] : result.metrics) (*meta.mutable_metrics())[k] = v;
+  meta.set_encoding(fl::v1::UpdateMetadata::FLOAT32);
+  meta.set_payload_bytes(result.model.NumBytes());
+  ToProto(result.model.spec(), meta.mutable_model_spec());
+  return SubmitPayload(meta, result.model.bytes());
+}
+
+absl::Status Client::Impl::SubmitPayload(const fl::v1::UpdateMetadata& meta,
+                                         std::span<const std::byte> payload) {
+  static_assert(kMaxChunkBytes % 8 == 0, "chunks must hold whole words of every encoding");
+  Call call(this, internal::TransferTimeout(static_cast<int64_t>(payload.size())));
   fl::v1::SubmitReply reply;
   std::unique_ptr<grpc::ClientWriter<fl::v1::UpdatePart>> writer =
       stub_->SubmitUpdate(&call.ctx, &reply);
   fl::v1::UpdatePart part;
-  fl::v1::UpdateMetadata* meta = part.mutable_metadata();
-  SetTaskIds(task, *meta);
-  meta->set_num_examples(result.num_examples);
-  for (const auto& [k, v] : result.metrics) (*meta->mutable_metrics())[k] = v;
-  meta->set_encoding(fl::v1::UpdateMetadata::FLOAT32);
-  meta->set_payload_bytes(result.model.NumBytes());
-  ToProto(result.model.spec(), meta->mutable_model_spec());
+  *part.mutable_metadata() = meta;
   bool ok = writer->Write(part);
   Sha256 sha;
   if (ok) {
-    (void)ForEachChunk(result.model.bytes(), kMaxChunkBytes,
-                       [&](int64_t offset, std::span<const std::byte> bytes) {
-                         sha.Update(bytes);
-                         fl::v1::UpdatePart c;
-                         c.mutable_chunk()->set_offset(offset);
-                         c.mutable_chunk()->set_data(reinterpret_cast<const char*>(bytes.data()),
-                                                     bytes.size());
-                         ok = writer->Write(c);
-                         return ok ? absl::OkStatus() : absl::CancelledError();
-                       });
+    (void)ForEachChunk(
+        payload, kMaxChunkBytes, [&](int64_t offset, std::span<const std::byte> bytes) {
+          sha.Update(bytes);
+          fl::v1::UpdatePart c;
+          c.mutable_chunk()->set_offset(offset);
+          c.mutable_chunk()->set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+          ok = writer->Write(c);
+          return ok ? absl::OkStatus() : absl::CancelledError();
+        });
   }
   if (ok) {
     part.Clear();
@@ -258,7 +191,7 @@ void Client::Impl::Decline(const fl::v1::Task& task, const absl::Status& why) {
       stub_->SubmitUpdate(&call.ctx, &reply);
   fl::v1::UpdatePart part;
   fl::v1::UpdateMetadata* meta = part.mutable_metadata();
-  SetTaskIds(task, *meta);
+  internal::SetTaskIds(task, *meta);
   meta->set_decline_reason(why.ToString());
   if (writer->Write(part)) writer->WritesDone();
   absl::Status s = FromGrpcStatus(writer->Finish());
@@ -269,81 +202,13 @@ void Client::Impl::Decline(const fl::v1::Task& task, const absl::Status& why) {
             {"server", s.ok() ? "recorded" : s.ToString()}});
 }
 
-// Sends heartbeats for a task from a background thread until destroyed.
-class Client::Impl::HeartbeatThread {
- public:
-  HeartbeatThread(Impl* impl, const fl::v1::Task& task) : impl_(impl) {
-    req_.set_run_id(task.run_id());
-    req_.set_round(task.round());
-    req_.set_task_id(task.task_id());
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~HeartbeatThread() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-
- private:
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, absl::ToChronoMilliseconds(impl_->options_.heartbeat_interval),
-                         [this] { return done_; })) {
-      lock.unlock();
-      grpc::ClientContext ctx;
-      if (impl_->options_.insecure_plaintext) {
-        ctx.AddMetadata(kClientNameHeader, impl_->options_.name);
-      }
-      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-      fl::v1::HeartbeatReply reply;
-      grpc::Status s = impl_->stub_->Heartbeat(&ctx, req_, &reply);
-      if (s.ok() && !reply.task_open()) {
-        LogEvent(LogLevel::kWarn, "task_closed_while_working",
-                 {{"name", impl_->options_.name},
-                  {"round", absl::StrCat(req_.round())},
-                  {"server", reply.message()}});
-      }
-      lock.lock();
-    }
-  }
-
-  Impl* impl_;
-  fl::v1::HeartbeatRequest req_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
 absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   HeartbeatThread heartbeats(this, task);
-  FitConfig config;
-  config.round = task.round();
-  config.local_epochs = task.fit().local_epochs();
-  config.batch_size = task.fit().batch_size();
-  config.learning_rate = task.fit().learning_rate();
-  config.extra.insert(task.fit().config().begin(), task.fit().config().end());
-  config.model_name = task.fit().model_name();
-  config.differential_privacy = task.fit().differential_privacy();
-  // The site's limits come before any byte of the model: a task outside them is declined.
-  if (absl::Status s = CheckSiteLimits(options_.limits, config); !s.ok()) {
-    Decline(task, s);
-    return s;
-  }
-  absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
+  const FitConfig config = internal::FitConfigOf(task);
+  absl::StatusOr<ModelSpec> spec = AcceptFitTask(task, config);
   if (!spec.ok()) {
     Decline(task, spec.status());
     return spec.status();
-  }
-  if (!(*spec == trainer_->spec())) {
-    absl::Status s = absl::FailedPreconditionError(
-        absl::StrCat("the server's model ", spec->ToJson(), " is not the model this site trains (",
-                     trainer_->spec().ToJson(), ")"));
-    Decline(task, s);
-    return s;
   }
   absl::StatusOr<Model> global = Download(task, *spec);
   if (!global.ok()) return global.status();
@@ -365,10 +230,24 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   return Submit(task, *result);
 }
 
+absl::StatusOr<ModelSpec> Client::Impl::AcceptFitTask(const fl::v1::Task& task,
+                                                      const FitConfig& config) {
+  // The site's limits come before any byte of the model: a task outside them is declined.
+  if (absl::Status s = CheckSiteLimits(options_.limits, config); !s.ok()) return s;
+  absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
+  if (!spec.ok()) return spec.status();
+  if (!(*spec == trainer_->spec())) {
+    return absl::FailedPreconditionError(absl::StrCat("the server's model ", spec->ToJson(),
+                                                      " is not the model this site trains (",
+                                                      trainer_->spec().ToJson(), ")"));
+  }
+  return spec;
+}
+
 absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
   HeartbeatThread heartbeats(this, task);
   fl::v1::EvaluationResult result;
-  SetTaskIds(task, result);
+  internal::SetTaskIds(task, result);
   absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
   absl::Status failure;
   std::string summary;  // "loss 0.41 accuracy 0.83 auc 0.9 on 120 examples", for the log
@@ -451,6 +330,12 @@ absl::Status Client::Impl::Run() {
     backoff = options_.initial_backoff;
     unreachable_since = absl::InfinitePast();
     run_id_ = task.run_id();
+    // A task with another id ends this client's secure-aggregation round, if one was open.
+    if (task.kind() == fl::v1::Task::DONE) {
+      secagg_.Reset();
+    } else if (task.kind() != fl::v1::Task::WAIT) {
+      secagg_.KeepOnly(task.task_id());
+    }
     switch (task.kind()) {
       case fl::v1::Task::DONE:
         LogEvent(LogLevel::kInfo, "client_done",
@@ -481,6 +366,29 @@ absl::Status Client::Impl::Run() {
                   {"error", report.status.ToString()}});
         // A declined task is not offered again; anything else (a download or upload cut
         // short) is, so do not hammer the server with it.
+        if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
+        fit_backoff = std::min(fit_backoff * 2, options_.max_backoff);
+        break;
+      }
+      case fl::v1::Task::SECAGG_ADVERTISE_KEYS:
+      case fl::v1::Task::SECAGG_SHARE_KEYS:
+      case fl::v1::Task::SECAGG_MASKED_INPUT:
+      case fl::v1::Task::SECAGG_UNMASK: {
+        TaskReport report;
+        report.round = task.round();
+        report.task_id = task.task_id();
+        report.stage = internal::StageName(task.kind());
+        report.status = SecAggStage(task, report);
+        if (on_task_) on_task_(report);
+        if (report.status.ok()) {
+          fit_backoff = options_.initial_backoff;
+          break;
+        }
+        LogEvent(LogLevel::kWarn, "secagg_stage_failed",
+                 {{"name", options_.name},
+                  {"round", absl::StrCat(task.round())},
+                  {"stage", report.stage},
+                  {"error", report.status.ToString()}});
         if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
         fit_backoff = std::min(fit_backoff * 2, options_.max_backoff);
         break;

@@ -71,6 +71,28 @@ bool AnyPrivacy(const std::vector<RoundRecord>& rounds) {
   return false;
 }
 
+// Whether any round ran with secure aggregation (then who took part in each stage is shown).
+bool AnySecAgg(const std::vector<RoundRecord>& rounds) {
+  for (const RoundRecord& r : rounds) {
+    if (!r.secagg_json.empty()) return true;
+  }
+  return false;
+}
+
+// "10 > 10 > 9 > 9": the clients left after each secure stage (keys, shares, masked input,
+// unmasking), from the round's secagg_json; "-" for a round without it.
+std::string SecAggSummary(const RoundRecord& r) {
+  if (r.secagg_json.empty()) return "-";
+  Json j = Json::parse(r.secagg_json, nullptr, false);
+  if (!j.is_object()) return "?";
+  std::string out;
+  for (const char* key : {"u1", "u2", "u3", "u4"}) {
+    if (!j.contains(key) || !j[key].is_number_integer()) break;
+    absl::StrAppend(&out, out.empty() ? "" : ">", j[key].get<int64_t>());
+  }
+  return out.empty() ? "-" : out;
+}
+
 const std::map<std::string, double>* EvaluationOf(const RoundRecord& r, const EvalByRound& evals) {
   if (r.status != RoundStatus::kCommitted) return nullptr;
   auto it = evals.find(r.round);
@@ -83,9 +105,12 @@ std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& ro
   const bool with_eval = !evals.empty();
   // The EPSILON column (spent by the run up to the round) only with differential privacy.
   const bool with_dp = AnyPrivacy(rounds);
+  // The SECAGG column (clients left after each secure stage) only with secure aggregation.
+  const bool with_secagg = AnySecAgg(rounds);
   std::vector<std::string> header = {"ROUND",    "ATTEMPT",     "STATUS", "SAMPLED",
                                      "REPORTED", "DURATION_MS", "METRICS"};
   if (with_dp) header.push_back("EPSILON");
+  if (with_secagg) header.push_back("SECAGG_U1>U2>U3>U4");
   if (with_eval) header.push_back("EVALUATION");
   header.push_back("REASON");
   TextTable table(std::move(header));
@@ -101,6 +126,7 @@ std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& ro
     if (with_dp) {
       row.push_back(r.dp_sampling_rate > 0 ? internal::FormatDouble(r.dp_epsilon) : "-");
     }
+    if (with_secagg) row.push_back(SecAggSummary(r));
     if (with_eval) {
       const std::map<std::string, double>* eval = EvaluationOf(r, evals);
       row.push_back(eval == nullptr ? "-" : MetricsSummary(*eval));
@@ -131,6 +157,8 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound&
     header.push_back("dp_sampling_rate");
     header.push_back("dp_epsilon");
   }
+  const bool with_secagg = AnySecAgg(rounds);
+  if (with_secagg) header.push_back("secagg_u1_u2_u3_u4");
   for (const std::string& name : metric_names) header.push_back(CsvText("metric_" + name));
   for (const std::string& name : eval_names) header.push_back(CsvText("eval_" + name));
   std::string out = CsvLine(header);
@@ -155,6 +183,7 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound&
       row.push_back("");
       row.push_back("");
     }
+    if (with_secagg) row.push_back(r.secagg_json.empty() ? "" : SecAggSummary(r));
     for (const std::string& name : metric_names) {
       auto it = metrics[i].find(name);
       row.push_back(it == metrics[i].end() ? "" : internal::FormatDouble(it->second));
@@ -202,6 +231,10 @@ Json RoundsJson(const RunRecord& run, const std::vector<RoundRecord>& rounds,
     if (r.dp_sampling_rate > 0) {
       out["rounds"].back()["dp_sampling_rate"] = r.dp_sampling_rate;
       out["rounds"].back()["dp_epsilon"] = r.dp_epsilon;
+    }
+    if (!r.secagg_json.empty()) {
+      Json secagg = Json::parse(r.secagg_json, nullptr, false);
+      if (secagg.is_object()) out["rounds"].back()["secure_aggregation"] = std::move(secagg);
     }
   }
   for (const EvaluationRecord& e : evaluations) {

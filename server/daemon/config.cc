@@ -29,6 +29,10 @@ const std::vector<tk::TableSpec>& Tables() {
        "How the server aggregates updates, and the training values every fit task carries."},
       {"model", "The built-in model a new run starts from; a resumed run's must have its shape."},
       {"privacy", "Differential privacy (see `mode`); a resumed run keeps its recorded [privacy]."},
+      {"secure_aggregation",
+       "Secure aggregation (SecAgg+): the server learns only the sum of the sampled clients' "
+       "changes, never one client's. 0 for num_neighbors, threshold or quantization_bits: the "
+       "default for each round's number of clients."},
   };
   return *kTables;
 }
@@ -207,10 +211,11 @@ const std::vector<Key>& Keys() {
           [](auto& c) -> auto& { return c.model.eval_labels; }),
 
       tk::StringKey<C>("privacy", "mode",
-                       "off, or central: the server clips each update's change, averages them "
-                       "unweighted and adds noise.",
+                       "off; central: the server clips each update's change, averages them "
+                       "unweighted and adds noise; distributed (with secure aggregation): each "
+                       "client clips its change and adds its share of the noise.",
                        false, [](auto& c) -> auto& { return c.server.engine.privacy.mode; },
-                       {"off", "central"}),
+                       {"off", "central", "distributed"}),
       tk::FloatKey<C>(
           "privacy", "noise_multiplier", "z: the noise's standard deviation over clip_norm.",
           Range::kPositive,
@@ -227,6 +232,52 @@ const std::vector<Key>& Keys() {
           "The run finishes before a round that would spend more epsilon; 0: no budget.",
           Range::kNonNegative,
           [](auto& c) -> auto& { return c.server.engine.privacy.epsilon_budget; }),
+
+      tk::BoolKey<C>(
+          "secure_aggregation", "enabled", "Run every round with secure aggregation.",
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.enabled; }),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "num_neighbors",
+          "k: each client shares its secrets with k neighbours; 0: n - 1 up to 16 clients, "
+          "about 3 log2(n) above.",
+          0, [](auto& c) -> auto& { return c.server.engine.secure_aggregation.num_neighbors; }),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "threshold",
+          "t: shares needed to recover a dropped client's masks, in (k/2, k]; 0: k/2 + 1.", 0,
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.threshold; }),
+      tk::FloatKey<C>(
+          "secure_aggregation", "clip_range",
+          "c: each coordinate of a client's change is clipped to [-c, c] before quantizing.",
+          Range::kPositive,
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.clip_range; }),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "quantization_bits",
+          "b: bits per quantized value; 0: the most that cannot wrap the modulus.", 0,
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.quantization_bits; },
+          62),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "modulus_bits", "Arithmetic modulo 2^32 or 2^64: 32 or 64.", 32,
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.modulus_bits; }, 64),
+      tk::IntKey<C, uint32_t>(
+          "secure_aggregation", "max_weight",
+          "Largest weight of one client's update (its examples over example_unit, capped).", 1,
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.max_weight; }),
+      tk::IntKey<C, int64_t>(
+          "secure_aggregation", "example_unit",
+          "A client's weight is ceil(examples / example_unit), in [1, max_weight].", 1,
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.example_unit; }),
+      tk::SecondsKey<C>(
+          "secure_aggregation", "stage_timeout_s",
+          "Deadline of the key, sharing and unmasking stages; clients silent by then drop out "
+          "(seconds).",
+          Range::kPositive,
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.stage_timeout; }),
+      tk::FloatKey<C>(
+          "secure_aggregation", "max_dropout",
+          "Distributed DP: the share of sampled clients that may drop out; the noise is planned "
+          "for the rest, and a round with fewer survivors fails.",
+          Range::kHalfOpenFraction,
+          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.max_dropout; }),
   };
   return *kKeys;
 }
@@ -257,6 +308,47 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
   }
   if (absl::Status s = c.server.engine.privacy.Validate(); !s.ok()) {
     return CrossKeyProblem{std::string(s.message()), {{"privacy", "delta"}, {"privacy", "mode"}}};
+  }
+  const SecureAggregationOptions& sa = c.server.engine.secure_aggregation;
+  if (absl::Status s = sa.Validate(); !s.ok()) {
+    return CrossKeyProblem{std::string(s.message()),
+                           {{"secure_aggregation", "modulus_bits"},
+                            {"secure_aggregation", "threshold"},
+                            {"secure_aggregation", "num_neighbors"},
+                            {"secure_aggregation", "enabled"}}};
+  }
+  const std::string& dp_mode = c.server.engine.privacy.mode;
+  if (dp_mode == "distributed" && !sa.enabled) {
+    return CrossKeyProblem{
+        "privacy.mode 'distributed' needs secure_aggregation.enabled: without it the server "
+        "reads every update, so use 'central'",
+        {{"privacy", "mode"}, {"secure_aggregation", "enabled"}}};
+  }
+  if (sa.enabled && dp_mode == "central") {
+    return CrossKeyProblem{
+        "privacy.mode 'central' needs the server to read each update to clip it, which secure "
+        "aggregation prevents; use 'distributed'",
+        {{"privacy", "mode"}, {"secure_aggregation", "enabled"}}};
+  }
+  if (sa.enabled && strategy.name == "scaffold") {
+    return CrossKeyProblem{
+        "strategy 'scaffold' cannot run with secure aggregation (its control variates are "
+        "summed unweighted beside the weighted model); use fedavg or fedprox",
+        {{"strategy", "name"}, {"secure_aggregation", "enabled"}}};
+  }
+  if (sa.enabled && c.server.engine.min_clients < 3) {
+    return CrossKeyProblem{
+        absl::StrCat("secure aggregation needs run.min_clients >= 3 (with 2, each client could "
+                     "subtract its own change from the sum), got ",
+                     c.server.engine.min_clients),
+        {{"run", "min_clients"}, {"secure_aggregation", "enabled"}}};
+  }
+  if (sa.enabled && c.server.engine.stop_metric.rfind("train_", 0) == 0) {
+    return CrossKeyProblem{
+        absl::StrCat("run.stop_metric '", c.server.engine.stop_metric,
+                     "' cannot be used with secure aggregation: the clients' training metrics "
+                     "are not sent in the clear"),
+        {{"run", "stop_metric"}, {"secure_aggregation", "enabled"}}};
   }
   const ServerModelOptions& m = c.model;
   if (m.kind == "simple_cnn" && m.features != m.image_height * m.image_width * m.image_channels) {

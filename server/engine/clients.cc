@@ -49,6 +49,13 @@ absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_i
     }
   }
   if (absl::Status s = CheckTaskLocked(client_id, run_id, round, task_id); !s.ok()) return s;
+  if (const SecAggRound* s = current_->secagg.get(); s != nullptr) {
+    if (auto d = s->dropped.find(s->id_of.at(client_id)); d != s->dropped.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this client was dropped from round ", round, " at stage ",
+                       SecAggStageName(d->second.stage), ": ", d->second.reason));
+    }
+  }
   return GlobalModel{global_, global_sha_};
 }
 
@@ -64,6 +71,10 @@ bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
   if (current_ == nullptr || current_->round != round) return false;
   auto task = current_->task_of.find(client_id);
   if (task == current_->task_of.end() || task->second != task_id) return false;
+  if (const SecAggRound* s = current_->secagg.get(); s != nullptr) {
+    if (s->dropped.count(s->id_of.at(client_id)) != 0) return false;
+    if (s->stage != SecAggStage::kMaskedInput) return true;
+  }
   auto up = current_->uploads.find(client_id);
   return up == current_->uploads.end() || up->second->phase == Phase::kStreaming;
 }
@@ -146,12 +157,18 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
     t.message = absl::StrCat("not sampled in round ", current_->round);
     return t;
   }
+  if (current_->secagg != nullptr) return SecAggTaskLocked(client_id, std::move(t));
   if (current_->uploads.count(client_id) != 0) {
     t.message = absl::StrCat("update received; waiting for round ", current_->round, " to close");
     return t;
   }
   t.kind = Task::Kind::kFit;
   t.task_id = task->second;
+  FillFitLocked(client_id, t);
+  return t;
+}
+
+void EngineImpl::FillFitLocked(const std::string& client_id, Task& t) const {
   t.fit = options_.fit;
   if (auto c = client_committed_round_.find(client_id); c != client_committed_round_.end()) {
     t.client_committed_round = c->second;
@@ -159,7 +176,6 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
   t.spec = global_->spec();
   t.model_bytes = global_->NumBytes();
   t.model_sha256 = global_sha_;
-  return t;
 }
 
 std::vector<std::string> EngineImpl::OnlineLocked(absl::Time now) const {
@@ -173,28 +189,38 @@ std::vector<std::string> EngineImpl::OnlineLocked(absl::Time now) const {
 void EngineImpl::DropOfflineClientsLocked(absl::Time now) {
   for (const std::string& id : current_->sampled) {
     if (current_->uploads.count(id) != 0) continue;  // reported, refused or uploading
-    const absl::Duration silent = now - clients_[id].last_seen;
-    if (silent <= options_.client_timeout) continue;
-    DropFromRoundLocked(id, "client_offline",
-                        absl::StrCat("offline: no poll or heartbeat for ",
-                                     absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1)))),
-                        now);
+    DropIfSilentLocked(id, now);
   }
+}
+
+void EngineImpl::DropIfSilentLocked(const std::string& client_id, absl::Time now) {
+  const absl::Duration silent = now - clients_[client_id].last_seen;
+  if (silent <= options_.client_timeout) return;
+  DropFromRoundLocked(client_id, "client_offline",
+                      absl::StrCat("offline: no poll or heartbeat for ",
+                                   absl::FormatDuration(absl::Trunc(silent, absl::Seconds(1)))),
+                      now);
 }
 
 void EngineImpl::DropFromRoundLocked(const std::string& client_id, const std::string& event,
                                      const std::string& reason, absl::Time now) {
-  auto state = std::make_shared<UploadState>();
-  state->client_id = client_id;
-  state->task_id = current_->task_of[client_id];
-  state->reason = reason;
-  state->phase = Phase::kAborted;
-  current_->uploads[client_id] = state;
+  std::string where;
+  if (current_->secagg != nullptr) {
+    DropFromSecAggLocked(client_id, false, reason);
+    where = absl::StrCat(" at stage ", SecAggStageName(current_->secagg->stage));
+  } else {
+    auto state = std::make_shared<UploadState>();
+    state->client_id = client_id;
+    state->task_id = current_->task_of[client_id];
+    state->reason = reason;
+    state->phase = Phase::kAborted;
+    current_->uploads[client_id] = state;
+  }
   AuditRecord rec;
   rec.at_ms = ToMs(now);
   rec.client_id = client_id;
   rec.event = event;
-  rec.detail = absl::StrCat(reason, "; dropped from round ", current_->round);
+  rec.detail = absl::StrCat(reason, "; dropped from round ", current_->round, where);
   rec.run_id = run_.run_id;
   rec.round = current_->round;
   (void)store_->Audit(rec);
@@ -209,9 +235,16 @@ void EngineImpl::ForgetClient(const std::string& client_id, const std::string& r
     std::lock_guard<std::mutex> lock(mu_);
     if (clients_.erase(client_id) == 0) return;  // never seen by this engine
     const absl::Time now = clock_->Now();
-    if (current_ != nullptr && current_->task_of.count(client_id) != 0 &&
-        current_->uploads.count(client_id) == 0) {
-      DropFromRoundLocked(client_id, "client_removed", reason, now);
+    if (current_ != nullptr && current_->task_of.count(client_id) != 0) {
+      const SecAggRound* s = current_->secagg.get();
+      // A secure round drops it at any stage but while its masked input streams or after it
+      // arrived during that stage (an input in the sum stays there).
+      const bool uploading = current_->uploads.count(client_id) != 0;
+      const bool droppable = s == nullptr
+                                 ? !uploading
+                                 : s->dropped.count(s->id_of.at(client_id)) == 0 &&
+                                       !(s->stage == SecAggStage::kMaskedInput && uploading);
+      if (droppable) DropFromRoundLocked(client_id, "client_removed", reason, now);
     }
     MaybeAdvanceLocked();
     BumpLocked();

@@ -4,6 +4,8 @@
 //   clients.cc         joins, polls, heartbeats, task assignment, liveness, dropping the silent
 //   uploads.cc         registering, checking, streaming and folding updates; declines
 //   evaluation.cc      federated evaluation between rounds
+//   secagg_round.cc    secure-aggregation rounds: set-up, closing the four stages, the result
+//   secagg_clients.cc  secure-aggregation rounds: stage tasks, messages, masked uploads
 //   engine_options.cc  EngineOptions' JSON form and the real clock
 //
 // Thread safety: EngineImpl's members whose names end in `Locked` expect `mu_` held;
@@ -30,6 +32,7 @@
 #include "fl/common/chunking.h"
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
+#include "server/engine/secagg_round.h"
 #include "server/engine/upload.h"
 
 namespace fl::server::internal {
@@ -111,6 +114,7 @@ class EngineImpl final : public RoundEngine {
                                 const EvaluationReport& report) override;
   absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
                        const std::string& reason) override;
+  absl::Status SubmitSecAgg(const std::string& client_id, const SecAggMessage& message) override;
   bool Heartbeat(const std::string& client_id, int32_t round, const std::string& task_id) override;
   void AuditRefusal(const std::string& client_id, const std::string& event,
                     const absl::Status& status) override;
@@ -175,6 +179,8 @@ class EngineImpl final : public RoundEngine {
   absl::Status CheckTaskLocked(const std::string& client_id, int64_t run_id, int32_t round,
                                const std::string& task_id) const;
   Task TaskForLocked(const std::string& client_id) const;
+  // A fit task's settings and model (kFit, kSecAggMaskedInput).
+  void FillFitLocked(const std::string& client_id, Task& t) const;
 
   // Records `state` as the client's one upload for the open round and returns that round, or
   // sets `refusal` (stale or foreign task, second update) and returns null.
@@ -192,6 +198,8 @@ class EngineImpl final : public RoundEngine {
   // Sampled clients of the open round that have neither reported nor been seen for
   // client_timeout are dropped from it, so that the round does not wait for them.
   void DropOfflineClientsLocked(absl::Time now);
+  // Drops `client_id` from the open round when it has not been seen for client_timeout.
+  void DropIfSilentLocked(const std::string& client_id, absl::Time now);
   // Records `client_id` (sampled, not yet reported) as dropped from the open round.
   void DropFromRoundLocked(const std::string& client_id, const std::string& event,
                            const std::string& reason, absl::Time now);
@@ -199,8 +207,37 @@ class EngineImpl final : public RoundEngine {
   // central noise, flags the fit tasks and makes the accountant. INVALID_ARGUMENT for bad
   // settings or a strategy that cannot be wrapped.
   absl::Status SetUpPrivacy();
+  absl::Status MakeAccountant();
   void StartRoundLocked(std::vector<std::string> online);
   void CloseRoundLocked(const std::string& why);
+  // Sets `closing` and takes the round's gate exclusively: uploads still streaming are aborted
+  // with `reason` (their spills removed); none is mid-fold when this returns.
+  static void CutOffUploadsLocked(RoundState& round, const std::string& reason);
+  // The commit path shared by plain and secure rounds: commits `next` with the participations
+  // (or, when `next` is an error, fails the attempt with its message, counted against
+  // max_round_retries). `summary` carries num_accepted and the metrics; current_ is already null.
+  void EndAttemptLocked(std::shared_ptr<RoundState> round,
+                        std::vector<ParticipationRecord> participations, RoundSummary summary,
+                        absl::StatusOr<Model> next, absl::Time now);
+
+  // --- Secure aggregation (secagg_round.cc)
+  // The refusals at Create / resume: min_clients < 3, SCAFFOLD, a train_* stop metric, central
+  // DP with it, distributed DP without it, parameters refused for n = min_clients.
+  absl::Status CheckSecureAggregation() const;
+  // Sets up round.secagg for the sampled clients (`online` counted for the log only).
+  absl::Status StartSecAggLocked(RoundState& round, int32_t online);
+  // Drops the silent, closes the open stage when it is complete or past its deadline (maybe
+  // several in a row), and ends the attempt after the unmasking stage or on a failure.
+  void AdvanceSecAggLocked(absl::Time now);
+  void CloseSecAggStageLocked(const std::string& why, absl::Time now);
+  // Ends the current secure attempt as failed with `failure`.
+  void FailSecAggRoundLocked(const std::string& failure, absl::Time now);
+  std::vector<ParticipationRecord> SecAggParticipationsLocked(const RoundState& round) const;
+  Task SecAggTaskLocked(const std::string& client_id, Task t) const;
+  // Refusals of an upload specific to secure rounds (or of a masked one in a plain round).
+  absl::Status CheckSecAggUploadLocked(const std::string& client_id, const UpdateMeta& meta) const;
+  // Records the client dropped at the open stage of the current secure round.
+  void DropFromSecAggLocked(const std::string& client_id, bool refused, const std::string& reason);
   void FailRunLocked(const std::string& reason);
   void EndRunLocked(RunStatus status, const std::string& reason);
   void FinishRunLocked(const std::string& reason);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "fl/aggregation/secagg/params.h"
 #include "fl/server/engine.h"
 #include "nlohmann/json.hpp"
 
@@ -27,9 +28,9 @@ Clock* Clock::Real() {
 
 absl::Status PrivacyOptions::Validate() const {
   if (mode == "off") return absl::OkStatus();
-  if (mode != "central") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("privacy.mode must be \"off\" or \"central\", got \"", mode, "\""));
+  if (mode != "central" && mode != "distributed") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "privacy.mode must be \"off\", \"central\" or \"distributed\", got \"", mode, "\""));
   }
   if (!std::isfinite(noise_multiplier) || noise_multiplier <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -47,6 +48,58 @@ absl::Status PrivacyOptions::Validate() const {
         "privacy.epsilon_budget must be a finite number >= 0 (0: none), got ", epsilon_budget));
   }
   return absl::OkStatus();
+}
+
+absl::Status SecureAggregationOptions::Validate() const {
+  if (!enabled) return absl::OkStatus();
+  auto bad = [](const char* key, auto value, const char* want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure_aggregation.", key, " must be ", want, ", got ", value));
+  };
+  if (num_neighbors < 0) return bad("num_neighbors", num_neighbors, ">= 0 (0: default)");
+  if (threshold < 0) return bad("threshold", threshold, ">= 0 (0: k/2 + 1)");
+  if (!std::isfinite(clip_range) || clip_range <= 0) {
+    return bad("clip_range", clip_range, "a finite number > 0");
+  }
+  if (quantization_bits < 0 || quantization_bits > 62) {
+    return bad("quantization_bits", quantization_bits, "in [0, 62] (0: the most that fits)");
+  }
+  if (modulus_bits != 32 && modulus_bits != 64)
+    return bad("modulus_bits", modulus_bits, "32 or 64");
+  if (max_weight < 1) return bad("max_weight", max_weight, ">= 1");
+  if (example_unit < 1) return bad("example_unit", example_unit, ">= 1");
+  if (stage_timeout <= absl::ZeroDuration()) {
+    return bad("stage_timeout_s", absl::FormatDuration(stage_timeout), "positive");
+  }
+  if (!(max_dropout >= 0 && max_dropout < 1)) return bad("max_dropout", max_dropout, "in [0, 1)");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
+    int32_t num_clients, uint64_t graph_seed) const {
+  if (absl::Status s = Validate(); !s.ok()) return s;
+  // With b set, the defaults only choose k and t (at max_weight 1, which always fits b >= 8);
+  // with b = 0, the library picks the largest b that fits max_weight.
+  absl::StatusOr<secagg::SecAggParams> p = secagg::DefaultSecAggParams(
+      num_clients, modulus_bits, quantization_bits == 0 ? max_weight : 1);
+  if (!p.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation for ", num_clients, " clients: ", p.status().message()));
+  }
+  p->max_weight = max_weight;
+  if (quantization_bits != 0) p->quantization_bits = quantization_bits;
+  if (num_neighbors != 0) {
+    p->num_neighbors = num_neighbors;
+    p->threshold = num_neighbors / 2 + 1;
+  }
+  if (threshold != 0) p->threshold = threshold;
+  p->clip_range = clip_range;
+  p->graph_seed = graph_seed;
+  if (absl::Status s = secagg::ValidateSecAggParams(*p); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation for ", num_clients, " clients: ", s.message()));
+  }
+  return *p;
 }
 
 std::string EngineOptions::ToJson() const {
@@ -78,6 +131,17 @@ std::string EngineOptions::ToJson() const {
         {"clip_norm", privacy.clip_norm},
         {"delta", privacy.delta},
         {"epsilon_budget", privacy.epsilon_budget}}},
+      {"secure_aggregation",
+       {{"enabled", secure_aggregation.enabled},
+        {"num_neighbors", secure_aggregation.num_neighbors},
+        {"threshold", secure_aggregation.threshold},
+        {"clip_range", secure_aggregation.clip_range},
+        {"quantization_bits", secure_aggregation.quantization_bits},
+        {"modulus_bits", secure_aggregation.modulus_bits},
+        {"max_weight", secure_aggregation.max_weight},
+        {"example_unit", secure_aggregation.example_unit},
+        {"stage_timeout_ms", absl::ToInt64Milliseconds(secure_aggregation.stage_timeout)},
+        {"max_dropout", secure_aggregation.max_dropout}}},
   };
   return j.dump();
 }
@@ -121,6 +185,21 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
       o.privacy.clip_norm = p.value("clip_norm", o.privacy.clip_norm);
       o.privacy.delta = p.value("delta", o.privacy.delta);
       o.privacy.epsilon_budget = p.value("epsilon_budget", o.privacy.epsilon_budget);
+    }
+    if (j.contains("secure_aggregation")) {
+      const nlohmann::json& a = j.at("secure_aggregation");
+      SecureAggregationOptions& sa = o.secure_aggregation;
+      sa.enabled = a.value("enabled", sa.enabled);
+      sa.num_neighbors = a.value("num_neighbors", sa.num_neighbors);
+      sa.threshold = a.value("threshold", sa.threshold);
+      sa.clip_range = a.value("clip_range", sa.clip_range);
+      sa.quantization_bits = a.value("quantization_bits", sa.quantization_bits);
+      sa.modulus_bits = a.value("modulus_bits", sa.modulus_bits);
+      sa.max_weight = a.value("max_weight", sa.max_weight);
+      sa.example_unit = a.value("example_unit", sa.example_unit);
+      sa.stage_timeout = absl::Milliseconds(
+          a.value("stage_timeout_ms", absl::ToInt64Milliseconds(sa.stage_timeout)));
+      sa.max_dropout = a.value("max_dropout", sa.max_dropout);
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));

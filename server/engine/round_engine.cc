@@ -149,7 +149,11 @@ absl::Status EngineImpl::Init(Model initial_model) {
 absl::Status EngineImpl::SetUpPrivacy() {
   const PrivacyOptions& p = options_.privacy;
   if (absl::Status s = p.Validate(); !s.ok()) return s;
-  options_.fit.differential_privacy = p.enabled();
+  if (absl::Status s = CheckSecureAggregation(); !s.ok()) return s;
+  // Distributed DP: the clients clip and add the noise (their secure-aggregation task says how);
+  // the server only accounts.
+  options_.fit.differential_privacy = p.accounted();
+  if (p.distributed()) return MakeAccountant();
   if (!p.enabled()) return absl::OkStatus();
   aggregation::dp::CentralDpOptions dp;
   dp.noise_multiplier = p.noise_multiplier;
@@ -159,6 +163,10 @@ absl::Status EngineImpl::SetUpPrivacy() {
   if (!wrapped.ok()) return wrapped.status();
   dp_strategy_ = *std::move(wrapped);
   strategy_ = dp_strategy_.get();
+  return MakeAccountant();
+}
+
+absl::Status EngineImpl::MakeAccountant() {
   absl::StatusOr<aggregation::dp::RdpAccountant> accountant =
       aggregation::dp::RdpAccountant::Create();
   if (!accountant.ok()) return accountant.status();
@@ -184,7 +192,9 @@ void EngineImpl::MaybeAdvanceLocked() {
     FinishEvaluationLocked(now);
     if (finished_) return;
   }
-  if (current_ != nullptr) {
+  if (current_ != nullptr && current_->secagg != nullptr) {
+    AdvanceSecAggLocked(now);
+  } else if (current_ != nullptr) {
     DropOfflineClientsLocked(now);
     bool all_final = true;
     {
@@ -229,7 +239,9 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
   const int32_t n = static_cast<int32_t>(online.size());
   // The epsilon keeps 0.07 * 100 = 7.000000000000001 from sampling 8.
   int32_t k = static_cast<int32_t>(std::ceil(options_.sample_fraction * n - 1e-9));
-  k = std::clamp(std::max(k, options_.min_fit_clients), 1, n);
+  // Secure aggregation needs 3 clients (the sum of 2 reveals each); n >= min_clients >= 3.
+  const int32_t least = options_.secure_aggregation.enabled ? 3 : 1;
+  k = std::clamp(std::max({k, options_.min_fit_clients, least}), 1, n);
   online.resize(static_cast<size_t>(k));
   std::sort(online.begin(), online.end());
   if (accountant_.has_value()) {
@@ -247,8 +259,10 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
           ", over epsilon_budget ", p.epsilon_budget, " (delta ", p.delta, ")"));
       return;
     }
-    round->dp_global = global_;
-    round->dp_clip_norm = p.clip_norm;
+    if (p.enabled()) {  // central: the server clips
+      round->dp_global = global_;
+      round->dp_clip_norm = p.clip_norm;
+    }
     round->dp_sampling_rate = q;
   }
   round->sampled = online;
@@ -256,7 +270,8 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
     round->task_of[id] =
         absl::StrFormat("r%d.a%d.%s", round->round, round->attempt, id.substr(0, 12));
   }
-  round->aggregator = strategy_->BeginRound(*global_);
+  // A secure round sums masked inputs in its ServerSession and hands the strategy one mean.
+  if (!options_.secure_aggregation.enabled) round->aggregator = strategy_->BeginRound(*global_);
 
   CrashPoint("round_start");
   RoundRecord rec;
@@ -286,7 +301,24 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
             {"sampled", absl::StrCat(k)},
             {"online", absl::StrCat(n)}});
   current_ = std::move(round);
+  if (options_.secure_aggregation.enabled) {
+    if (absl::Status s = StartSecAggLocked(*current_, n); !s.ok()) {
+      FailSecAggRoundLocked(std::string(s.message()), clock_->Now());
+      return;
+    }
+  }
   BumpLocked();
+}
+
+void EngineImpl::CutOffUploadsLocked(RoundState& round, const std::string& reason) {
+  round.closing = true;
+  std::unique_lock<std::shared_mutex> gate(round.gate);
+  for (auto& [id, up] : round.uploads) {
+    if (up->phase != Phase::kStreaming) continue;
+    up->reason = reason;
+    up->phase = Phase::kAborted;
+    up->RemoveSpill();
+  }
 }
 
 void EngineImpl::CloseRoundLocked(const std::string& why) {
@@ -296,15 +328,10 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
   std::vector<ParticipationRecord> participations;
   std::map<std::string, double> metric_sums;
   double metric_weight = 0;
+  CutOffUploadsLocked(*round,
+                      absl::StrCat("round closed (", why, ") before the update was complete"));
   {
-    round->closing = true;
-    std::unique_lock<std::shared_mutex> gate(round->gate);
-    for (auto& [id, up] : round->uploads) {
-      if (up->phase != Phase::kStreaming) continue;
-      up->reason = absl::StrCat("round closed (", why, ") before the update was complete");
-      up->phase = Phase::kAborted;
-      up->RemoveSpill();
-    }
+    std::shared_lock<std::shared_mutex> gate(round->gate);
     for (const std::string& id : round->sampled) {
       auto it = round->uploads.find(id);
       if (it == round->uploads.end()) {
@@ -328,25 +355,35 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     }
   }
   RoundSummary summary;
-  summary.run_id = run_.run_id;
-  summary.round = round->round;
-  summary.attempt = round->attempt;
-  summary.num_sampled = static_cast<int32_t>(round->sampled.size());
   summary.num_accepted = round->aggregator->num_accepted();
-  summary.duration = now - round->started;
   for (const auto& [k, v] : metric_sums) summary.metrics["train_" + k] = v / metric_weight;
 
   std::string failure;
   if (round->poisoned) {
     failure = "a refused update could not be folded out of the aggregate (spill unreadable)";
   } else if (summary.num_accepted < options_.min_fit_clients) {
-    failure = absl::StrCat("only ", summary.num_accepted, " of ", summary.num_sampled,
+    failure = absl::StrCat("only ", summary.num_accepted, " of ", round->sampled.size(),
                            " sampled clients delivered an accepted update (", why,
                            "); min_fit_clients is ", options_.min_fit_clients);
   }
   CrashPoint("aggregate");
   absl::StatusOr<Model> next = failure.empty() ? round->aggregator->Finish()
                                                : absl::StatusOr<Model>(absl::AbortedError(failure));
+  EndAttemptLocked(std::move(round), std::move(participations), std::move(summary), std::move(next),
+                   now);
+}
+
+void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
+                                  std::vector<ParticipationRecord> participations,
+                                  RoundSummary summary, absl::StatusOr<Model> next,
+                                  absl::Time now) {
+  summary.run_id = run_.run_id;
+  summary.round = round->round;
+  summary.attempt = round->attempt;
+  summary.num_sampled = static_cast<int32_t>(round->sampled.size());
+  summary.duration = now - round->started;
+  const std::string secagg_json = round->secagg != nullptr ? SecAggJson(*round->secagg) : "";
+  std::string failure;
   if (next.ok()) {
     std::map<std::string, double> hook_metrics;
     if (hooks_.evaluate) {
@@ -363,6 +400,7 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     rec.num_sampled = summary.num_sampled;
     rec.num_reported = summary.num_accepted;
     rec.metrics_json = MetricsJson(summary.metrics);
+    rec.secagg_json = secagg_json;
     if (accountant_.has_value()) {
       absl::StatusOr<aggregation::dp::PrivacySpent> spent = accountant_->SpentAfter(
           round->dp_sampling_rate, options_.privacy.noise_multiplier, 1, options_.privacy.delta);
@@ -421,11 +459,14 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     } else {
       failure = absl::StrCat("could not commit the round: ", committed.message());
     }
-  } else if (failure.empty()) {
+  } else {
     failure = std::string(next.status().message());
   }
   if (!summary.committed) {
     summary.reason = failure;
+    if (!secagg_json.empty()) {
+      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, secagg_json);
+    }
     (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kFailed, failure,
                            ToMs(now));
     for (const ParticipationRecord& p : participations) (void)store_->RecordParticipation(p);
@@ -491,13 +532,11 @@ void EngineImpl::Abort(const std::string& reason) {
     if (current_ != nullptr) {
       std::shared_ptr<RoundState> round = std::move(current_);
       current_ = nullptr;
-      round->closing = true;
-      std::unique_lock<std::shared_mutex> gate(round->gate);
-      for (auto& [id, up] : round->uploads) {
-        if (up->phase != Phase::kStreaming) continue;
-        up->reason = absl::StrCat("round aborted: ", reason);
-        up->phase = Phase::kAborted;
-        up->RemoveSpill();
+      CutOffUploadsLocked(*round, absl::StrCat("round aborted: ", reason));
+      if (round->secagg != nullptr) {
+        // Nothing secret is kept: the session (keys, sums) goes with the round state.
+        (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt,
+                                     SecAggJson(*round->secagg));
       }
       (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kAborted,
                              reason, ToMs(clock_->Now()));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -23,6 +24,8 @@
 #include "fl/server/store.h"
 
 namespace fl::server::internal {
+
+struct SecAggRound;  // secagg_round.h
 
 struct UploadState {
   enum class Phase { kStreaming, kAccepted, kRefused, kAborted };
@@ -72,6 +75,12 @@ struct RoundState {
   // Set when the aggregate became unusable (a spill could not be read back mid-fold). Guarded by
   // the gate like the phases.
   bool poisoned = false;
+  // Secure aggregation (null for plain rounds): the four stages' state; `aggregator` is then
+  // null and verified masked inputs are summed in its session. Set before the round opens.
+  std::unique_ptr<SecAggRound> secagg;
+
+  RoundState();
+  ~RoundState();  // out of line: SecAggRound is incomplete here
 };
 
 }  // namespace fl::server::internal

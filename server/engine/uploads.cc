@@ -64,6 +64,7 @@ std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& 
         absl::StrCat("this client was dropped from round ", meta.round, ": ", it->second->reason));
     return nullptr;
   }
+  if (refusal = CheckSecAggUploadLocked(client_id, meta); !refusal.ok()) return nullptr;
   if (current_->uploads.count(client_id) != 0) {
     // The first update keeps its place; this one is not the round's business.
     refusal = absl::AlreadyExistsError(absl::StrCat(
@@ -78,6 +79,11 @@ absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
   const int64_t expected = global_->NumBytes();
   if (meta.spec.has_value() && !(*meta.spec == global_->spec())) {
     return absl::InvalidArgumentError(SpecMismatch(*meta.spec, global_->spec()));
+  }
+  const SecAggRound* secagg = current_->secagg.get();
+  if (absl::Status s = CheckMaskedUpdate(secagg, meta, global_->spec().NumFloats(), meta.round);
+      !s.ok() || secagg != nullptr) {
+    return s;
   }
   if (meta.payload_bytes != expected) {
     return absl::InvalidArgumentError(
@@ -259,7 +265,15 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
           absl::StrCat("update no longer accepted: ", state_->reason));
     }
     why = assembler_.Add(offset, data);
-    if (why.ok()) {
+    if (why.ok() && round_->secagg != nullptr) {
+      // Masked words: every value of the word size is < 2^m; only whole words.
+      const size_t word = static_cast<size_t>(round_->secagg->params.modulus_bits / 8);
+      if (data.size() % word != 0) {
+        why = absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " has ",
+                                                      data.size(), " bytes, not whole ", word,
+                                                      "-byte words"));
+      }
+    } else if (why.ok()) {
       std::span<float> values(buffer_.data(), data.size() / sizeof(float));
       std::memcpy(values.data(), data.data(), data.size());
       why = CheckFinite(values, offset / static_cast<int64_t>(sizeof(float)));
@@ -293,12 +307,21 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
           absl::StrCat("update no longer accepted: ", state_->reason));
     }
     why = assembler_.Finish(sha256_hex);
-    if (why.ok()) {
+    if (why.ok() && round_->secagg != nullptr) {
+      // Verified whole: into the secure round's masked sum (the client is then in U3).
+      SecAggRound& s = *round_->secagg;
+      bool partly_folded = false;
+      why = FoldMaskedUpload(*state_, s, s.id_of.at(state_->client_id), partly_folded);
+      if (!why.ok() && partly_folded) round_->poisoned = true;
+    } else if (why.ok()) {
       // Verified whole: only now does it touch the aggregate.
       why = state_->FoldInto(*round_->aggregator, round_->dp_global.get(), round_->dp_clip_norm);
       if (!why.ok()) round_->poisoned = true;
     }
-    if (why.ok()) {
+    if (why.ok() && round_->secagg != nullptr) {
+      state_->phase = Phase::kAccepted;
+      state_->RemoveSpill();
+    } else if (why.ok()) {
       round_->aggregator->Accept(static_cast<double>(state_->num_examples));
       state_->phase = Phase::kAccepted;
       state_->RemoveSpill();

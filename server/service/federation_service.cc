@@ -6,6 +6,7 @@
 #include "fl/common/crypto.h"
 #include "fl/common/proto_serde.h"
 #include "grpcpp/grpcpp.h"
+#include "server/service/secagg_serde.h"
 
 namespace fl::server {
 namespace {
@@ -49,23 +50,20 @@ class FederationService final : public fl::v1::Federation::Service {
     reply->set_round(task.round);
     reply->set_task_id(task.task_id);
     reply->set_message(task.message);
+    reply->set_kind(ToProtoKind(task.kind));
     switch (task.kind) {
       case Task::Kind::kWait:
-        reply->set_kind(fl::v1::Task::WAIT);
-        break;
       case Task::Kind::kDone:
-        reply->set_kind(fl::v1::Task::DONE);
         break;
       case Task::Kind::kEvaluate: {
-        reply->set_kind(fl::v1::Task::EVALUATE);
         fl::v1::FitTask* model = reply->mutable_fit();
         ToProto(task.spec, model->mutable_model_spec());
         model->set_model_bytes(task.model_bytes);
         model->set_model_sha256(task.model_sha256);
         break;
       }
-      case Task::Kind::kFit: {
-        reply->set_kind(fl::v1::Task::FIT);
+      case Task::Kind::kFit:
+      case Task::Kind::kSecAggMaskedInput: {
         fl::v1::FitTask* fit = reply->mutable_fit();
         fit->set_local_epochs(task.fit.local_epochs);
         fit->set_batch_size(task.fit.batch_size);
@@ -78,8 +76,16 @@ class FederationService final : public fl::v1::Federation::Service {
         ToProto(task.spec, fit->mutable_model_spec());
         fit->set_model_bytes(task.model_bytes);
         fit->set_model_sha256(task.model_sha256);
+        if (task.kind == Task::Kind::kSecAggMaskedInput) {
+          SecAggTaskToProto(task.secagg, reply->mutable_secagg());
+        }
         break;
       }
+      case Task::Kind::kSecAggAdvertise:
+      case Task::Kind::kSecAggShare:
+      case Task::Kind::kSecAggUnmask:
+        SecAggTaskToProto(task.secagg, reply->mutable_secagg());
+        break;
     }
     return grpc::Status::OK;
   }
@@ -140,6 +146,25 @@ class FederationService final : public fl::v1::Federation::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status SubmitSecAgg(grpc::ServerContext* ctx, const fl::v1::SecAggSubmission* req,
+                            fl::v1::SubmitReply* reply) override {
+    absl::StatusOr<std::string> id = Identify(ctx);
+    if (!id.ok()) return ToGrpcStatus(id.status());
+    absl::StatusOr<SecAggMessage> message = SecAggMessageFromProto(*req);
+    if (!message.ok()) {
+      engine_->AuditRefusal(*id, "secagg_refused", message.status());
+      return ToGrpcStatus(message.status());
+    }
+    absl::Status s = engine_->SubmitSecAgg(*id, *message);
+    if (!s.ok()) return ToGrpcStatus(s);
+    const bool declined = !message->decline_reason.empty();
+    reply->set_accepted(!declined);
+    reply->set_message(declined ? absl::StrCat("decline of task '", req->task_id(), "' recorded")
+                                : absl::StrCat("stage ", fl::v1::Task::Kind_Name(req->stage()),
+                                               " of round ", req->round(), " received"));
+    return grpc::Status::OK;
+  }
+
   grpc::Status SubmitUpdate(grpc::ServerContext* ctx,
                             grpc::ServerReader<fl::v1::UpdatePart>* reader,
                             fl::v1::SubmitReply* reply) override {
@@ -177,12 +202,25 @@ class FederationService final : public fl::v1::Federation::Service {
       reply->set_message(absl::StrCat("decline of task '", meta.task_id, "' recorded"));
       return grpc::Status::OK;
     }
-    if (m.encoding() != fl::v1::UpdateMetadata::FLOAT32) {
-      absl::Status s = absl::InvalidArgumentError(
-          absl::StrCat("update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
-                       " is not supported; this run takes FLOAT32"));
-      engine_->AuditRefusal(*id, "update_refused", s);
-      return ToGrpcStatus(s);
+    // Which encoding a round takes is the engine's decision (FLOAT32, or masked words in a
+    // secure round); unknown ones stop here.
+    switch (m.encoding()) {
+      case fl::v1::UpdateMetadata::FLOAT32:
+        meta.encoding = UpdateMeta::Encoding::kFloat32;
+        break;
+      case fl::v1::UpdateMetadata::MASKED_UINT32:
+        meta.encoding = UpdateMeta::Encoding::kMaskedUint32;
+        break;
+      case fl::v1::UpdateMetadata::MASKED_UINT64:
+        meta.encoding = UpdateMeta::Encoding::kMaskedUint64;
+        break;
+      default: {
+        absl::Status s = absl::InvalidArgumentError(
+            absl::StrCat("update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
+                         " is not supported; send FLOAT32, MASKED_UINT32 or MASKED_UINT64"));
+        engine_->AuditRefusal(*id, "update_refused", s);
+        return ToGrpcStatus(s);
+      }
     }
     absl::StatusOr<std::unique_ptr<Upload>> upload = engine_->BeginUpload(*id, meta);
     if (!upload.ok()) return ToGrpcStatus(upload.status());

@@ -11,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 3> kMigrations = {
+constexpr std::array<const char*, 4> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -104,6 +104,11 @@ ALTER TABLE evaluations ADD COLUMN metrics_json TEXT NOT NULL DEFAULT '{}';
     R"sql(
 ALTER TABLE rounds ADD COLUMN dp_epsilon REAL NOT NULL DEFAULT 0;
 ALTER TABLE rounds ADD COLUMN dp_sampling_rate REAL NOT NULL DEFAULT 0;
+)sql",
+    // 4: secure aggregation: the attempt's public parameters, |U1|..|U3|, who dropped at which
+    // stage, the relayed bytes and their SHA-256 (a JSON object); '' for rounds without it.
+    R"sql(
+ALTER TABLE rounds ADD COLUMN secagg_json TEXT NOT NULL DEFAULT '';
 )sql",
 };
 

@@ -97,7 +97,8 @@ absl::StatusOr<RoundRecord> ReadRound(const Statement& st) {
                 .metrics_json = st.Text(9),
                 .reason = st.Text(10),
                 .dp_sampling_rate = st.Double(11),
-                .dp_epsilon = st.Double(12)};
+                .dp_epsilon = st.Double(12),
+                .secagg_json = st.Text(13)};
   absl::StatusOr<RoundStatus> status =
       ParseStatus(st.Text(3),
                   std::array{RoundStatus::kRunning, RoundStatus::kCommitted, RoundStatus::kAborted,

@@ -77,6 +77,8 @@ class SqliteStore final : public Store {
                            const std::vector<ParticipationRecord>& participations) override;
   absl::Status EndRound(int64_t run_id, int32_t round, int32_t attempt, RoundStatus status,
                         const std::string& reason, int64_t now_ms) override;
+  absl::Status SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
+                              const std::string& secagg_json) override;
   absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) override;
   absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) override;
   absl::StatusOr<std::optional<RoundRecord>> LastCommittedRound(int64_t run_id) override;
@@ -285,14 +287,14 @@ absl::Status SqliteStore::CommitRoundLocked(
   absl::StatusOr<Statement> update = Prepare(
       "UPDATE rounds SET status = 'committed', ended_at_ms = ?, num_sampled = ?, "
       "num_reported = ?, checkpoint = ?, metrics_json = ?, reason = ?, dp_sampling_rate = ?, "
-      "dp_epsilon = ? WHERE run_id = ? AND round = ? AND attempt = ?",
+      "dp_epsilon = ?, secagg_json = ? WHERE run_id = ? AND round = ? AND attempt = ?",
       absl::StrCat("update rounds to commit ", name));
   if (!update.ok()) return update.status();
   if (absl::Status s =
           update
               ->Bind(round.ended_at_ms, round.num_sampled, round.num_reported, round.checkpoint,
                      round.metrics_json, round.reason, round.dp_sampling_rate, round.dp_epsilon,
-                     round.run_id, round.round, round.attempt)
+                     round.secagg_json, round.run_id, round.round, round.attempt)
               .Run();
       !s.ok()) {
     return s;
@@ -327,6 +329,25 @@ absl::Status SqliteStore::EndRound(int64_t run_id, int32_t round, int32_t attemp
   if (!current->has_value()) return absl::NotFoundError(absl::StrCat(name, " not found"));
   return absl::FailedPreconditionError(
       absl::StrCat("cannot end ", name, ": it is already ", ToString(**current)));
+}
+
+absl::Status SqliteStore::SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
+                                         const std::string& secagg_json) {
+  if (absl::Status s = CheckWritable("record a round's secure aggregation"); !s.ok()) return s;
+  const std::string name = RoundName(run_id, round, attempt);
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "UPDATE rounds SET secagg_json = ? "
+      "WHERE run_id = ? AND round = ? AND attempt = ? AND status = 'running'",
+      absl::StrCat("update rounds to record the secure aggregation of ", name));
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(secagg_json, run_id, round, attempt).Run(); !s.ok()) return s;
+  if (sqlite3_changes(db_.get()) == 1) return absl::OkStatus();
+  absl::StatusOr<std::optional<RoundStatus>> current = AttemptStatus(run_id, round, attempt);
+  if (!current.ok()) return current.status();
+  if (!current->has_value()) return absl::NotFoundError(absl::StrCat(name, " not found"));
+  return absl::FailedPreconditionError(absl::StrCat("cannot record the secure aggregation of ",
+                                                    name, ": it is already ", ToString(**current)));
 }
 
 absl::StatusOr<int> SqliteStore::AbortInFlightRounds(int64_t run_id, int64_t now_ms) {

@@ -92,7 +92,8 @@ absl::StatusOr<SimulationResult> RunSimulation(
   server_options.enroll_cert_paths = files.client_certs;
   server::EngineOptions& engine = server_options.engine;
   engine.run_name = absl::StrCat("fashion-mnist-", options.model, "-", options.strategy.name,
-                                 options.privacy.enabled() ? "-dp" : "");
+                                 options.privacy.accounted() ? "-dp" : "",
+                                 options.secure_aggregation.enabled ? "-secagg" : "");
   engine.num_rounds = options.num_rounds;
   engine.min_clients = options.num_clients;
   engine.min_fit_clients =
@@ -103,6 +104,7 @@ absl::StatusOr<SimulationResult> RunSimulation(
   engine.fit = options.fit;
   engine.fit.model_name = std::string(client::ModelKindName(arch.kind));
   engine.privacy = options.privacy;
+  engine.secure_aggregation = options.secure_aggregation;
   server_options.strategy = options.strategy;
   const bool scaffold = options.strategy.name == "scaffold";
 
@@ -117,7 +119,7 @@ absl::StatusOr<SimulationResult> RunSimulation(
   hooks.on_round_end = [&](const server::RoundSummary& summary) {
     SimulationRound round{.summary = summary};
     server::Store* s = store.load();
-    if (options.privacy.enabled() && summary.committed && s != nullptr) {
+    if (options.privacy.accounted() && summary.committed && s != nullptr) {
       // The engine records the epsilon with the round it commits; read it back from there.
       absl::StatusOr<std::vector<server::RoundRecord>> records = s->Rounds(run_id.load());
       if (records.ok()) {

@@ -352,6 +352,40 @@ TEST_F(AdminTest, RoundsReportsShowTheEpsilonSpentWithDifferentialPrivacy) {
   EXPECT_EQ(j["rounds"][2]["dp_sampling_rate"], 0.5);
 }
 
+// A round with secure aggregation: the clients left after each stage are shown, and the JSON
+// report carries the round's whole secure-aggregation record.
+TEST_F(AdminTest, RoundsReportsShowWhoTookPartInEachSecureStage) {
+  Populate();
+  RoundRecord secure = Round(2, 0);
+  secure.ended_at_ms = secure.started_at_ms + 100;
+  secure.num_reported = 9;
+  secure.checkpoint = NewCheckpoint(2.0f);
+  secure.secagg_json = R"({"params":{"n":10,"k":9,"t":5},"u1":10,"u2":10,"u3":9,"u4":9})";
+  ASSERT_TRUE(store_->CommitRound(secure, {}).ok());
+
+  absl::StatusOr<std::string> table = RoundsReport(*store_, run_, Format::kTable);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<std::string> lines = Lines(*table);
+  ASSERT_GE(lines.size(), 5u) << *table;
+  const size_t column = lines[1].find("SECAGG_U1>U2>U3>U4");
+  ASSERT_NE(column, std::string::npos) << lines[1];
+  EXPECT_EQ(lines[3].substr(column, 1), "-") << *table;  // round 1, a plain round
+  EXPECT_EQ(lines[4].substr(column), "10>10>9>9") << *table;
+
+  absl::StatusOr<std::string> csv = RoundsReport(*store_, run_, Format::kCsv);
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  EXPECT_TRUE(absl::StrContains(Lines(*csv)[0], ",secagg_u1_u2_u3_u4")) << *csv;
+  EXPECT_TRUE(absl::StrContains(*csv, ",10>10>9>9")) << *csv;
+
+  absl::StatusOr<std::string> json = RoundsReport(*store_, run_, Format::kJson);
+  ASSERT_TRUE(json.ok()) << json.status();
+  nlohmann::json j = nlohmann::json::parse(*json);
+  ASSERT_EQ(j["rounds"].size(), 3u);
+  EXPECT_FALSE(j["rounds"][1].contains("secure_aggregation"));
+  EXPECT_EQ(j["rounds"][2]["secure_aggregation"]["u3"], 9);
+  EXPECT_EQ(j["rounds"][2]["secure_aggregation"]["params"]["k"], 9);
+}
+
 TEST_F(AdminTest, RoundsOfAnUnknownRunOrAnEmptyStoreAreNotFound) {
   absl::StatusOr<std::string> none = RoundsReport(*store_, std::nullopt, Format::kTable);
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound) << none.status();

@@ -74,6 +74,7 @@ seed = 11
 max_local_epochs = 2
 allowed_models = ["mlp", "simple_cnn"]
 require_differential_privacy = true
+require_secure_aggregation = true
 
 [client]
 heartbeat_s = 2.5
@@ -121,6 +122,7 @@ TEST_F(ClientConfigTest, FullFileSetsEveryKey) {
   EXPECT_EQ(c.client.limits.max_local_epochs, 2);
   EXPECT_THAT(c.client.limits.allowed_models, ElementsAre("mlp", "simple_cnn"));
   EXPECT_TRUE(c.client.limits.require_differential_privacy);
+  EXPECT_TRUE(c.client.limits.require_secure_aggregation);
   EXPECT_EQ(c.client.heartbeat_interval, absl::Milliseconds(2500));
   EXPECT_EQ(c.client.reconnect_timeout, absl::Seconds(600));
   EXPECT_EQ(c.client.poll_wait, absl::Seconds(5));
@@ -144,6 +146,7 @@ TEST_F(ClientConfigTest, DefaultsAndAbsentKeys) {
   EXPECT_EQ(c.client.limits.max_local_epochs, 0);
   EXPECT_TRUE(c.client.limits.allowed_models.empty());
   EXPECT_FALSE(c.client.limits.require_differential_privacy);
+  EXPECT_FALSE(c.client.limits.require_secure_aggregation);
   EXPECT_EQ(c.client.heartbeat_interval, absl::Seconds(10));
 
   // A key the file does not set keeps the value given before (e.g. a caller's own default).

@@ -385,6 +385,66 @@ TEST_F(ConfigTest, PrivacySectionRefusesBadValuesByKeyAndLine) {
   EXPECT_THAT(s.message(), HasSubstr("privacy.delta must be in (0, 1), got 1"));
 }
 
+TEST_F(ConfigTest, SecureAggregationSectionIsReadWithDistributedPrivacy) {
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(Write("server.toml", R"([run]
+min_clients = 5
+min_fit_clients = 4
+[privacy]
+mode = "distributed"
+[secure_aggregation]
+enabled = true
+num_neighbors = 4
+threshold = 3
+clip_range = 2.5
+quantization_bits = 16
+modulus_bits = 64
+max_weight = 50
+example_unit = 100
+stage_timeout_s = 12.5
+max_dropout = 0.2
+)"),
+                                     c);
+  ASSERT_TRUE(s.ok()) << s;
+  const SecureAggregationOptions& sa = c.server.engine.secure_aggregation;
+  EXPECT_TRUE(sa.enabled);
+  EXPECT_EQ(sa.num_neighbors, 4);
+  EXPECT_EQ(sa.threshold, 3);
+  EXPECT_EQ(sa.clip_range, 2.5);
+  EXPECT_EQ(sa.quantization_bits, 16);
+  EXPECT_EQ(sa.modulus_bits, 64);
+  EXPECT_EQ(sa.max_weight, 50u);
+  EXPECT_EQ(sa.example_unit, 100);
+  EXPECT_EQ(sa.stage_timeout, absl::Milliseconds(12500));
+  EXPECT_EQ(sa.max_dropout, 0.2);
+  EXPECT_TRUE(c.server.engine.privacy.distributed());
+  EXPECT_FALSE(ServerConfig{}.server.engine.secure_aggregation.enabled);  // off by default
+}
+
+TEST_F(ConfigTest, SecureAggregationRefusesWhatCannotWorkTogether) {
+  const std::string on = "[run]\nmin_clients = 4\n[secure_aggregation]\nenabled = true\n";
+  EXPECT_THAT(ApplyText("[privacy]\nmode = \"distributed\"\n").message(),
+              HasSubstr("privacy.mode 'distributed' needs secure_aggregation.enabled"));
+  EXPECT_THAT(ApplyText(on + "[privacy]\nmode = \"central\"\n").message(),
+              HasSubstr("privacy.mode 'central' needs the server to read each update"));
+  EXPECT_THAT(ApplyText(on + "[strategy]\nname = \"scaffold\"\n").message(),
+              HasSubstr("strategy 'scaffold' cannot run with secure aggregation"));
+  EXPECT_THAT(
+      ApplyText("[run]\nmin_clients = 2\n[secure_aggregation]\nenabled = true\n").message(),
+      HasSubstr("secure aggregation needs run.min_clients >= 3"));
+  EXPECT_THAT(ApplyText("[run]\nmin_clients = 4\nstop_metric = \"train_loss\"\n"
+                        "[secure_aggregation]\nenabled = true\n")
+                  .message(),
+              HasSubstr("run.stop_metric 'train_loss' cannot be used with secure aggregation"));
+  EXPECT_THAT(ApplyText("[secure_aggregation]\nmodulus_bits = 16\n").message(),
+              HasSubstr("secure_aggregation.modulus_bits"));
+  absl::Status s = ApplyText(on + "modulus_bits = 48\n");
+  EXPECT_THAT(s.message(), HasSubstr("server.toml:5"));
+  EXPECT_THAT(s.message(), HasSubstr("modulus_bits"));
+  EXPECT_THAT(ApplyText(on + "max_dropout = 1\n").message(),
+              HasSubstr("secure_aggregation.max_dropout"));
+}
+
 TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) {
   const std::string reference = ServerConfigReference();
   const std::vector<std::pair<std::string, std::vector<std::string>>> keys = {
@@ -401,6 +461,9 @@ TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) 
       {"model",
        {"kind", "features", "classes", "hidden", "image_height", "image_width", "image_channels",
         "init_seed"}},
+      {"secure_aggregation",
+       {"enabled", "num_neighbors", "threshold", "clip_range", "quantization_bits", "modulus_bits",
+        "max_weight", "example_unit", "stage_timeout_s", "max_dropout"}},
   };
   for (const auto& [table, names] : keys) {
     const size_t table_at = reference.find(absl::StrCat("\n[", table, "]\n"));
@@ -545,6 +608,22 @@ TEST_F(ServerCommandTest, PrivacyFlagsOverTheFile) {
                               " --listen 127.0.0.1:0 --data-dir ", Path("data")));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("privacy.delta must be in (0, 1), got 1"));
+}
+
+TEST_F(ServerCommandTest, SecureAggregationFlags) {
+  ServerConfig c = Effective("--min-clients 4 --secagg-threshold 3 --secagg-stage-timeout 7");
+  EXPECT_TRUE(c.server.engine.secure_aggregation.enabled);  // a value flag turns it on
+  EXPECT_EQ(c.server.engine.secure_aggregation.threshold, 3);
+  EXPECT_EQ(c.server.engine.secure_aggregation.stage_timeout, absl::Seconds(7));
+  c = Effective("--secagg --dp-mode distributed --min-clients 3");
+  EXPECT_TRUE(c.server.engine.secure_aggregation.enabled);
+  EXPECT_EQ(c.server.engine.secure_aggregation.num_neighbors, 0);
+  EXPECT_TRUE(c.server.engine.privacy.distributed());
+  Result r = Run(absl::StrCat("server --secagg --dp-mode central --min-clients 3",
+                              " --insecure-plaintext --listen 127.0.0.1:0 --data-dir ",
+                              Path("data")));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("privacy.mode 'central' needs the server to read each update"));
 }
 
 TEST_F(ServerCommandTest, StrategyAndModelFlags) {

@@ -67,5 +67,31 @@ TEST(SiteLimitsTest, RequiredDifferentialPrivacy) {
             "(limits.require_differential_privacy)");
 }
 
+TEST(SiteLimitsTest, RequiredSecureAggregation) {
+  SiteLimits limits;
+  limits.require_secure_aggregation = true;
+  FitConfig secure = Task(1, "softmax", false);
+  secure.secure_aggregation = true;
+  EXPECT_TRUE(CheckSiteLimits(limits, secure).ok());
+  absl::Status s = CheckSiteLimits(limits, Task(1, "softmax", false));
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "task runs without secure aggregation; this site requires it "
+            "(limits.require_secure_aggregation)");
+  // Off by default: a secure task passes a site that does not ask for it, a plain one too.
+  EXPECT_TRUE(CheckSiteLimits({}, secure).ok());
+}
+
+TEST(SiteLimitsTest, EveryLimitIsCheckedWithSecureAggregationToo) {
+  SiteLimits limits;
+  limits.require_secure_aggregation = true;
+  limits.require_differential_privacy = true;
+  FitConfig secure = Task(1, "softmax", false);
+  secure.secure_aggregation = true;
+  EXPECT_EQ(CheckSiteLimits(limits, secure).message(),
+            "task runs without differential privacy; this site requires it "
+            "(limits.require_differential_privacy)");
+}
+
 }  // namespace
 }  // namespace fl::client

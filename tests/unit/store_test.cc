@@ -160,15 +160,15 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, CreatesSchemaAtTheLatestVersionAndReopensIdempotently) {
-  EXPECT_EQ(store_->schema_version(), 3);
+  EXPECT_EQ(store_->schema_version(), 4);
   EXPECT_EQ(store_->db_path(), dir_ + "/federation.db");
   EXPECT_TRUE(std::filesystem::is_directory(store_->checkpoint_dir()));
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->schema_version(), 3);
+  EXPECT_EQ(store_->schema_version(), 4);
   RawDb db(store_->db_path());
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2,3");
+  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2,3,4");
   EXPECT_EQ(db.QueryText("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                          "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
             "audit_log,checkpoints,clients,evaluations,participations,rounds,runs,schema_version");
@@ -315,6 +315,32 @@ TEST_F(StoreTest, CommittedRoundKeepsItsPrivacySpending) {
   EXPECT_EQ((*rounds)[0].dp_epsilon, 1.75);
   EXPECT_EQ((*rounds)[1].dp_sampling_rate, 0.0);
   EXPECT_EQ((*rounds)[1].dp_epsilon, 0.0);
+}
+
+// Schema 4: a round's secure-aggregation record, written with the commit or, for an attempt that
+// fails, before it ends; other rounds read back ''.
+TEST_F(StoreTest, RoundKeepsItsSecureAggregationRecord) {
+  int64_t run = NewRun("secagg", 1);
+  std::string sha = NewCheckpoint(1.0f);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  ASSERT_TRUE(store_->SetRoundSecAgg(run, 1, 0, R"({"u1":3})").ok());
+  ASSERT_TRUE(store_->EndRound(run, 1, 0, RoundStatus::kFailed, "too few", 9).ok());
+  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 0, "{}").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 7, "{}").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 1)).ok());
+  RoundRecord r = Round(run, 1, 1);
+  r.checkpoint = sha;
+  r.secagg_json = R"({"u1":4})";
+  ASSERT_TRUE(store_->CommitRound(r, {}).ok());
+  ASSERT_TRUE(store_->BeginRound(Round(run, 2, 0)).ok());
+  ASSERT_TRUE(Commit(run, 2, 0, sha).ok());
+  Reopen();
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 3u);
+  EXPECT_EQ((*rounds)[0].secagg_json, R"({"u1":3})");
+  EXPECT_EQ((*rounds)[1].secagg_json, R"({"u1":4})");
+  EXPECT_EQ((*rounds)[2].secagg_json, "");
 }
 
 TEST_F(StoreTest, AbortInFlightRoundsAfterRestartKeepsCommittedRounds) {
@@ -626,7 +652,7 @@ TEST_F(StoreTest, AStoreOfSchemaOneMigratesAndOldEvaluationsHaveNoMetrics) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(old_dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->schema_version(), 3);
+  EXPECT_EQ((*store)->schema_version(), 4);
   ASSERT_TRUE((*store)
                   ->RecordEvaluation(1, 2, "federated", 0.5, 0.7, 60, 10,
                                      {{"accuracy", 0.7}, {"auc", 0.75}})
@@ -736,7 +762,7 @@ TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
   Store& reader = **ro;
   EXPECT_TRUE(reader.read_only());
   EXPECT_FALSE(store_->read_only());
-  EXPECT_EQ(reader.schema_version(), 3);
+  EXPECT_EQ(reader.schema_version(), 4);
   EXPECT_EQ(reader.db_path(), store_->db_path());
 
   // The writer keeps committing rounds while the reader reads; every read succeeds and sees a

@@ -20,6 +20,7 @@ struct ServerSession::State {
   std::map<int, EncryptedShares> u2;
   std::set<int> u3;
   std::vector<uint64_t> accumulator;
+  std::map<int, size_t> folded;  // words folded so far, by client still streaming (FoldMaskedWords)
   std::set<int> responders;                             // U4
   std::map<int, std::vector<ShamirShare>> seed_shares;  // by survivor
   std::map<int, std::vector<ShamirShare>> key_shares;   // by dropped client
@@ -137,35 +138,68 @@ absl::StatusOr<std::map<int, ShareBundle>> ServerSession::CloseShareKeys() {
 }
 
 absl::Status ServerSession::ReceiveMaskedInput(const MaskedInput& m) {
-  State& s = *state_;
-  if (absl::Status st = CheckClient(m.client, s.params.num_clients); !st.ok()) return st;
+  if (m.words.size() != state_->dimension + 1) {
+    if (absl::Status st = CheckMaskedInputAllowed(m.client); !st.ok()) return st;
+    return absl::InvalidArgumentError(absl::StrCat("masked input of client ", m.client, " has ",
+                                                   m.words.size(), " words, expected ",
+                                                   state_->dimension + 1));
+  }
+  if (absl::Status st = FoldMaskedWords(m.client, 0, m.words); !st.ok()) return st;
+  return CompleteMaskedInput(m.client);
+}
+
+absl::Status ServerSession::CheckMaskedInputAllowed(int client) const {
+  const State& s = *state_;
+  if (absl::Status st = CheckClient(client, s.params.num_clients); !st.ok()) return st;
   if (absl::Status st = CheckStage("MaskedInput", s.stage, ServerStage::kMask); !st.ok()) {
     return st;
   }
-  if (s.u2.count(m.client) == 0) {
+  if (s.u2.count(client) == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("client ", m.client, " sent a masked input but did not share its keys"));
+        absl::StrCat("client ", client, " sent a masked input but did not share its keys"));
   }
-  if (s.u3.count(m.client) != 0) {
+  if (s.u3.count(client) != 0) {
     return absl::AlreadyExistsError(
-        absl::StrCat("client ", m.client, " already sent its masked input"));
+        absl::StrCat("client ", client, " already sent its masked input"));
   }
-  if (m.words.size() != s.dimension + 1) {
-    return absl::InvalidArgumentError(absl::StrCat("masked input of client ", m.client, " has ",
-                                                   m.words.size(), " words, expected ",
-                                                   s.dimension + 1));
+  return absl::OkStatus();
+}
+
+absl::Status ServerSession::FoldMaskedWords(int client, size_t first_word,
+                                            std::span<const uint64_t> words) {
+  State& s = *state_;
+  if (absl::Status st = CheckMaskedInputAllowed(client); !st.ok()) return st;
+  size_t& folded = s.folded[client];
+  if (first_word != folded || words.size() > s.dimension + 1 - folded) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "masked input of client ", client, ": words ", first_word, "..",
+        first_word + words.size(), " do not follow the ", folded, " folded (of ",
+        s.dimension + 1, ")"));
   }
   const uint64_t mask = internal::ModulusMask(s.params.modulus_bits);
-  for (uint64_t w : m.words) {
+  for (uint64_t w : words) {
     if (w > mask) {
-      return absl::InvalidArgumentError(absl::StrCat("masked input of client ", m.client,
+      return absl::InvalidArgumentError(absl::StrCat("masked input of client ", client,
                                                      " holds a word >= 2^", s.params.modulus_bits));
     }
   }
-  for (size_t i = 0; i < m.words.size(); ++i) {
-    s.accumulator[i] = (s.accumulator[i] + m.words[i]) & mask;
+  uint64_t* acc = s.accumulator.data() + first_word;
+  for (size_t i = 0; i < words.size(); ++i) acc[i] = (acc[i] + words[i]) & mask;
+  folded += words.size();
+  return absl::OkStatus();
+}
+
+absl::Status ServerSession::CompleteMaskedInput(int client) {
+  State& s = *state_;
+  if (absl::Status st = CheckMaskedInputAllowed(client); !st.ok()) return st;
+  auto it = s.folded.find(client);
+  const size_t folded = it == s.folded.end() ? 0 : it->second;
+  if (folded != s.dimension + 1) {
+    return absl::InvalidArgumentError(absl::StrCat("masked input of client ", client, " has ",
+                                                   folded, " words, expected ", s.dimension + 1));
   }
-  s.u3.insert(m.client);
+  s.folded.erase(it);
+  s.u3.insert(client);
   return absl::OkStatus();
 }
 

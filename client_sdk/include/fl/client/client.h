@@ -6,6 +6,12 @@
 // returns when the server says the run is over. When the server is unreachable (restarting, a
 // network drop) it retries with exponential backoff for up to `reconnect_timeout`, then gives up.
 //
+// In a run with secure aggregation a round is four tasks (advertise keys, share keys, masked
+// input, unmask): the site trains as for a fit task, but what leaves it is its change from the
+// global model, clipped, quantized and masked, so that the server learns only the round's sum.
+// The keys and secrets of a round live in this object's memory only; a client restarted in the
+// middle of a round is a dropout of that round and takes part in the next.
+//
 // Example:
 //   fl::client::ClientOptions options;
 //   options.server_address = "fl.example.org:7443";
@@ -41,6 +47,9 @@ struct SiteLimits {
   std::vector<std::string> allowed_models;
   // Refuse a task unless the run applies differential privacy (FitConfig::differential_privacy).
   bool require_differential_privacy = false;
+  // Refuse a task unless the server sees only masked updates and their sum (secure aggregation,
+  // FitConfig::secure_aggregation): plain FIT tasks are declined, the secure stages pass.
+  bool require_secure_aggregation = false;
 };
 
 // OK when a task with `config` is within `limits`; otherwise PERMISSION_DENIED naming the first
@@ -66,16 +75,22 @@ struct ClientOptions {
   absl::Duration reconnect_timeout = absl::Minutes(2);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
-  // Enforced on every FIT task before anything is downloaded; see SiteLimits.
+  // Enforced on every FIT task before anything is downloaded, and in a secure-aggregation round
+  // before its model is downloaded (already at its first stage when that task names the model);
+  // see SiteLimits.
   SiteLimits limits;
 };
 
-// What happened to one fit task, for progress displays.
+// What happened to one fit task, or one stage of a secure-aggregation round, for progress
+// displays (and for tests, which may stop a client at a given stage).
 struct TaskReport {
   int32_t round = 0;
   std::string task_id;
-  absl::Status status;  // OK when the server accepted the update
-  int64_t num_examples = 0;
+  // "fit", or the secure-aggregation stage: "secagg_advertise_keys", "secagg_share_keys",
+  // "secagg_masked_input" (download, train, mask, upload), "secagg_unmask".
+  std::string stage = "fit";
+  absl::Status status;  // OK when the server accepted the update (or the stage's message)
+  int64_t num_examples = 0;  // fit and secagg_masked_input: what the trainer reported
   absl::Duration train_time;
 };
 
@@ -92,7 +107,8 @@ class Client {
   absl::Status Run();
   // Makes Run return soon. Thread-safe.
   void Stop();
-  // Called after every fit task, from Run's thread. Set before Run.
+  // Called after every fit task and every secure-aggregation stage, from Run's thread. Set before
+  // Run.
   void set_on_task(std::function<void(const TaskReport&)> fn);
 
   // The identity the server knows this client by (empty before joining).

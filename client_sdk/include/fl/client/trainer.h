@@ -24,6 +24,9 @@ struct FitConfig {
   std::map<std::string, double> extra;  // strategy-specific values from the server
   std::string model_name;               // the server's built-in architecture, or empty
   bool differential_privacy = false;    // whether the run applies differential privacy
+  // Whether the update is masked before it leaves the site (secure aggregation): the server then
+  // sees only the sum of the round's updates, and FitResult::metrics are not sent.
+  bool secure_aggregation = false;
 };
 
 struct FitResult {

@@ -29,6 +29,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "fl/aggregation/secagg/params.h"
+#include "fl/aggregation/secagg/protocol.h"
 #include "fl/aggregation/strategy.h"
 #include "fl/common/model.h"
 #include "fl/server/store.h"
@@ -59,17 +61,56 @@ struct FitSettings {
 // accountant (fl/aggregation/dp/rdp_accountant.h; each round's q = sampled / online clients)
 // records the epsilon spent for `delta` with every committed round, and the run finishes before a
 // round that would take it past `epsilon_budget`. Fit tasks carry differential_privacy = true.
+//
+// Distributed DP (mode "distributed", only with secure aggregation, where the server cannot clip
+// what it cannot read): each client clips its change to `clip_norm` and adds N(0, s^2) with
+// s = DistributedNoiseStddev(z, clip_norm, n_min) before masking, weights are 1, and a round
+// commits only when at least n_min = max(min_fit_clients, floor((1 - max_dropout) x sampled))
+// masked inputs were summed, so every committed sum carries at least (z * clip_norm)^2. The
+// accountant counts rounds as in central mode.
 struct PrivacyOptions {
-  std::string mode = "off";  // "off" or "central"
+  std::string mode = "off";  // "off", "central" or "distributed"
   double noise_multiplier = 1.0;
   double clip_norm = 1.0;
   double delta = 1e-5;
   double epsilon_budget = 0;  // 0: no budget (epsilon is still recorded)
 
-  bool enabled() const { return mode == "central"; }
+  bool enabled() const { return mode == "central"; }  // central noise added by the server
+  bool distributed() const { return mode == "distributed"; }
+  bool accounted() const { return enabled() || distributed(); }
   // OK, or INVALID_ARGUMENT naming the key and the value (e.g. "privacy.delta must be in (0, 1),
   // got 0"). Only checked when the mode is not "off".
   absl::Status Validate() const;
+};
+
+// Secure aggregation (SecAgg+ with the double masking of Bonawitz et al.; fl/aggregation/secagg/):
+// every round runs four stages (advertise keys, share keys, masked input, unmask) so that the
+// server learns only the weighted sum of the sampled clients' changes from the global model, never
+// one client's. Clients of a round get secagg ids 0..n-1 in the order of their sorted client ids.
+// Each round derives DefaultSecAggParams(n, modulus_bits, max_weight) and overrides it with the
+// keys set here (0: keep the default). Stages 1, 2 and 4 close when every client still in them
+// answered, or after `stage_timeout`; stage 3 (training) after round_timeout. A client that does
+// not answer a stage is dropped from the round; the round survives while the library can
+// recover the dropped clients' masks.
+struct SecureAggregationOptions {
+  bool enabled = false;
+  int32_t num_neighbors = 0;      // k; 0: the library's default for the round's n
+  int32_t threshold = 0;          // t; 0: k / 2 + 1
+  double clip_range = 8.0;        // c: each coordinate of a change is clipped to [-c, c]
+  int32_t quantization_bits = 0;  // b; 0: the largest that cannot wrap the modulus
+  int32_t modulus_bits = 32;      // 32 or 64
+  uint32_t max_weight = 1000;
+  // weight = clamp(ceil(num_examples / example_unit), 1, max_weight), computed by the client.
+  int64_t example_unit = 1;
+  absl::Duration stage_timeout = absl::Seconds(60);
+  double max_dropout = 0.3;  // distributed DP plans its noise for this share of dropouts
+
+  // OK, or INVALID_ARGUMENT naming the key and its value (e.g. "secure_aggregation.threshold
+  // must be >= 0, got -1"). Only checked when enabled.
+  absl::Status Validate() const;
+  // The parameters of a round of `num_clients` clients (see above), validated; INVALID_ARGUMENT
+  // with the library's reason when they would overflow or give no privacy.
+  absl::StatusOr<secagg::SecAggParams> ParamsFor(int32_t num_clients, uint64_t graph_seed) const;
 };
 
 struct EngineOptions {
@@ -102,6 +143,7 @@ struct EngineOptions {
   double eval_fraction = 1.0;
   absl::Duration eval_timeout = absl::Minutes(5);
   PrivacyOptions privacy;
+  SecureAggregationOptions secure_aggregation;
   // Where updates are staged while their chunks arrive (not part of a run's configuration).
   std::string spill_dir;
 
@@ -115,8 +157,29 @@ struct EngineOptions {
 // key (fl::client::kScaffoldCommittedRoundKey).
 inline constexpr std::string_view kScaffoldCommittedRoundKey = "scaffold_committed_round";
 
+// What a client of a secure-aggregation round gets with its stage's task.
+struct SecAggTaskInfo {
+  secagg::SecAggParams params;
+  int64_t example_unit = 1;
+  double dp_clip_norm = 0;     // distributed DP (0: off)
+  double dp_noise_stddev = 0;
+  int32_t secagg_id = -1;
+  secagg::KeyDirectory directory;  // kSecAggShare: this client's keys and its neighbours'
+  secagg::ShareBundle bundle;      // kSecAggMaskedInput: the shares addressed to it, by sender
+  secagg::UnmaskRequest unmask;    // kSecAggUnmask
+};
+
 struct Task {
-  enum class Kind { kWait, kFit, kDone, kEvaluate };
+  enum class Kind {
+    kWait,
+    kFit,
+    kDone,
+    kEvaluate,
+    kSecAggAdvertise,
+    kSecAggShare,
+    kSecAggMaskedInput,  // `fit`, `spec`, `model_*` as for kFit
+    kSecAggUnmask,
+  };
   Kind kind = Kind::kWait;
   int64_t run_id = 0;
   int32_t round = 0;
@@ -130,6 +193,20 @@ struct Task {
   int64_t model_bytes = 0;
   std::string model_sha256;
   std::string message;
+  SecAggTaskInfo secagg;  // the kSecAgg* kinds
+};
+
+// A client's message for one stage of a secure-aggregation round. The engine sets the `client`
+// field of the library structs from its own map (what the client claims is not trusted).
+struct SecAggMessage {
+  int64_t run_id = 0;
+  int32_t round = 0;
+  std::string task_id;
+  Task::Kind stage = Task::Kind::kWait;  // the kSecAgg* kind this answers
+  std::optional<secagg::KeyAdvertisement> keys;
+  std::optional<secagg::EncryptedShares> shares;
+  std::optional<secagg::UnmaskResponse> unmask;
+  std::string decline_reason;  // non-empty: the client leaves the round
 };
 
 struct EvaluationReport {
@@ -151,6 +228,10 @@ struct UpdateMeta {
   int64_t payload_bytes = 0;
   // The tensors the client says it sends; when set, they must be the global model's.
   std::optional<ModelSpec> spec;
+  // kMaskedUint32/64: a secure round's masked input, (parameters + 1) words; then num_examples
+  // is 0 and metrics empty.
+  enum class Encoding { kFloat32, kMaskedUint32, kMaskedUint64 };
+  Encoding encoding = Encoding::kFloat32;
 };
 
 // What the engine reports when a round ends, for progress displays.
@@ -233,6 +314,11 @@ class RoundEngine {
   // non-finite values or a non-positive example count.
   virtual absl::Status SubmitEvaluation(const std::string& client_id,
                                         const EvaluationReport& report) = 0;
+  // A client's keys, encrypted shares or unmasking shares in a secure round, or its decline.
+  // FAILED_PRECONDITION for a task that is not this client's, a stage that is not open or a
+  // client dropped from the round; ALREADY_EXISTS for a second message in a stage;
+  // INVALID_ARGUMENT for what the library refuses (the client is then dropped from the round).
+  virtual absl::Status SubmitSecAgg(const std::string& client_id, const SecAggMessage& message) = 0;
   // The client is alive and working on `task_id`. Returns whether that task is still open (false
   // when its round closed or the client was dropped from it as offline).
   virtual bool Heartbeat(const std::string& client_id, int32_t round,

@@ -68,6 +68,10 @@ struct RoundRecord {
   // to and including this round, for the run's delta.
   double dp_sampling_rate = 0;
   double dp_epsilon = 0;
+  // Secure aggregation (rounds that ran it; empty otherwise): a JSON object with the round's
+  // parameters, the sizes of U1..U3, who dropped at which stage, the relayed bytes and a SHA-256
+  // over the relayed ciphertexts. Never a key, a share, a mask or an update.
+  std::string secagg_json;
 };
 
 struct ParticipationRecord {
@@ -181,6 +185,11 @@ class Store {
   // for an unknown attempt, FAILED_PRECONDITION for one that is not running.
   virtual absl::Status EndRound(int64_t run_id, int32_t round, int32_t attempt, RoundStatus status,
                                 const std::string& reason, int64_t now_ms) = 0;
+  // Sets the secagg_json of a running attempt (one that is then failed or aborted; a commit
+  // writes the record's). NOT_FOUND for an unknown attempt, FAILED_PRECONDITION for one that is
+  // not running.
+  virtual absl::Status SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
+                                      const std::string& secagg_json) = 0;
   // Marks every running attempt of the run aborted ("server restarted"); returns how many.
   virtual absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) = 0;
   virtual absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) = 0;  // by round, attempt

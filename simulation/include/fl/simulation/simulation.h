@@ -7,6 +7,8 @@
 // The server evaluates every new global model on the 10k test set. With `privacy` on, the server
 // clips, averages with equal weights and noises the updates (central DP), records the epsilon
 // spent with every committed round, and ends the run before a round that would exceed the budget.
+// With `secure_aggregation` on, every round runs SecAgg+ so that the server sees only the sum of
+// the clients' changes; privacy "distributed" then has each client add its share of the noise.
 #ifndef FL_SIMULATION_SIMULATION_H_
 #define FL_SIMULATION_SIMULATION_H_
 
@@ -47,6 +49,9 @@ struct SimulationOptions {
   // Central differential privacy on the simulated server (mode "off" by default), validated by
   // PrivacyOptions::Validate as for `fl server`. SCAFFOLD under DP is refused.
   server::PrivacyOptions privacy;
+  // Secure aggregation on the simulated server (off by default); with it, privacy.mode may be
+  // "distributed" (each client adds its share of the noise) but not "central".
+  server::SecureAggregationOptions secure_aggregation;
   std::string backend = "auto";  // the clients' and the server evaluation's: auto, cpu or cuda
   bool tls = true;               // false: plaintext on loopback
   absl::Duration round_timeout = absl::Minutes(5);

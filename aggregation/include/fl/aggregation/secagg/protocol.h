@@ -151,6 +151,15 @@ class ServerSession {
 
   // INVALID_ARGUMENT when the size is not dimension + 1 or a word is >= 2^m.
   absl::Status ReceiveMaskedInput(const MaskedInput& message);
+  // The same in pieces, for an input that streams in: words [first_word, first_word + size) of
+  // `client`'s input are added to the accumulator (refused like ReceiveMaskedInput, and
+  // INVALID_ARGUMENT when a piece does not start where the previous one ended or runs past
+  // dimension + 1 words). CompleteMaskedInput then counts the client in U3 (INVALID_ARGUMENT when
+  // fewer than dimension + 1 words were folded). A piece refused midway leaves the accumulator
+  // as it was; an input abandoned after some pieces leaves them in it, so callers fold only an
+  // input they have verified whole. Sums modulo 2^m: the order of clients does not matter.
+  absl::Status FoldMaskedWords(int client, size_t first_word, std::span<const uint64_t> words);
+  absl::Status CompleteMaskedInput(int client);
   // Closes stage 3. FAILED_PRECONDITION when no client sent its masked input.
   absl::StatusOr<UnmaskRequest> CloseMaskedInput();
 
@@ -168,6 +177,7 @@ class ServerSession {
   std::span<const uint64_t> accumulator() const;
 
  private:
+  absl::Status CheckMaskedInputAllowed(int client) const;
   struct State;
   explicit ServerSession(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;

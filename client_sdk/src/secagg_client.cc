@@ -1,0 +1,155 @@
+#include "client_sdk/src/secagg_client.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "fl/aggregation/dp/clipping.h"
+
+namespace fl::client::internal {
+namespace {
+
+// Words as little-endian bytes, whatever the host's byte order.
+std::vector<std::byte> WordsToBytes(std::span<const uint64_t> words, size_t word_bytes) {
+  std::vector<std::byte> out(words.size() * word_bytes);
+  std::byte* p = out.data();
+  for (uint64_t w : words) {
+    for (size_t b = 0; b < word_bytes; ++b) *p++ = static_cast<std::byte>((w >> (8 * b)) & 0xff);
+  }
+  return out;
+}
+
+}  // namespace
+
+uint32_t SecAggWeight(int64_t num_examples, int64_t example_unit, uint32_t max_weight) {
+  if (num_examples <= 0 || example_unit < 1) return 1;
+  const int64_t units = num_examples / example_unit + (num_examples % example_unit != 0 ? 1 : 0);
+  return static_cast<uint32_t>(std::clamp<int64_t>(units, 1, std::max<uint32_t>(max_weight, 1)));
+}
+
+void SecAggParticipant::KeepOnly(const std::string& task_id) {
+  if (!task_id.empty() && task_id != task_id_) Reset();
+}
+
+void SecAggParticipant::Reset() {
+  session_.reset();
+  task_id_.clear();
+  secagg_id_ = -1;
+  answered_ = v1::Task::KIND_UNSPECIFIED;
+  saved_.Clear();
+  saved_upload_ = MaskedUpload();
+}
+
+v1::SecAggSubmission SecAggParticipant::NewSubmission(const v1::Task& task) const {
+  v1::SecAggSubmission out;
+  out.set_run_id(task.run_id());
+  out.set_round(task.round());
+  out.set_task_id(task.task_id());
+  out.set_stage(task.kind());
+  return out;
+}
+
+absl::Status SecAggParticipant::CheckSession(const v1::Task& task) const {
+  if (session_ == nullptr || task.task_id() != task_id_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no secure-aggregation session for task ", task.task_id(),
+                     " (this client did not advertise keys in it, or restarted since)"));
+  }
+  if (task.secagg().secagg_id() != secagg_id_) {
+    return absl::FailedPreconditionError(absl::StrCat("task ", task.task_id(), " names secagg id ",
+                                                      task.secagg().secagg_id(),
+                                                      ", this client is ", secagg_id_));
+  }
+  return absl::OkStatus();
+}
+
+const SecAggRoundParams* SecAggParticipant::params(const v1::Task& task) const {
+  return CheckSession(task).ok() ? &params_ : nullptr;
+}
+
+absl::StatusOr<v1::SecAggSubmission> SecAggParticipant::AdvertiseKeys(const v1::Task& task,
+                                                                      size_t dimension) {
+  if (Answered(task)) return saved_;
+  Reset();
+  absl::StatusOr<SecAggRoundParams> params = ParamsFromProto(task.secagg().params());
+  if (!params.ok()) return params.status();
+  absl::StatusOr<std::unique_ptr<secagg::ClientSession>> session = secagg::ClientSession::Create(
+      params->secagg, task.secagg().secagg_id(), dimension, randomness_.protocol());
+  if (!session.ok()) return session.status();
+  absl::StatusOr<secagg::KeyAdvertisement> keys = (*session)->AdvertiseKeys();
+  if (!keys.ok()) return keys.status();
+  session_ = *std::move(session);
+  params_ = *params;
+  task_id_ = task.task_id();
+  secagg_id_ = task.secagg().secagg_id();
+  answered_ = task.kind();
+  saved_ = NewSubmission(task);
+  KeysToProto(*keys, saved_.mutable_keys());
+  return saved_;
+}
+
+absl::StatusOr<v1::SecAggSubmission> SecAggParticipant::ShareKeys(const v1::Task& task) {
+  if (Answered(task)) return saved_;
+  if (absl::Status s = CheckSession(task); !s.ok()) return s;
+  absl::StatusOr<secagg::KeyDirectory> directory = DirectoryFromProto(task.secagg());
+  if (!directory.ok()) return directory.status();
+  absl::StatusOr<secagg::EncryptedShares> shares = session_->ShareKeys(*directory);
+  if (!shares.ok()) return shares.status();
+  answered_ = task.kind();
+  saved_ = NewSubmission(task);
+  SharesToProto(*shares, saved_.mutable_shares());
+  return saved_;
+}
+
+const MaskedUpload* SecAggParticipant::SavedUpload(const v1::Task& task) const {
+  return Answered(task) ? &saved_upload_ : nullptr;
+}
+
+absl::StatusOr<const MaskedUpload*> SecAggParticipant::MaskInput(const v1::Task& task,
+                                                                 std::span<float> change,
+                                                                 int64_t num_examples) {
+  if (Answered(task)) return &saved_upload_;
+  if (absl::Status s = CheckSession(task); !s.ok()) return s;
+  absl::StatusOr<secagg::ShareBundle> bundle = BundleFromProto(task.secagg());
+  if (!bundle.ok()) return bundle.status();
+  uint32_t weight = 1;
+  if (params_.dp_clip_norm > 0) {
+    // Distributed DP: every client clips and noises its own change; weights are equal.
+    absl::StatusOr<double> norm = aggregation::dp::ClipL2(change, params_.dp_clip_norm);
+    if (!norm.ok()) return norm.status();
+    std::unique_ptr<aggregation::dp::BitSource> bits = randomness_.noise();
+    aggregation::dp::GaussianSampler sampler(*bits);
+    if (absl::Status s =
+            aggregation::dp::AddGaussianNoise(change, params_.dp_noise_stddev, sampler);
+        !s.ok()) {
+      return s;
+    }
+  } else {
+    weight = SecAggWeight(num_examples, params_.example_unit, params_.secagg.max_weight);
+  }
+  absl::StatusOr<secagg::MaskedInput> masked = session_->MaskUpdate(*bundle, change, weight);
+  if (!masked.ok()) return masked.status();
+  const bool wide = params_.secagg.modulus_bits == 64;
+  saved_upload_.encoding =
+      wide ? v1::UpdateMetadata::MASKED_UINT64 : v1::UpdateMetadata::MASKED_UINT32;
+  saved_upload_.word_bytes = wide ? 8 : 4;
+  saved_upload_.payload = WordsToBytes(masked->words, saved_upload_.word_bytes);
+  answered_ = task.kind();
+  saved_.Clear();
+  return &saved_upload_;
+}
+
+absl::StatusOr<v1::SecAggSubmission> SecAggParticipant::Unmask(const v1::Task& task) {
+  if (Answered(task)) return saved_;
+  if (absl::Status s = CheckSession(task); !s.ok()) return s;
+  absl::StatusOr<secagg::UnmaskRequest> request = UnmaskRequestFromProto(task.secagg());
+  if (!request.ok()) return request.status();
+  absl::StatusOr<secagg::UnmaskResponse> response = session_->Unmask(*request);
+  if (!response.ok()) return response.status();
+  answered_ = task.kind();
+  saved_upload_ = MaskedUpload();
+  saved_ = NewSubmission(task);
+  UnmaskToProto(*response, saved_.mutable_unmask());
+  return saved_;
+}
+
+}  // namespace fl::client::internal

@@ -1,0 +1,105 @@
+// SecAggParticipant: this client's side of one secure-aggregation round (SecAgg+ with double
+// masking, fl/aggregation/secagg/protocol.h), driven by the four SECAGG_* task kinds.
+//
+// It owns the round's fl::secagg::ClientSession (private keys, the self-mask seed, the shares it
+// holds), keyed by the task id: the session lives in memory only, is created by the advertise
+// stage and dropped when a task with another id comes (or on Reset). Each stage returns the
+// message to send; the transport (Client::Impl) sends it. A stage whose answer was made but not
+// delivered (transport trouble) cannot be answered again by the library, so the participant keeps
+// the last stage's message until the next stage and hands it back when the same stage is offered
+// again.
+//
+// Errors: FAILED_PRECONDITION for a stage without a session for its task (a client that restarted
+// or skipped a stage) and for the library's refusals (out of order, too few neighbours, asked to
+// reveal both shares of a peer); INVALID_ARGUMENT for what the task carries that the library or
+// the serde refuses; DATA_LOSS for a share that does not decrypt. Messages never hold a key, a
+// seed, a share or an update. Not thread-safe: one caller (the client's Run thread).
+#ifndef FL_CLIENT_SRC_SECAGG_CLIENT_H_
+#define FL_CLIENT_SRC_SECAGG_CLIENT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client_sdk/src/secagg_serde.h"
+#include "fl/aggregation/dp/gaussian_noise.h"
+#include "fl/aggregation/secagg/primitives.h"
+#include "fl/aggregation/secagg/protocol.h"
+#include "fl/v1/federation.pb.h"
+
+namespace fl::client::internal {
+
+// A masked input ready for SubmitUpdate: dimension + 1 little-endian words of 4 (modulus 2^32)
+// or 8 (2^64) bytes; the last word is the masked weight.
+struct MaskedUpload {
+  v1::UpdateMetadata::Encoding encoding = v1::UpdateMetadata::MASKED_UINT32;
+  size_t word_bytes = 4;
+  std::vector<std::byte> payload;
+};
+
+// clamp(ceil(num_examples / example_unit), 1, max_weight); example_unit >= 1.
+uint32_t SecAggWeight(int64_t num_examples, int64_t example_unit, uint32_t max_weight);
+
+class SecAggParticipant {
+ public:
+  // Where secrets come from; tests inject seeded sources. Defaults: OpenSSL's RAND_bytes.
+  struct Randomness {
+    std::function<std::unique_ptr<secagg::RandomSource>()> protocol = secagg::MakeOsRandomSource;
+    std::function<std::unique_ptr<aggregation::dp::BitSource>()> noise =
+        aggregation::dp::MakeSecureBitSource;
+  };
+
+  SecAggParticipant() = default;
+  explicit SecAggParticipant(Randomness randomness) : randomness_(std::move(randomness)) {}
+
+  // Forgets the session unless it belongs to `task_id` (a task with another id ends the round
+  // for this client). An empty id (WAIT, DONE) keeps it.
+  void KeepOnly(const std::string& task_id);
+  // Forgets the session (the client declined or was refused).
+  void Reset();
+  // Whether this task's stage was already answered by the session (its message is kept).
+  bool Answered(const v1::Task& task) const {
+    return session_ != nullptr && task.task_id() == task_id_ && answered_ == task.kind();
+  }
+  // OK when a session exists for the task and this client holds its secagg id; else
+  // FAILED_PRECONDITION saying why.
+  absl::Status CheckSession(const v1::Task& task) const;
+
+  // Stage 1: a new session for the task (client id secagg_id, dimension `dimension`), and its
+  // public keys as a submission. The same task's stage 1 again: the saved submission.
+  absl::StatusOr<v1::SecAggSubmission> AdvertiseKeys(const v1::Task& task, size_t dimension);
+  // Stage 2: shares for the neighbours in the task's directory, by recipient.
+  absl::StatusOr<v1::SecAggSubmission> ShareKeys(const v1::Task& task);
+  // The round's parameters (valid once stage 1 succeeded for `task`), nullptr without a session.
+  const SecAggRoundParams* params(const v1::Task& task) const;
+  // Stage 3, already answered for this task: the saved upload (to send again), else nullptr.
+  const MaskedUpload* SavedUpload(const v1::Task& task) const;
+  // Stage 3: `change` (trained - global, modified in place) is clipped and noised under
+  // distributed DP (weight 1), else weighted by SecAggWeight(num_examples); then masked with the
+  // task's bundle. The result stays valid until the next call on this object.
+  absl::StatusOr<const MaskedUpload*> MaskInput(const v1::Task& task, std::span<float> change,
+                                                int64_t num_examples);
+  // Stage 4: the shares the server asks for. A refusal (FAILED_PRECONDITION) ends the session.
+  absl::StatusOr<v1::SecAggSubmission> Unmask(const v1::Task& task);
+
+ private:
+  v1::SecAggSubmission NewSubmission(const v1::Task& task) const;
+
+  Randomness randomness_;
+  std::string task_id_;
+  int32_t secagg_id_ = -1;
+  SecAggRoundParams params_;
+  std::unique_ptr<secagg::ClientSession> session_;
+  v1::Task::Kind answered_ = v1::Task::KIND_UNSPECIFIED;  // the last stage answered
+  v1::SecAggSubmission saved_;                            // its message (stages 1, 2, 4)
+  MaskedUpload saved_upload_;                             // stage 3
+};
+
+}  // namespace fl::client::internal
+
+#endif  // FL_CLIENT_SRC_SECAGG_CLIENT_H_

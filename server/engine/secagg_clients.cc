@@ -1,0 +1,266 @@
+// Secure-aggregation rounds, the clients' side: their stage tasks, their messages
+// (SubmitSecAgg), the checks of their masked uploads and the fold of a verified one.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fl/common/chunking.h"
+#include "server/engine/engine_impl.h"
+#include "server/engine/secagg_round.h"
+
+namespace fl::server::internal {
+
+namespace {
+
+const char* StageNameOfKind(Task::Kind kind) {
+  switch (kind) {
+    case Task::Kind::kSecAggAdvertise:
+      return SecAggStageName(SecAggStage::kAdvertise);
+    case Task::Kind::kSecAggShare:
+      return SecAggStageName(SecAggStage::kShare);
+    case Task::Kind::kSecAggMaskedInput:
+      return SecAggStageName(SecAggStage::kMaskedInput);
+    case Task::Kind::kSecAggUnmask:
+      return SecAggStageName(SecAggStage::kUnmask);
+    default:
+      return "no secure-aggregation stage";
+  }
+}
+
+}  // namespace
+
+absl::Status FoldMaskedUpload(const UploadState& up, SecAggRound& s, int client,
+                              bool& partly_folded) {
+  const size_t word = s.params.modulus_bits / 8;
+  std::vector<uint8_t> bytes(static_cast<size_t>(kMaxChunkBytes));
+  std::vector<uint64_t> words(bytes.size() / word);
+  std::lock_guard<std::mutex> fold(s.fold_mu);
+  for (int64_t off = 0; off < up.bytes_received;) {
+    const size_t n =
+        static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, up.bytes_received - off));
+    ssize_t got = ::pread(up.spill_fd, bytes.data(), n, off);
+    if (got != static_cast<ssize_t>(n)) {
+      return absl::InternalError(absl::StrCat("cannot read back the staged update ", up.spill_path,
+                                              ": ", got < 0 ? std::strerror(errno) : "short read"));
+    }
+    const size_t count = n / word;
+    for (size_t i = 0; i < count; ++i) {  // little-endian words
+      uint64_t w = 0;
+      for (size_t b = 0; b < word; ++b) w |= static_cast<uint64_t>(bytes[i * word + b]) << (8 * b);
+      words[i] = w;
+    }
+    if (absl::Status st =
+            s.session->FoldMaskedWords(client, static_cast<size_t>(off) / word,
+                                       std::span<const uint64_t>(words.data(), count));
+        !st.ok()) {
+      return st;
+    }
+    partly_folded = true;
+    off += static_cast<int64_t>(n);
+  }
+  return s.session->CompleteMaskedInput(client);
+}
+
+Task EngineImpl::SecAggTaskLocked(const std::string& client_id, Task t) const {
+  const RoundState& r = *current_;
+  const SecAggRound& s = *r.secagg;
+  const int sid = s.id_of.at(client_id);
+  if (auto d = s.dropped.find(sid); d != s.dropped.end()) {
+    t.message = absl::StrCat("dropped from round ", r.round, " at stage ",
+                             SecAggStageName(d->second.stage), ": ", d->second.reason);
+    return t;
+  }
+  const bool answered = s.stage == SecAggStage::kMaskedInput ? r.uploads.count(client_id) != 0
+                                                             : s.answered.count(sid) != 0;
+  if (answered) {
+    t.message = absl::StrCat("answered stage ", SecAggStageName(s.stage), " of round ", r.round,
+                             "; waiting for it to close");
+    return t;
+  }
+  t.kind = SecAggTaskKind(s.stage);
+  t.task_id = r.task_of.at(client_id);
+  SecAggTaskInfo& info = t.secagg;
+  info.params = s.params;
+  info.example_unit = s.example_unit;
+  info.dp_clip_norm = s.dp_clip_norm;
+  info.dp_noise_stddev = s.dp_noise_stddev;
+  info.secagg_id = sid;
+  switch (s.stage) {
+    case SecAggStage::kAdvertise:
+      break;
+    case SecAggStage::kShare: {
+      // Its own entry and its neighbours' (those that advertised): O(k), not O(n).
+      auto add = [&](int id) {
+        auto it = s.directory.keys.find(id);
+        if (it != s.directory.keys.end()) info.directory.keys[id] = it->second;
+      };
+      add(sid);
+      for (int v : s.graph.Neighbors(sid)) add(v);
+      break;
+    }
+    case SecAggStage::kMaskedInput: {
+      if (auto b = s.bundles.find(sid); b != s.bundles.end()) info.bundle = b->second;
+      FillFitLocked(client_id, t);
+      break;
+    }
+    case SecAggStage::kUnmask:
+      info.unmask = s.unmask;
+      break;
+  }
+  return t;
+}
+
+absl::Status EngineImpl::CheckSecAggUploadLocked(const std::string& client_id,
+                                                 const UpdateMeta& meta) const {
+  if (current_->secagg == nullptr) return absl::OkStatus();
+  const SecAggRound& s = *current_->secagg;
+  if (auto d = s.dropped.find(s.id_of.at(client_id)); d != s.dropped.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("this client was dropped from round ", meta.round, " at stage ",
+                     SecAggStageName(d->second.stage), ": ", d->second.reason));
+  }
+  if (s.stage != SecAggStage::kMaskedInput) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("round ", meta.round, " is at stage ", SecAggStageName(s.stage),
+                     "; an update is taken only at stage masked input"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMaskedUpdate(const SecAggRound* s, const UpdateMeta& meta, int64_t num_floats,
+                               int32_t round) {
+  using Encoding = UpdateMeta::Encoding;
+  if (s == nullptr) {
+    if (meta.encoding == Encoding::kFloat32) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat("update encoding ",
+                     meta.encoding == Encoding::kMaskedUint32 ? "MASKED_UINT32" : "MASKED_UINT64",
+                     " is for secure aggregation; round ", round, " takes FLOAT32"));
+  }
+  const bool wide = s->params.modulus_bits == 64;
+  const char* want = wide ? "MASKED_UINT64" : "MASKED_UINT32";
+  if (meta.encoding != (wide ? Encoding::kMaskedUint64 : Encoding::kMaskedUint32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("round ", round, " uses secure aggregation; send ", want));
+  }
+  const int64_t word = wide ? 8 : 4;
+  const int64_t expected = (num_floats + 1) * word;
+  if (meta.payload_bytes != expected) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("masked update payload is ", meta.payload_bytes, " bytes but the model's ",
+                     num_floats, " parameters and the weight take ", num_floats + 1, " words of ",
+                     word, " bytes (", expected, " bytes)"));
+  }
+  if (meta.num_examples != 0 || !meta.metrics.empty()) {
+    return absl::InvalidArgumentError(
+        "secure aggregation: the update must not carry num_examples or metrics in the clear");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAggMessage& m) {
+  absl::Status refusal;
+  std::string event = "secagg_refused";
+  int32_t round = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Time now = clock_->Now();
+    clients_[client_id].last_seen = now;
+    refusal = CheckTaskLocked(client_id, m.run_id, m.round, m.task_id);
+    if (refusal.ok() && current_->secagg == nullptr) {
+      refusal = absl::FailedPreconditionError(
+          absl::StrCat("round ", m.round, " does not use secure aggregation"));
+    }
+    if (refusal.ok()) {
+      round = current_->round;
+      SecAggRound& s = *current_->secagg;
+      const int sid = s.id_of.at(client_id);
+      const std::string stage = SecAggStageName(s.stage);
+      if (auto d = s.dropped.find(sid); d != s.dropped.end()) {
+        refusal = absl::FailedPreconditionError(
+            absl::StrCat("this client was dropped from round ", m.round, " at stage ",
+                         SecAggStageName(d->second.stage), ": ", d->second.reason));
+      } else if (m.stage != SecAggTaskKind(s.stage)) {
+        refusal = absl::FailedPreconditionError(absl::StrCat("round ", m.round, " is at stage ",
+                                                             stage, "; this message is for ",
+                                                             StageNameOfKind(m.stage)));
+      } else if (s.answered.count(sid) != 0 ||
+                 (s.stage == SecAggStage::kMaskedInput && current_->uploads.count(client_id))) {
+        refusal = absl::AlreadyExistsError(
+            absl::StrCat("this client already answered stage ", stage, " of round ", m.round));
+      } else if (!m.decline_reason.empty()) {
+        DropFromSecAggLocked(client_id, true,
+                             absl::StrCat("the client declined: ", m.decline_reason));
+        refusal = absl::FailedPreconditionError(m.decline_reason);
+        event = "task_declined";
+      } else {
+        bool keep = false;
+        switch (s.stage) {
+          case SecAggStage::kAdvertise:
+            if (!m.keys.has_value()) {
+              refusal = absl::InvalidArgumentError("stage advertise keys takes keys");
+              break;
+            }
+            {
+              secagg::KeyAdvertisement keys = *m.keys;
+              keys.client = sid;
+              refusal = s.session->ReceiveKeys(keys);
+            }
+            break;
+          case SecAggStage::kShare:
+            if (!m.shares.has_value()) {
+              refusal = absl::InvalidArgumentError("stage share keys takes encrypted shares");
+              break;
+            }
+            {
+              secagg::EncryptedShares shares = *m.shares;
+              shares.client = sid;
+              refusal = s.session->ReceiveShares(shares);
+            }
+            break;
+          case SecAggStage::kMaskedInput:
+            keep = true;  // a misdirected message, not a protocol violation
+            refusal = absl::FailedPreconditionError(
+                "stage masked input takes the masked update through SubmitUpdate");
+            break;
+          case SecAggStage::kUnmask:
+            if (!m.unmask.has_value()) {
+              refusal = absl::InvalidArgumentError("stage unmask takes unmasking shares");
+              break;
+            }
+            {
+              secagg::UnmaskResponse unmask = *m.unmask;
+              unmask.client = sid;
+              refusal = s.session->ReceiveUnmask(unmask);
+            }
+            break;
+        }
+        if (refusal.ok()) {
+          s.answered.insert(sid);
+        } else if (!keep) {
+          // What the library refuses (or a message without its body) drops the client.
+          DropFromSecAggLocked(client_id, true, std::string(refusal.message()));
+        }
+      }
+    }
+    MaybeAdvanceLocked();
+    BumpLocked();
+  }
+  FlushSummaries();
+  if (event == "task_declined") {
+    AuditRoundRefusal(client_id, event, refusal, round);
+    return absl::OkStatus();
+  }
+  if (!refusal.ok()) AuditRoundRefusal(client_id, event, refusal, round);
+  return refusal;
+}
+
+}  // namespace fl::server::internal

@@ -1,0 +1,409 @@
+// Secure-aggregation rounds (SecAgg+): the checks at Create, setting up an attempt, closing each
+// stage (dropping who did not answer), and handing the unmasked mean to the strategy through the
+// plain rounds' commit path. The clients' side is in secagg_clients.cc.
+#include "server/engine/secagg_round.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "fl/aggregation/dp/gaussian_noise.h"
+#include "fl/common/crash_point.h"
+#include "fl/common/crypto.h"
+#include "fl/common/logging.h"
+#include "nlohmann/json.hpp"
+#include "server/engine/engine_impl.h"
+
+namespace fl::server::internal {
+
+namespace {
+
+// Public: derived from the run's seed, the round and the attempt, so that a retry gets a fresh
+// graph (SplitMix64's finaliser over the three).
+uint64_t GraphSeed(uint64_t seed, int32_t round, int32_t attempt) {
+  uint64_t z = seed ^ (static_cast<uint64_t>(static_cast<uint32_t>(round)) << 32) ^
+               static_cast<uint32_t>(attempt) ^ 0x5ec2a66e5eedULL;
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+const char* SecAggStageName(SecAggStage stage) {
+  static constexpr const char* kNames[] = {"advertise keys", "share keys", "masked input",
+                                           "unmask"};
+  return kNames[static_cast<int>(stage)];
+}
+
+Task::Kind SecAggTaskKind(SecAggStage stage) {
+  static constexpr Task::Kind kKinds[] = {Task::Kind::kSecAggAdvertise, Task::Kind::kSecAggShare,
+                                          Task::Kind::kSecAggMaskedInput,
+                                          Task::Kind::kSecAggUnmask};
+  return kKinds[static_cast<int>(stage)];
+}
+
+RoundState::RoundState() = default;
+RoundState::~RoundState() = default;
+
+std::string SecAggJson(const SecAggRound& s) {
+  const secagg::SecAggParams& p = s.params;
+  nlohmann::json dropped = nlohmann::json::array();
+  for (const auto& [id, d] : s.dropped) {
+    dropped.push_back({{"client", s.client_of[id].substr(0, 16)},
+                       {"secagg_id", id},
+                       {"stage", SecAggStageName(d.stage)},
+                       {"refused", d.refused},
+                       {"reason", d.reason}});
+  }
+  nlohmann::json j = {
+      {"params",
+       {{"n", p.num_clients},
+        {"k", p.num_neighbors},
+        {"t", p.threshold},
+        {"c", p.clip_range},
+        {"b", p.quantization_bits},
+        {"m", p.modulus_bits},
+        {"max_weight", p.max_weight},
+        {"example_unit", s.example_unit},
+        {"graph_seed", p.graph_seed},
+        {"dp_noise_stddev", s.dp_noise_stddev},
+        {"dp_min_survivors", s.dp_min_survivors}}},
+      {"u1", s.u1},
+      {"u2", s.u2},
+      {"u3", s.u3},
+      {"u4", s.u4},  // unmask responders
+      {"dropped", dropped},
+      {"relay_bytes", s.relay_bytes},
+      {"relay_sha256", s.relay_sha256},
+  };
+  if (!s.failed_at.empty()) j["failed_at"] = s.failed_at;
+  return j.dump();
+}
+
+absl::Status EngineImpl::CheckSecureAggregation() const {
+  const SecureAggregationOptions& sa = options_.secure_aggregation;
+  const PrivacyOptions& p = options_.privacy;
+  if (p.distributed() && !sa.enabled) {
+    return absl::InvalidArgumentError(
+        "privacy.mode distributed needs secure aggregation (secure_aggregation.enabled); "
+        "without it the server reads every update, so use central");
+  }
+  if (!sa.enabled) return absl::OkStatus();
+  if (absl::Status s = sa.Validate(); !s.ok()) return s;
+  if (p.enabled()) {
+    return absl::InvalidArgumentError(
+        "privacy.mode central needs the server to read updates; use distributed with secure "
+        "aggregation");
+  }
+  if (options_.min_clients < 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation needs min_clients >= 3 (with 2, each client could "
+                     "subtract its own change from the sum), got ",
+                     options_.min_clients));
+  }
+  if (strategy_->name() == "scaffold") {
+    return absl::InvalidArgumentError(
+        "secure aggregation cannot run strategy 'scaffold' (its control variates are summed "
+        "unweighted beside the weighted model); use fedavg or fedprox");
+  }
+  if (absl::StartsWith(options_.stop_metric, "train_")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "stop_metric '", options_.stop_metric,
+        "' cannot be used with secure aggregation: the clients' training metrics are not sent in "
+        "the clear"));
+  }
+  absl::StatusOr<secagg::SecAggParams> params = sa.ParamsFor(options_.min_clients, 0);
+  if (!params.ok()) return params.status();
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
+  const SecureAggregationOptions& o = options_.secure_aggregation;
+  round.secagg = std::make_unique<SecAggRound>();
+  SecAggRound& s = *round.secagg;
+  const int32_t n = static_cast<int32_t>(round.sampled.size());
+  s.client_of = round.sampled;  // sorted
+  for (int32_t i = 0; i < n; ++i) s.id_of[round.sampled[i]] = i;
+  s.example_unit = o.example_unit;
+  absl::StatusOr<secagg::SecAggParams> params =
+      o.ParamsFor(n, GraphSeed(options_.seed, round.round, round.attempt));
+  if (!params.ok()) return params.status();
+  s.params = *params;
+  absl::StatusOr<secagg::NeighborGraph> graph =
+      secagg::NeighborGraph::Make(n, s.params.num_neighbors, s.params.graph_seed);
+  if (!graph.ok()) return graph.status();
+  s.graph = *std::move(graph);
+  absl::StatusOr<std::unique_ptr<secagg::ServerSession>> session =
+      secagg::ServerSession::Create(s.params, static_cast<size_t>(global_->spec().NumFloats()));
+  if (!session.ok()) return session.status();
+  s.session = *std::move(session);
+  if (options_.privacy.distributed()) {
+    const PrivacyOptions& p = options_.privacy;
+    s.dp_min_survivors =
+        std::max(options_.min_fit_clients,
+                 static_cast<int32_t>(std::floor((1.0 - o.max_dropout) * static_cast<double>(n))));
+    absl::StatusOr<double> stddev = aggregation::dp::DistributedNoiseStddev(
+        p.noise_multiplier, p.clip_norm, s.dp_min_survivors);
+    if (!stddev.ok()) return stddev.status();
+    s.dp_clip_norm = p.clip_norm;
+    s.dp_noise_stddev = *stddev;
+  }
+  s.stage = SecAggStage::kAdvertise;
+  s.stage_deadline = clock_->Now() + o.stage_timeout;
+  round.deadline = s.stage_deadline;
+  LogEvent(LogLevel::kInfo, "secagg_started",
+           {{"round", absl::StrCat(round.round)},
+            {"attempt", absl::StrCat(round.attempt)},
+            {"n", absl::StrCat(n)},
+            {"online", absl::StrCat(online)},
+            {"k", absl::StrCat(s.params.num_neighbors)},
+            {"t", absl::StrCat(s.params.threshold)},
+            {"b", absl::StrCat(s.params.quantization_bits)},
+            {"m", absl::StrCat(s.params.modulus_bits)}});
+  return absl::OkStatus();
+}
+
+void EngineImpl::DropFromSecAggLocked(const std::string& client_id, bool refused,
+                                      const std::string& reason) {
+  SecAggRound& s = *current_->secagg;
+  const int id = s.id_of.at(client_id);
+  if (s.dropped.count(id) != 0) return;
+  s.dropped[id] = SecAggDrop{.stage = s.stage, .refused = refused, .reason = reason};
+}
+
+void EngineImpl::AdvanceSecAggLocked(absl::Time now) {
+  while (current_ != nullptr && current_->secagg != nullptr) {
+    RoundState& r = *current_;
+    SecAggRound& s = *r.secagg;
+    const bool masked = s.stage == SecAggStage::kMaskedInput;
+    // The silent: sampled, not dropped, not answered, not seen for client_timeout.
+    for (const std::string& id : r.sampled) {
+      const int sid = s.id_of[id];
+      if (s.dropped.count(sid) != 0 || s.answered.count(sid) != 0) continue;
+      if (masked && r.uploads.count(id) != 0) continue;  // uploading or uploaded
+      DropIfSilentLocked(id, now);
+    }
+    bool complete = true;
+    {
+      std::shared_lock<std::shared_mutex> gate(r.gate);
+      for (const std::string& id : r.sampled) {
+        const int sid = s.id_of[id];
+        if (s.dropped.count(sid) != 0) continue;
+        if (masked) {
+          auto up = r.uploads.find(id);
+          if (up != r.uploads.end() && up->second->phase != Phase::kStreaming) continue;
+        } else if (s.answered.count(sid) != 0) {
+          continue;
+        }
+        complete = false;
+        break;
+      }
+    }
+    if (!complete && now < s.stage_deadline) return;
+    CloseSecAggStageLocked(complete ? "every client answered" : "deadline reached", now);
+  }
+}
+
+void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) {
+  RoundState& r = *current_;
+  SecAggRound& s = *r.secagg;
+  const SecAggStage stage = s.stage;
+  const std::string name = SecAggStageName(stage);
+  // Who did not answer by now is dropped at this stage.
+  if (stage == SecAggStage::kMaskedInput) {
+    CutOffUploadsLocked(r, absl::StrCat("stage ", name, " of round ", r.round, " closed (", why,
+                                        ") before the update was complete"));
+    for (const std::string& id : r.sampled) {
+      if (s.dropped.count(s.id_of[id]) != 0) continue;
+      auto up = r.uploads.find(id);
+      if (up == r.uploads.end()) {
+        DropFromSecAggLocked(id, false,
+                             absl::StrCat("no masked input before the stage closed (", why, ")"));
+      } else if (up->second->phase != Phase::kAccepted) {
+        DropFromSecAggLocked(id, up->second->phase == Phase::kRefused, up->second->reason);
+      }
+    }
+  } else {
+    for (const std::string& id : r.sampled) {
+      const int sid = s.id_of[id];
+      if (s.dropped.count(sid) != 0 || s.answered.count(sid) != 0) continue;
+      DropFromSecAggLocked(id, false,
+                           absl::StrCat("no answer before the stage closed (", why, ")"));
+    }
+  }
+  const int answered =
+      stage == SecAggStage::kMaskedInput ? -1 : static_cast<int>(s.answered.size());
+  std::string failure;
+  // Enough of the sampled clients left to be worth going on (the library checks its own
+  // thresholds at each close).
+  auto enough = [&](int left, const std::string& what) {
+    if (left < options_.min_fit_clients) {
+      failure = absl::StrCat("secure aggregation: only ", left, " of ", r.sampled.size(),
+                             " sampled clients ", what, " (", why, "); min_fit_clients is ",
+                             options_.min_fit_clients);
+    } else if (s.dp_min_survivors > 0 && left < s.dp_min_survivors) {
+      failure = absl::StrCat("distributed DP: ", left, " survived, noise planned for ",
+                             s.dp_min_survivors);
+    }
+  };
+  switch (stage) {
+    case SecAggStage::kAdvertise: {
+      absl::StatusOr<secagg::KeyDirectory> dir = s.session->CloseAdvertiseKeys();
+      if (!dir.ok()) {
+        failure = std::string(dir.status().message());
+        break;
+      }
+      s.directory = *std::move(dir);
+      s.u1 = static_cast<int>(s.directory.keys.size());
+      enough(s.u1, "advertised keys");
+      if (failure.empty()) CrashPoint("secagg_keys_closed");
+      break;
+    }
+    case SecAggStage::kShare: {
+      absl::StatusOr<std::map<int, secagg::ShareBundle>> bundles = s.session->CloseShareKeys();
+      if (!bundles.ok()) {
+        failure = std::string(bundles.status().message());
+        break;
+      }
+      s.bundles = *std::move(bundles);
+      s.u2 = static_cast<int>(s.bundles.size());
+      Sha256 sha;
+      for (const auto& [to, bundle] : s.bundles) {
+        for (const auto& [from, sealed] : bundle.ciphertexts) {
+          s.relay_bytes += static_cast<int64_t>(sealed.size());
+          sha.Update(std::span<const std::byte>(reinterpret_cast<const std::byte*>(sealed.data()),
+                                                sealed.size()));
+        }
+      }
+      s.relay_sha256 = sha.FinishHex();
+      enough(s.u2, "shared keys");
+      if (failure.empty()) CrashPoint("secagg_shares_closed");
+      break;
+    }
+    case SecAggStage::kMaskedInput: {
+      if (r.poisoned) {
+        failure = "a masked input could not be folded whole (spill unreadable)";
+        break;
+      }
+      absl::StatusOr<secagg::UnmaskRequest> request = s.session->CloseMaskedInput();
+      if (!request.ok()) {
+        failure = std::string(request.status().message());
+        break;
+      }
+      s.unmask = *std::move(request);
+      s.u3 = static_cast<int>(s.unmask.survivors.size());
+      enough(s.u3, "delivered a masked input");
+      break;
+    }
+    case SecAggStage::kUnmask:
+      s.u4 = static_cast<int>(s.answered.size());
+      break;
+  }
+  LogEvent(failure.empty() ? LogLevel::kInfo : LogLevel::kWarn, "secagg_stage_closed",
+           {{"round", absl::StrCat(r.round)},
+            {"attempt", absl::StrCat(r.attempt)},
+            {"stage", name},
+            {"why", why},
+            {"answered", absl::StrCat(answered >= 0 ? answered : s.u3)},
+            {"dropped", absl::StrCat(s.dropped.size())},
+            {"u1", absl::StrCat(s.u1)},
+            {"u2", absl::StrCat(s.u2)},
+            {"u3", absl::StrCat(s.u3)}});
+  if (!failure.empty()) {
+    FailSecAggRoundLocked(failure, now);
+    return;
+  }
+  if (stage != SecAggStage::kUnmask) {
+    s.stage = static_cast<SecAggStage>(static_cast<int>(stage) + 1);
+    s.answered.clear();
+    s.stage_deadline =
+        now + (s.stage == SecAggStage::kMaskedInput ? options_.round_timeout
+                                                    : options_.secure_aggregation.stage_timeout);
+    r.deadline = s.stage_deadline;
+    BumpLocked();
+    return;
+  }
+  // Unmask: remove the masks, hand the mean change to the strategy as one update.
+  CrashPoint("secagg_unmask");
+  absl::StatusOr<secagg::AggregateResult> result = s.session->Finish();
+  if (!result.ok()) {
+    FailSecAggRoundLocked(std::string(result.status().message()), now);
+    return;
+  }
+  const std::span<const float> g = global_->data();
+  if (result->mean.size() != g.size()) {
+    FailSecAggRoundLocked(absl::StrCat("secure aggregation: the unmasked mean has ",
+                                       result->mean.size(), " values, the model ", g.size()),
+                          now);
+    return;
+  }
+  Model candidate(global_->spec());
+  std::span<float> c = candidate.data();
+  for (size_t i = 0; i < c.size(); ++i) c[i] = g[i] + result->mean[i];
+  std::unique_ptr<aggregation::RoundAggregator> agg = strategy_->BeginRound(*global_);
+  agg->Fold(0, c, 1.0);
+  agg->Accept(1.0);
+  CrashPoint("aggregate");
+  absl::StatusOr<Model> next = agg->Finish();
+  std::shared_ptr<RoundState> round = std::move(current_);
+  current_ = nullptr;
+  std::vector<ParticipationRecord> participations = SecAggParticipationsLocked(*round);
+  RoundSummary summary;
+  summary.num_accepted = static_cast<int32_t>(result->survivors.size());
+  EndAttemptLocked(std::move(round), std::move(participations), std::move(summary), std::move(next),
+                   now);
+}
+
+void EngineImpl::FailSecAggRoundLocked(const std::string& failure, absl::Time now) {
+  std::shared_ptr<RoundState> round = std::move(current_);
+  current_ = nullptr;
+  CutOffUploadsLocked(*round, absl::StrCat("round failed: ", failure));
+  round->secagg->failed_at = SecAggStageName(round->secagg->stage);
+  std::vector<ParticipationRecord> participations = SecAggParticipationsLocked(*round);
+  RoundSummary summary;
+  summary.num_accepted = round->secagg->u3;
+  EndAttemptLocked(std::move(round), std::move(participations), std::move(summary),
+                   absl::FailedPreconditionError(failure), now);
+}
+
+std::vector<ParticipationRecord> EngineImpl::SecAggParticipationsLocked(
+    const RoundState& round) const {
+  const SecAggRound& s = *round.secagg;
+  std::vector<ParticipationRecord> out;
+  for (const std::string& id : round.sampled) {
+    auto up = round.uploads.find(id);
+    if (up != round.uploads.end() && up->second->phase == Phase::kAccepted) {
+      out.push_back(ParticipationFor(round, *up->second));  // in U3: its input is in the sum
+      continue;
+    }
+    ParticipationRecord p;
+    p.run_id = run_.run_id;
+    p.round = round.round;
+    p.attempt = round.attempt;
+    p.client_id = id;
+    p.task_id = round.task_of.at(id);
+    p.metrics_json = "{}";
+    if (up != round.uploads.end()) p.bytes_received = up->second->bytes_received;
+    auto d = s.dropped.find(s.id_of.at(id));
+    if (d != s.dropped.end()) {
+      p.status = d->second.refused ? ParticipationStatus::kRefused : ParticipationStatus::kDropped;
+      p.reason = absl::StrCat("dropped at stage ", SecAggStageName(d->second.stage), ": ",
+                              d->second.reason);
+    } else {
+      p.status = ParticipationStatus::kDropped;
+      p.reason = absl::StrCat("the attempt failed at stage ", SecAggStageName(s.stage));
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace fl::server::internal

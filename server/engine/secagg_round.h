@@ -1,0 +1,96 @@
+// Internal to the engine: the state of one secure-aggregation attempt (SecAgg+, four stages:
+// advertise keys, share keys, masked input, unmask), held by its RoundState.
+//
+// The server relays and sums, never opens: it holds public keys, the encrypted shares until the
+// clients fetched them with their masked-input task, the masked inputs' running sum (inside the
+// ServerSession) and, after unmasking, the sum of the survivors' encodings. Nothing here is
+// persisted but SecAggJson's summary; a restart aborts the attempt and runs a fresh one.
+//
+// Thread safety: guarded by the engine's mutex, except the session's FoldMaskedWords and
+// CompleteMaskedInput, which uploads call at the masked-input stage holding `fold_mu` and the
+// round's gate shared (closing that stage takes the gate exclusively, so no fold is in flight).
+#ifndef FL_SERVER_ENGINE_SECAGG_ROUND_H_
+#define FL_SERVER_ENGINE_SECAGG_ROUND_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "fl/aggregation/secagg/graph.h"
+#include "fl/aggregation/secagg/params.h"
+#include "fl/aggregation/secagg/protocol.h"
+#include "fl/server/engine.h"
+
+namespace fl::server::internal {
+
+struct UploadState;
+
+enum class SecAggStage { kAdvertise = 0, kShare = 1, kMaskedInput = 2, kUnmask = 3 };
+
+// "advertise keys", "share keys", "masked input", "unmask".
+const char* SecAggStageName(SecAggStage stage);
+Task::Kind SecAggTaskKind(SecAggStage stage);
+
+struct SecAggDrop {
+  SecAggStage stage = SecAggStage::kAdvertise;
+  bool refused = false;  // refused by the server or declined (else silent, offline or removed)
+  std::string reason;
+};
+
+struct SecAggRound {
+  // Public parameters of the attempt, and what the clients' tasks carry besides.
+  secagg::SecAggParams params;
+  int64_t example_unit = 1;
+  double dp_clip_norm = 0;  // distributed DP (0: off)
+  double dp_noise_stddev = 0;
+  int32_t dp_min_survivors = 0;  // n_min: the noise is planned for this many summed inputs
+  secagg::NeighborGraph graph;
+  // Immutable once the round opens: secagg id <-> client id (ids in sorted client-id order).
+  std::map<std::string, int> id_of;
+  std::vector<std::string> client_of;
+
+  std::unique_ptr<secagg::ServerSession> session;
+  std::mutex fold_mu;  // serialises FoldMaskedWords / CompleteMaskedInput
+
+  SecAggStage stage = SecAggStage::kAdvertise;
+  absl::Time stage_deadline;
+  std::set<int> answered;                      // who answered the open stage
+  std::map<int, SecAggDrop> dropped;           // by secagg id; a client is dropped at most once
+  int u1 = 0, u2 = 0, u3 = 0, u4 = 0;          // sizes: advertised, shared, masked input, unmasked
+  secagg::KeyDirectory directory;              // after stage 1 (public keys)
+  std::map<int, secagg::ShareBundle> bundles;  // after stage 2, by recipient (RAM only)
+  secagg::UnmaskRequest unmask;                // after stage 3
+  int64_t relay_bytes = 0;                     // ciphertext bytes relayed at stage 2
+  std::string relay_sha256;  // over the relayed ciphertexts, by recipient then sender
+  std::string failed_at;     // the stage the attempt failed at, if it did
+};
+
+// Streams a verified masked upload (little-endian words of 2^params.modulus_bits) from its spill
+// into the session as `client`'s input: FoldMaskedWords piece by piece, then
+// CompleteMaskedInput. Caller holds the round's gate shared; takes `s.fold_mu`. An error after
+// some pieces leaves them in the sum (the caller poisons the round).
+// `partly_folded` is set once a piece went in.
+absl::Status FoldMaskedUpload(const UploadState& up, SecAggRound& s, int client,
+                              bool& partly_folded);
+
+// The content checks of an update's metadata that depend on secure aggregation: with `s` null (a
+// plain round) only FLOAT32 is taken; in a secure round the encoding must be MASKED_UINT32 (or
+// 64 for m = 64), the payload (num_floats + 1) words, num_examples 0 and metrics empty.
+// INVALID_ARGUMENT naming what is wrong.
+absl::Status CheckMaskedUpdate(const SecAggRound* s, const UpdateMeta& meta, int64_t num_floats,
+                               int32_t round);
+
+// The attempt as JSON for rounds.secagg_json: params, |U1|..|U3|, the unmask responders, who
+// dropped at which stage and why (client ids cut to 16 characters), relayed bytes and their
+// SHA-256. No key, share, mask or update.
+std::string SecAggJson(const SecAggRound& s);
+
+}  // namespace fl::server::internal
+
+#endif  // FL_SERVER_ENGINE_SECAGG_ROUND_H_

@@ -1,0 +1,334 @@
+// SecAggParticipant (client_sdk/src/secagg_client.h): whole rounds of participants that speak
+// fl.v1 tasks and submissions, relayed by the test to the library's ServerSession, without a
+// network; the saved message of an answered stage; refusals.
+#include "client_sdk/src/secagg_client.h"
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fl/aggregation/dp/clipping.h"
+#include "fl/aggregation/secagg/quantization.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fl::client::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr size_t kDim = 6;
+
+SecAggParticipant::Randomness Seeded(uint64_t seed) {
+  return {.protocol = [seed] { return secagg::MakeDeterministicRandomSource(seed); },
+          .noise = [seed] { return aggregation::dp::MakeSeededBitSource(seed); }};
+}
+
+std::vector<uint64_t> WordsOf(const MaskedUpload& upload) {
+  std::vector<uint64_t> words(upload.payload.size() / upload.word_bytes);
+  for (size_t i = 0; i < words.size(); ++i) {
+    uint64_t w = 0;
+    for (size_t b = 0; b < upload.word_bytes; ++b) {
+      w |= static_cast<uint64_t>(upload.payload[i * upload.word_bytes + b]) << (8 * b);
+    }
+    words[i] = w;
+  }
+  return words;
+}
+
+// One round of n participants against a ServerSession, the test playing the server's relay.
+class Round {
+ public:
+  Round(int n, SecAggRoundParams params) : params_(params) {
+    v1::SecAggParams proto;
+    ParamsToProto(params, &proto);
+    *base_.mutable_secagg()->mutable_params() = proto;
+    base_.set_run_id(1);
+    base_.set_round(3);
+    for (int i = 0; i < n; ++i) clients_.push_back(std::make_unique<SecAggParticipant>(Seeded(i)));
+    server_ = *secagg::ServerSession::Create(params.secagg, kDim);
+  }
+
+  v1::Task TaskFor(int i, v1::Task::Kind kind) const {
+    v1::Task t = base_;
+    t.set_kind(kind);
+    t.set_task_id(absl::StrCat("r3.a0.c", i));
+    t.mutable_secagg()->set_secagg_id(i);
+    return t;
+  }
+  SecAggParticipant& client(int i) { return *clients_[i]; }
+  secagg::ServerSession& server() { return *server_; }
+
+  void Advertise() {
+    for (int i = 0; i < static_cast<int>(clients_.size()); ++i) {
+      v1::Task t = TaskFor(i, v1::Task::SECAGG_ADVERTISE_KEYS);
+      absl::StatusOr<v1::SecAggSubmission> m = clients_[i]->AdvertiseKeys(t, kDim);
+      ASSERT_TRUE(m.ok()) << m.status();
+      EXPECT_EQ(m->task_id(), t.task_id());
+      EXPECT_EQ(m->stage(), v1::Task::SECAGG_ADVERTISE_KEYS);
+      ASSERT_TRUE(m->has_keys());
+      absl::StatusOr<secagg::KeyAdvertisement> keys = KeysFromProto(m->keys());
+      ASSERT_TRUE(keys.ok()) << keys.status();
+      ASSERT_TRUE(server_->ReceiveKeys(*keys).ok());
+    }
+    absl::StatusOr<secagg::KeyDirectory> dir = server_->CloseAdvertiseKeys();
+    ASSERT_TRUE(dir.ok()) << dir.status();
+    directory_ = *dir;
+  }
+
+  void Share() {
+    for (int i = 0; i < static_cast<int>(clients_.size()); ++i) {
+      v1::Task t = TaskFor(i, v1::Task::SECAGG_SHARE_KEYS);
+      for (const auto& [id, keys] : directory_.keys)
+        KeysToProto(keys, t.mutable_secagg()->add_directory());
+      absl::StatusOr<v1::SecAggSubmission> m = clients_[i]->ShareKeys(t);
+      ASSERT_TRUE(m.ok()) << m.status();
+      ASSERT_TRUE(m->has_shares());
+      secagg::EncryptedShares shares{.client = i, .ciphertexts = {}};
+      for (const v1::SecAggCiphertext& c : m->shares().ciphertexts()) {
+        shares.ciphertexts[c.peer()] = secagg::Bytes(c.ciphertext().begin(), c.ciphertext().end());
+      }
+      ASSERT_TRUE(server_->ReceiveShares(shares).ok());
+    }
+    absl::StatusOr<std::map<int, secagg::ShareBundle>> bundles = server_->CloseShareKeys();
+    ASSERT_TRUE(bundles.ok()) << bundles.status();
+    bundles_ = *bundles;
+  }
+
+  v1::Task MaskTask(int i) const {
+    v1::Task t = TaskFor(i, v1::Task::SECAGG_MASKED_INPUT);
+    for (const auto& [from, sealed] : bundles_.at(i).ciphertexts) {
+      v1::SecAggCiphertext* c = t.mutable_secagg()->add_bundle();
+      c->set_peer(from);
+      c->set_ciphertext(std::string(sealed.begin(), sealed.end()));
+    }
+    return t;
+  }
+
+  // Clients not in `dropped` mask `changes[i]` with `examples[i]`.
+  void Mask(const std::vector<std::vector<float>>& changes, const std::vector<int64_t>& examples,
+            const std::set<int>& dropped) {
+    for (int i = 0; i < static_cast<int>(clients_.size()); ++i) {
+      if (dropped.count(i) != 0) continue;
+      std::vector<float> change = changes[i];
+      absl::StatusOr<const MaskedUpload*> up =
+          clients_[i]->MaskInput(MaskTask(i), change, examples[i]);
+      ASSERT_TRUE(up.ok()) << up.status();
+      const size_t word = params_.secagg.modulus_bits == 64 ? 8 : 4;
+      EXPECT_EQ((*up)->word_bytes, word);
+      EXPECT_EQ((*up)->encoding,
+                word == 8 ? v1::UpdateMetadata::MASKED_UINT64 : v1::UpdateMetadata::MASKED_UINT32);
+      EXPECT_EQ((*up)->payload.size(), (kDim + 1) * word);
+      ASSERT_TRUE(server_->ReceiveMaskedInput({.client = i, .words = WordsOf(**up)}).ok());
+    }
+  }
+
+  absl::StatusOr<secagg::AggregateResult> Unmask() {
+    absl::StatusOr<secagg::UnmaskRequest> request = server_->CloseMaskedInput();
+    if (!request.ok()) return request.status();
+    for (int i : request->survivors) {
+      v1::Task t = TaskFor(i, v1::Task::SECAGG_UNMASK);
+      for (int s : request->survivors) t.mutable_secagg()->add_survivors(s);
+      for (int d : request->dropped) t.mutable_secagg()->add_dropped(d);
+      absl::StatusOr<v1::SecAggSubmission> m = clients_[i]->Unmask(t);
+      if (!m.ok()) return m.status();
+      absl::StatusOr<secagg::UnmaskResponse> response = UnmaskFromProto(m->unmask(), i);
+      if (!response.ok()) return response.status();
+      if (absl::Status s = server_->ReceiveUnmask(*response); !s.ok()) return s;
+    }
+    return server_->Finish();
+  }
+
+ private:
+  SecAggRoundParams params_;
+  v1::Task base_;
+  std::vector<std::unique_ptr<SecAggParticipant>> clients_;
+  std::unique_ptr<secagg::ServerSession> server_;
+  secagg::KeyDirectory directory_;
+  std::map<int, secagg::ShareBundle> bundles_;
+};
+
+SecAggRoundParams Params(int n, int modulus_bits = 32) {
+  SecAggRoundParams p;
+  p.secagg = *secagg::DefaultSecAggParams(n, modulus_bits, 100);
+  p.secagg.graph_seed = 7;
+  p.secagg.clip_range = 2.0;
+  p.example_unit = 10;
+  return p;
+}
+
+std::vector<std::vector<float>> Changes(int n) {
+  std::vector<std::vector<float>> out(n, std::vector<float>(kDim));
+  for (int i = 0; i < n; ++i) {
+    for (size_t j = 0; j < kDim; ++j) out[i][j] = 0.1f * static_cast<float>(i) - 0.05f * j;
+  }
+  return out;
+}
+
+TEST(SecAggWeightTest, CeilOfExamplesPerUnitClampedToOneAndMaxWeight) {
+  EXPECT_EQ(SecAggWeight(25, 10, 100), 3u);
+  EXPECT_EQ(SecAggWeight(30, 10, 100), 3u);
+  EXPECT_EQ(SecAggWeight(1, 10, 100), 1u);
+  EXPECT_EQ(SecAggWeight(0, 10, 100), 1u);
+  EXPECT_EQ(SecAggWeight(5000, 1, 1000), 1000u);
+  EXPECT_EQ(SecAggWeight(999, 1, 1000), 999u);
+}
+
+class SecAggParticipantRoundTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(SecAggParticipantRoundTest, SumIsTheWeightedMeanOfTheSurvivorsChanges) {
+  const int n = 6;
+  const SecAggRoundParams params = Params(n, GetParam());
+  Round round(n, params);
+  ASSERT_NO_FATAL_FAILURE(round.Advertise());
+  ASSERT_NO_FATAL_FAILURE(round.Share());
+  const std::vector<std::vector<float>> changes = Changes(n);
+  const std::vector<int64_t> examples = {10, 25, 7, 40, 100, 13};  // weights 1 3 1 4 10 2
+  const std::set<int> dropped = {2};                               // after sharing its keys
+  ASSERT_NO_FATAL_FAILURE(round.Mask(changes, examples, dropped));
+  absl::StatusOr<secagg::AggregateResult> result = round.Unmask();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->survivors, (std::vector<int>{0, 1, 3, 4, 5}));
+  EXPECT_EQ(result->sum.back(), 1u + 3 + 4 + 10 + 2);  // the summed weights
+  const double bound =
+      secagg::QuantizationErrorBound(params.secagg.clip_range, params.secagg.quantization_bits);
+  for (size_t j = 0; j < kDim; ++j) {
+    double num = 0, den = 0;
+    for (int i = 0; i < n; ++i) {
+      if (dropped.count(i) != 0) continue;
+      const double w = SecAggWeight(examples[i], params.example_unit, params.secagg.max_weight);
+      num += w * changes[i][j];
+      den += w;
+    }
+    EXPECT_NEAR(result->mean[j], num / den, bound) << "coordinate " << j;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Moduli, SecAggParticipantRoundTest, ::testing::Values(32, 64));
+
+TEST(SecAggParticipantTest, DistributedDpClipsEachChangeAndWeighsEveryClientOne) {
+  const int n = 4;
+  SecAggRoundParams params = Params(n);
+  params.dp_clip_norm = 0.1;  // below every change's norm: all are scaled down
+  params.dp_noise_stddev = 0;
+  Round round(n, params);
+  ASSERT_NO_FATAL_FAILURE(round.Advertise());
+  ASSERT_NO_FATAL_FAILURE(round.Share());
+  const std::vector<std::vector<float>> changes = Changes(n);
+  ASSERT_NO_FATAL_FAILURE(round.Mask(changes, {10, 500, 1000, 20}, {}));
+  absl::StatusOr<secagg::AggregateResult> result = round.Unmask();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->sum.back(), static_cast<uint64_t>(n));
+  std::vector<std::vector<float>> clipped = changes;
+  for (auto& c : clipped) ASSERT_TRUE(aggregation::dp::ClipL2(c, params.dp_clip_norm).ok());
+  const double bound =
+      secagg::QuantizationErrorBound(params.secagg.clip_range, params.secagg.quantization_bits);
+  for (size_t j = 0; j < kDim; ++j) {
+    double mean = 0;
+    for (const auto& c : clipped) mean += c[j] / n;
+    EXPECT_NEAR(result->mean[j], mean, bound) << "coordinate " << j;
+  }
+}
+
+TEST(SecAggParticipantTest, DistributedDpNoiseChangesTheUpload) {
+  SecAggRoundParams quiet = Params(3);
+  quiet.dp_clip_norm = 1.0;
+  SecAggRoundParams noisy = quiet;
+  noisy.dp_noise_stddev = 0.5;
+  std::vector<std::vector<uint64_t>> sums;
+  for (const SecAggRoundParams& p : {quiet, noisy}) {
+    Round round(3, p);
+    ASSERT_NO_FATAL_FAILURE(round.Advertise());
+    ASSERT_NO_FATAL_FAILURE(round.Share());
+    ASSERT_NO_FATAL_FAILURE(round.Mask(Changes(3), {1, 1, 1}, {}));
+    absl::StatusOr<secagg::AggregateResult> result = round.Unmask();
+    ASSERT_TRUE(result.ok()) << result.status();
+    sums.push_back(result->sum);
+  }
+  EXPECT_NE(sums[0], sums[1]);  // same seeds: only the noise differs
+}
+
+TEST(SecAggParticipantTest, AnAnsweredStageGivesBackItsSavedMessage) {
+  Round round(3, Params(3));
+  const v1::Task t = round.TaskFor(0, v1::Task::SECAGG_ADVERTISE_KEYS);
+  absl::StatusOr<v1::SecAggSubmission> first = round.client(0).AdvertiseKeys(t, kDim);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(round.client(0).Answered(t));
+  absl::StatusOr<v1::SecAggSubmission> again = round.client(0).AdvertiseKeys(t, kDim);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->SerializeAsString(), first->SerializeAsString());
+  // A poll with the same task id keeps the session; another id drops it.
+  round.client(0).KeepOnly(t.task_id());
+  round.client(0).KeepOnly("");
+  EXPECT_TRUE(round.client(0).Answered(t));
+  round.client(0).KeepOnly("r4.a0.c0");
+  EXPECT_FALSE(round.client(0).Answered(t));
+}
+
+TEST(SecAggParticipantTest, AMaskedInputIsKeptForAnUploadSentAgain) {
+  Round round(3, Params(3));
+  ASSERT_NO_FATAL_FAILURE(round.Advertise());
+  ASSERT_NO_FATAL_FAILURE(round.Share());
+  const v1::Task t = round.MaskTask(1);
+  EXPECT_EQ(round.client(1).SavedUpload(t), nullptr);
+  std::vector<float> change(kDim, 0.25f);
+  absl::StatusOr<const MaskedUpload*> up = round.client(1).MaskInput(t, change, 10);
+  ASSERT_TRUE(up.ok()) << up.status();
+  const std::vector<std::byte> payload = (*up)->payload;
+  ASSERT_NE(round.client(1).SavedUpload(t), nullptr);
+  EXPECT_EQ(round.client(1).SavedUpload(t)->payload, payload);
+}
+
+TEST(SecAggParticipantTest, StagesWithoutASessionAreRefused) {
+  Round round(3, Params(3));
+  SecAggParticipant fresh(Seeded(9));  // e.g. a client that restarted after advertising
+  absl::Status s = fresh.ShareKeys(round.TaskFor(0, v1::Task::SECAGG_SHARE_KEYS)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("no secure-aggregation session for task r3.a0.c0"));
+  std::vector<float> change(kDim, 0.f);
+  EXPECT_EQ(
+      fresh.MaskInput(round.TaskFor(0, v1::Task::SECAGG_MASKED_INPUT), change, 1).status().code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fresh.Unmask(round.TaskFor(0, v1::Task::SECAGG_UNMASK)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // A session for client 0 does not answer a task that names another secagg id.
+  ASSERT_TRUE(fresh.AdvertiseKeys(round.TaskFor(0, v1::Task::SECAGG_ADVERTISE_KEYS), kDim).ok());
+  v1::Task other = round.TaskFor(0, v1::Task::SECAGG_SHARE_KEYS);
+  other.mutable_secagg()->set_secagg_id(2);
+  EXPECT_THAT(fresh.ShareKeys(other).status().message(),
+              HasSubstr("names secagg id 2, this client is 0"));
+}
+
+TEST(SecAggParticipantTest, BadParametersAreRefusedAtAdvertise) {
+  Round round(3, Params(3));
+  v1::Task t = round.TaskFor(0, v1::Task::SECAGG_ADVERTISE_KEYS);
+  t.mutable_secagg()->mutable_params()->set_modulus_bits(48);
+  absl::Status s = SecAggParticipant(Seeded(1)).AdvertiseKeys(t, kDim).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("secagg.params: "));
+  t = round.TaskFor(5, v1::Task::SECAGG_ADVERTISE_KEYS);  // id outside [0, n)
+  EXPECT_EQ(SecAggParticipant(Seeded(1)).AdvertiseKeys(t, kDim).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SecAggParticipantTest, RefusesToRevealBothSharesOfOnePeer) {
+  const int n = 4;
+  Round round(n, Params(n));
+  ASSERT_NO_FATAL_FAILURE(round.Advertise());
+  ASSERT_NO_FATAL_FAILURE(round.Share());
+  ASSERT_NO_FATAL_FAILURE(round.Mask(Changes(n), {1, 1, 1, 1}, {}));
+  v1::Task t = round.TaskFor(0, v1::Task::SECAGG_UNMASK);
+  for (int s : {0, 1, 2, 3}) t.mutable_secagg()->add_survivors(s);
+  t.mutable_secagg()->add_dropped(2);  // a lying server: 2 both survived and dropped
+  absl::Status s = round.client(0).Unmask(t).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("refuses to unmask"));
+}
+
+}  // namespace
+}  // namespace fl::client::internal
