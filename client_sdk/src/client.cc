@@ -330,11 +330,12 @@ absl::Status Client::Impl::Run() {
     backoff = options_.initial_backoff;
     unreachable_since = absl::InfinitePast();
     run_id_ = task.run_id();
-    // A task with another id ends this client's secure-aggregation round, if one was open.
+    // A task of another run or with another id ends this client's secure-aggregation round, if
+    // one was open.
     if (task.kind() == fl::v1::Task::DONE) {
       secagg_.Reset();
     } else if (task.kind() != fl::v1::Task::WAIT) {
-      secagg_.KeepOnly(task.task_id());
+      secagg_.KeepOnly(task.run_id(), task.task_id());
     }
     switch (task.kind()) {
       case fl::v1::Task::DONE:

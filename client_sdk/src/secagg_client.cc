@@ -26,12 +26,13 @@ uint32_t SecAggWeight(int64_t num_examples, int64_t example_unit, uint32_t max_w
   return static_cast<uint32_t>(std::clamp<int64_t>(units, 1, std::max<uint32_t>(max_weight, 1)));
 }
 
-void SecAggParticipant::KeepOnly(const std::string& task_id) {
-  if (!task_id.empty() && task_id != task_id_) Reset();
+void SecAggParticipant::KeepOnly(int64_t run_id, const std::string& task_id) {
+  if (!task_id.empty() && (run_id != run_id_ || task_id != task_id_)) Reset();
 }
 
 void SecAggParticipant::Reset() {
   session_.reset();
+  run_id_ = 0;
   task_id_.clear();
   secagg_id_ = -1;
   answered_ = v1::Task::KIND_UNSPECIFIED;
@@ -49,10 +50,10 @@ v1::SecAggSubmission SecAggParticipant::NewSubmission(const v1::Task& task) cons
 }
 
 absl::Status SecAggParticipant::CheckSession(const v1::Task& task) const {
-  if (session_ == nullptr || task.task_id() != task_id_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("no secure-aggregation session for task ", task.task_id(),
-                     " (this client did not advertise keys in it, or restarted since)"));
+  if (!HasSessionFor(task)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no secure-aggregation session for task ", task.task_id(), " of run ", task.run_id(),
+        " (this client did not advertise keys in it, or restarted since)"));
   }
   if (task.secagg().secagg_id() != secagg_id_) {
     return absl::FailedPreconditionError(absl::StrCat("task ", task.task_id(), " names secagg id ",
@@ -79,6 +80,7 @@ absl::StatusOr<v1::SecAggSubmission> SecAggParticipant::AdvertiseKeys(const v1::
   if (!keys.ok()) return keys.status();
   session_ = *std::move(session);
   params_ = *params;
+  run_id_ = task.run_id();
   task_id_ = task.task_id();
   secagg_id_ = task.secagg().secagg_id();
   answered_ = task.kind();

@@ -2,8 +2,10 @@
 // masking, fl/aggregation/secagg/protocol.h), driven by the four SECAGG_* task kinds.
 //
 // It owns the round's fl::secagg::ClientSession (private keys, the self-mask seed, the shares it
-// holds), keyed by the task id: the session lives in memory only, is created by the advertise
-// stage and dropped when a task with another id comes (or on Reset). Each stage returns the
+// holds), keyed by (run id, task id): task ids such as "r1.a0.<id>" repeat across runs, so a task
+// of another run never reaches the session or the saved messages of this one. The session lives
+// in memory only, is created by the advertise stage and dropped when a task with another key
+// comes (or on Reset). Each stage returns the
 // message to send; the transport (Client::Impl) sends it. A stage whose answer was made but not
 // delivered (transport trouble) cannot be answered again by the library, so the participant keeps
 // the last stage's message until the next stage and hands it back when the same stage is offered
@@ -57,17 +59,18 @@ class SecAggParticipant {
   SecAggParticipant() = default;
   explicit SecAggParticipant(Randomness randomness) : randomness_(std::move(randomness)) {}
 
-  // Forgets the session unless it belongs to `task_id` (a task with another id ends the round
-  // for this client). An empty id (WAIT, DONE) keeps it.
-  void KeepOnly(const std::string& task_id);
+  // Forgets the session unless it belongs to (`run_id`, `task_id`) (a task of another run or with
+  // another id ends the round for this client). An empty id (WAIT, DONE) keeps it.
+  void KeepOnly(int64_t run_id, const std::string& task_id);
   // Forgets the session (the client declined or was refused).
   void Reset();
-  // Whether this task's stage was already answered by the session (its message is kept).
+  // Whether this task's stage was already answered by the session of its (run id, task id) (its
+  // message is kept).
   bool Answered(const v1::Task& task) const {
-    return session_ != nullptr && task.task_id() == task_id_ && answered_ == task.kind();
+    return HasSessionFor(task) && answered_ == task.kind();
   }
-  // OK when a session exists for the task and this client holds its secagg id; else
-  // FAILED_PRECONDITION saying why.
+  // OK when a session exists for the task's (run id, task id) and this client holds its secagg
+  // id; else FAILED_PRECONDITION saying why.
   absl::Status CheckSession(const v1::Task& task) const;
 
   // Stage 1: a new session for the task (client id secagg_id, dimension `dimension`), and its
@@ -89,8 +92,12 @@ class SecAggParticipant {
 
  private:
   v1::SecAggSubmission NewSubmission(const v1::Task& task) const;
+  bool HasSessionFor(const v1::Task& task) const {
+    return session_ != nullptr && task.run_id() == run_id_ && task.task_id() == task_id_;
+  }
 
   Randomness randomness_;
+  int64_t run_id_ = 0;  // with task_id_, the key of the session and the saved messages
   std::string task_id_;
   int32_t secagg_id_ = -1;
   SecAggRoundParams params_;

@@ -45,6 +45,12 @@ inline int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
 // small enough that one client cannot swamp the float64 sum.
 inline constexpr int64_t kMaxExamples = int64_t{1} << 40;
 
+// Client-supplied text (a decline reason) goes into participation rows, WAIT messages,
+// secagg_json and the audit log: at most kMaxClientTextBytes of it, cut at a UTF-8 character
+// boundary, with "... (truncated)" appended.
+inline constexpr size_t kMaxClientTextBytes = 500;
+std::string CapClientText(std::string_view text);
+
 // `metrics` as a JSON object.
 std::string MetricsJson(const std::map<std::string, double>& metrics);
 

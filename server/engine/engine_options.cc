@@ -1,4 +1,5 @@
 // EngineOptions' JSON form (recorded with each run) and the real clock.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <string_view>
@@ -87,10 +88,37 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
         absl::StrCat("secure aggregation for ", num_clients, " clients: ", p.status().message()));
   }
   p->max_weight = max_weight;
-  if (quantization_bits != 0) p->quantization_bits = quantization_bits;
+  if (quantization_bits != 0) {
+    // n x max_weight x (2^b - 1) < 2^m, exactly in 128 bits.
+    const unsigned __int128 worst = ((static_cast<unsigned __int128>(1) << quantization_bits) - 1) *
+                                    static_cast<unsigned __int128>(num_clients) * max_weight;
+    if (worst >= (static_cast<unsigned __int128>(1) << modulus_bits)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("secure aggregation for ", num_clients,
+                       " clients: secure_aggregation.quantization_bits ", quantization_bits,
+                       " lets the sum wrap the modulus (", num_clients, " clients x max_weight ",
+                       max_weight, " x (2^", quantization_bits, " - 1) >= 2^", modulus_bits,
+                       "); lower quantization_bits (0: the most that fits) or max_weight, or "
+                       "set modulus_bits = 64"));
+    }
+    p->quantization_bits = quantization_bits;
+  }
   if (num_neighbors != 0) {
-    p->num_neighbors = num_neighbors;
-    p->threshold = num_neighbors / 2 + 1;
+    // A round samples n clients, possibly fewer than k + 1: at most n - 1 neighbours, and a
+    // k-regular graph on n nodes needs n * k even.
+    int32_t k = std::min(num_neighbors, num_clients - 1);
+    if ((static_cast<int64_t>(num_clients) * k) % 2 != 0) --k;
+    if (threshold > k) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "secure aggregation for ", num_clients, " clients: secure_aggregation.threshold ",
+          threshold, " exceeds num_neighbors ", k,
+          k == num_neighbors
+              ? ""
+              : absl::StrCat(" (", num_neighbors, " lowered to fit ", num_clients, " clients)"),
+          "; lower the threshold or leave it 0 (k/2 + 1)"));
+    }
+    p->num_neighbors = k;
+    p->threshold = k / 2 + 1;
   }
   if (threshold != 0) p->threshold = threshold;
   p->clip_range = clip_range;

@@ -476,7 +476,15 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
               {"reason", failure}});
     ++next_attempt_;
     ++failed_attempts_;
-    if (failed_attempts_ > options_.max_round_retries) {
+    if (round->secagg != nullptr && round->secagg->revealed) {
+      // The server holds this attempt's sum. Another attempt from the same global model over a
+      // different set of sites would let the difference of the two sums reveal one site's
+      // update (and, with DP, release more than the accountant counted): stop instead.
+      FailRunLocked(absl::StrCat(
+          "round ", round->round, ": the secure sum was unmasked but could not be committed (",
+          failure, "); the run stops rather than run the round again from the same model, "
+          "where two sums over different sites could reveal one site's update"));
+    } else if (failed_attempts_ > options_.max_round_retries) {
       FailRunLocked(absl::StrCat("round ", round->round, " failed ", failed_attempts_,
                                  " times; last reason: ", failure));
     }

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -197,9 +198,9 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
         refusal = absl::AlreadyExistsError(
             absl::StrCat("this client already answered stage ", stage, " of round ", m.round));
       } else if (!m.decline_reason.empty()) {
-        DropFromSecAggLocked(client_id, true,
-                             absl::StrCat("the client declined: ", m.decline_reason));
-        refusal = absl::FailedPreconditionError(m.decline_reason);
+        const std::string reason = CapClientText(m.decline_reason);
+        DropFromSecAggLocked(client_id, true, absl::StrCat("the client declined: ", reason));
+        refusal = absl::FailedPreconditionError(reason);
         event = "task_declined";
       } else {
         bool keep = false;

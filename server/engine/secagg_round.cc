@@ -83,6 +83,8 @@ std::string SecAggJson(const SecAggRound& s) {
       {"dropped", dropped},
       {"relay_bytes", s.relay_bytes},
       {"relay_sha256", s.relay_sha256},
+      {"stage_ms", s.stage_closed_ms},
+      {"last_input_ms", s.last_input_ms},
   };
   if (!s.failed_at.empty()) j["failed_at"] = s.failed_at;
   return j.dump();
@@ -307,6 +309,7 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
       s.u4 = static_cast<int>(s.answered.size());
       break;
   }
+  s.stage_closed_ms.push_back(absl::ToInt64Milliseconds(now - r.started));
   LogEvent(failure.empty() ? LogLevel::kInfo : LogLevel::kWarn, "secagg_stage_closed",
            {{"round", absl::StrCat(r.round)},
             {"attempt", absl::StrCat(r.attempt)},
@@ -338,6 +341,7 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
     FailSecAggRoundLocked(std::string(result.status().message()), now);
     return;
   }
+  s.revealed = true;
   const std::span<const float> g = global_->data();
   if (result->mean.size() != g.size()) {
     FailSecAggRoundLocked(absl::StrCat("secure aggregation: the unmasked mean has ",

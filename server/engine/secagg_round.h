@@ -69,6 +69,13 @@ struct SecAggRound {
   int64_t relay_bytes = 0;                     // ciphertext bytes relayed at stage 2
   std::string relay_sha256;  // over the relayed ciphertexts, by recipient then sender
   std::string failed_at;     // the stage the attempt failed at, if it did
+  // Milliseconds from the round's start to the close of each stage so far, and to the last
+  // masked input accepted (0: none), for the record (SecAggJson).
+  std::vector<int64_t> stage_closed_ms;
+  int64_t last_input_ms = 0;
+  // The survivors' sum was unmasked: from here on the attempt must commit or end the run (see
+  // EngineImpl::EndAttemptLocked).
+  bool revealed = false;
 };
 
 // Streams a verified masked upload (little-endian words of 2^params.modulus_bits) from its spill

@@ -51,6 +51,15 @@ std::string SpecMismatch(const ModelSpec& got, const ModelSpec& want) {
 
 }  // namespace
 
+std::string CapClientText(std::string_view text) {
+  if (text.size() <= kMaxClientTextBytes) return std::string(text);
+  size_t end = kMaxClientTextBytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;
+  std::string capped(text.substr(0, end));
+  capped += "... (truncated)";
+  return capped;
+}
+
 std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& client_id,
                                                              const UpdateMeta& meta,
                                                              std::shared_ptr<UploadState> state,
@@ -155,7 +164,7 @@ absl::Status EngineImpl::Decline(const std::string& client_id, const UpdateMeta&
   state->client_id = client_id;
   state->task_id = meta.task_id;
   state->phase = Phase::kRefused;
-  state->reason = absl::StrCat("the client declined the task: ", reason);
+  state->reason = absl::StrCat("the client declined the task: ", CapClientText(reason));
   absl::Status refusal;
   std::shared_ptr<RoundState> round;
   {
@@ -185,6 +194,9 @@ void EngineImpl::OnUploadEnded(const std::shared_ptr<RoundState>& round, const U
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (refusal.ok() && round->secagg != nullptr) {
+      round->secagg->last_input_ms = absl::ToInt64Milliseconds(clock_->Now() - round->started);
+    }
     MaybeAdvanceLocked();
     BumpLocked();
   }

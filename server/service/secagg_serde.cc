@@ -28,7 +28,14 @@ absl::Status Shares(const google::protobuf::RepeatedPtrField<fl::v1::SecAggShare
     }
     secagg::ShamirShare share;
     share.x = s.x();
-    for (int i = 0; i < secagg::kShamirPieces; ++i) share.y[i] = s.y(i);
+    for (int i = 0; i < secagg::kShamirPieces; ++i) {
+      if (s.y(i) >= secagg::kShamirPrime) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("SecAggSubmission.unmask.", field, " of owner ", s.owner(), ": y[", i,
+                         "] = ", s.y(i), " is outside the field (must be < 2^61 - 1)"));
+      }
+      share.y[i] = s.y(i);
+    }
     if (!out.emplace(s.owner(), share).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("SecAggSubmission.unmask.", field, " lists owner ", s.owner(), " twice"));

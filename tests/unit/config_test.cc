@@ -11,7 +11,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "fl/aggregation/secagg/params.h"
 #include "fl/common/file_util.h"
+#include "fl/server/engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/config_file_fixture.h"
@@ -443,6 +445,50 @@ TEST_F(ConfigTest, SecureAggregationRefusesWhatCannotWorkTogether) {
   EXPECT_THAT(s.message(), HasSubstr("modulus_bits"));
   EXPECT_THAT(ApplyText(on + "max_dropout = 1\n").message(),
               HasSubstr("secure_aggregation.max_dropout"));
+}
+
+// A round uses n = the number of sampled clients, which may be more or fewer than min_clients.
+TEST(SecureAggregationParamsForTest, ExplicitNeighboursAreClampedToTheSampledClients) {
+  SecureAggregationOptions o;
+  o.enabled = true;
+  o.num_neighbors = 10;
+  absl::StatusOr<secagg::SecAggParams> p = o.ParamsFor(6, 0);  // k <= n - 1 = 5
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->num_neighbors, 5);
+  EXPECT_EQ(p->threshold, 3);
+  p = o.ParamsFor(7, 0);  // k = 6
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->num_neighbors, 6);
+  o.num_neighbors = 5;  // odd: 5 x 9 clients has no 5-regular graph, 4 it is
+  p = o.ParamsFor(9, 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->num_neighbors, 4);
+  EXPECT_EQ(p->threshold, 3);
+  p = o.ParamsFor(20, 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->num_neighbors, 5);
+  // An explicit threshold above the lowered k is refused, naming both.
+  o.num_neighbors = 10;
+  o.threshold = 8;
+  EXPECT_TRUE(o.ParamsFor(30, 0).ok());
+  absl::Status s = o.ParamsFor(6, 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("secure_aggregation.threshold 8 exceeds num_neighbors 5 (10 "
+                                     "lowered to fit 6 clients)"));
+}
+
+TEST(SecureAggregationParamsForTest, ExplicitBitsThatWrapForTheSampledClientsAreRefused) {
+  SecureAggregationOptions o;
+  o.enabled = true;
+  o.quantization_bits = 20;  // 4000 x 1000 x (2^20 - 1) >= 2^32; 4 x 1000 x (2^20 - 1) is not
+  ASSERT_TRUE(o.ParamsFor(4, 0).ok());
+  absl::Status s = o.ParamsFor(4000, 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("secure_aggregation.quantization_bits 20 lets the sum wrap "
+                                     "the modulus (4000 clients x max_weight 1000 x (2^20 - 1) "
+                                     ">= 2^32); lower quantization_bits"));
+  o.modulus_bits = 64;
+  EXPECT_TRUE(o.ParamsFor(4000, 0).ok());
 }
 
 TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) {

@@ -4,12 +4,17 @@
 // answering at a stage; the clock then passes the stage's deadline.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -45,6 +50,10 @@ struct Site {
   std::vector<secagg::Key32> public_keys;  // every key it advertised
   std::vector<secagg::Bytes> ciphertexts;  // every share ciphertext it sent
   std::set<std::string> uploaded;          // task ids whose masked input it sent
+  std::optional<float> constant_change;    // every coordinate of its change, else ChangeOf's draw
+  bool record = false;                     // keep its last encoding and masked words
+  std::vector<uint64_t> encoding;          // what it masked (EncodeWeightedUpdate), when recorded
+  std::vector<uint64_t> masked;            // what it uploaded, when recorded
 };
 
 int StageOf(Task::Kind kind) {
@@ -104,6 +113,10 @@ class EngineSecAggTest : public EngineTest {
   // The change a site trains: N(0.1 * index - 0.4, 0.6), so that some coordinates clip at c = 1.
   std::vector<float> ChangeOf(const Site& s, int32_t round) const {
     std::vector<float> d(spec_.NumFloats());
+    if (s.constant_change.has_value()) {
+      std::fill(d.begin(), d.end(), *s.constant_change);
+      return d;
+    }
     std::mt19937_64 rng(1000 * s.index + round);
     std::normal_distribution<float> normal(0.1f * s.index - 0.4f, 0.6f);
     for (float& x : d) x = normal(rng);
@@ -133,8 +146,19 @@ class EngineSecAggTest : public EngineTest {
       absl::Status s = (*upload)->AddChunk(static_cast<int64_t>(off),
                                            std::string_view(bytes).substr(off, chunk_bytes_));
       if (!s.ok()) return s;
+      if (off == 0 && after_first_chunk_) after_first_chunk_(client);
     }
     return (*upload)->Finish(Sha256Hex(bytes));
+  }
+
+  // The 300,000-float TestSpec (uploads of two 1 MiB chunks) with sites 0..2 only.
+  void UseLargeModelAndThreeSites() {
+    spec_ = TestSpec();
+    chunk_bytes_ = kMaxChunkBytes;
+    options_.min_clients = 3;
+    options_.min_fit_clients = 3;
+    sites_.resize(3);
+    clients_.resize(3);
   }
 
   SecAggMessage MessageFor(const Task& t) {
@@ -160,7 +184,7 @@ class EngineSecAggTest : public EngineTest {
         absl::StatusOr<std::unique_ptr<ClientSession>> session = ClientSession::Create(
             t.secagg.params, t.secagg.secagg_id, spec_.NumFloats(),
             secagg::MakeDeterministicRandomSource(std::hash<std::string>()(t.task_id) ^
-                                                  (1234567u * site.index)));
+                                                  (1234567u * site.index) ^ key_salt_));
         EXPECT_TRUE(session.ok()) << session.status();
         if (!session.ok()) return false;
         site.session = *std::move(session);
@@ -194,9 +218,23 @@ class EngineSecAggTest : public EngineTest {
         uint32_t weight = static_cast<uint32_t>(
             std::clamp<int64_t>((site.examples + unit - 1) / unit, 1, t.secagg.params.max_weight));
         if (t.secagg.dp_noise_stddev > 0) weight = 1;
-        absl::StatusOr<secagg::MaskedInput> masked =
-            site.session->MaskUpdate(t.secagg.bundle, change, weight);
+        absl::StatusOr<secagg::MaskedInput> masked = absl::UnknownError("not masked");
+        if (site.record) {
+          // Encoded here, so that the test knows exactly what was masked.
+          std::unique_ptr<secagg::RandomSource> rounding =
+              secagg::MakeDeterministicRandomSource(77 + site.index);
+          absl::StatusOr<std::vector<uint64_t>> encoding =
+              secagg::EncodeWeightedUpdate(t.secagg.params, change, weight, *rounding);
+          EXPECT_TRUE(encoding.ok()) << encoding.status();
+          if (!encoding.ok()) return false;
+          site.encoding = *encoding;
+          masked = site.session->MaskEncodedInput(t.secagg.bundle, site.encoding);
+          if (masked.ok()) site.masked = masked->words;
+        } else {
+          masked = site.session->MaskUpdate(t.secagg.bundle, change, weight);
+        }
         EXPECT_TRUE(masked.ok()) << masked.status();
+        if (!masked.ok()) return false;
         const bool wide = t.secagg.params.modulus_bits == 64;
         absl::Status s = UploadWords(
             site.id, t, masked->words, wide ? 8 : 4,
@@ -287,6 +325,80 @@ class EngineSecAggTest : public EngineTest {
   ModelSpec spec_ = SmallSpec();
   std::vector<size_t> directory_sizes_;  // of every share-keys task answered
   size_t chunk_bytes_ = 1024;            // several chunks per update, each of whole words
+  uint64_t key_salt_ = 0;                // mixed into every session's seed: other keys
+  // Called by UploadWords after the first chunk of an upload was accepted, with the client's id.
+  std::function<void(const std::string&)> after_first_chunk_;
+};
+
+// Words as little-endian bytes, `word` bytes each.
+std::string LittleEndian(const std::vector<uint64_t>& words, int word) {
+  std::string out;
+  out.reserve(words.size() * word);
+  for (uint64_t w : words) {
+    for (int b = 0; b < word; ++b) out.push_back(static_cast<char>((w >> (8 * b)) & 0xff));
+  }
+  return out;
+}
+
+std::string ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// Pearson's chi-square statistic of the 256 byte-value counts against the uniform distribution.
+double ByteChiSquare(std::string_view bytes) {
+  std::vector<double> counts(256, 0.0);
+  for (char c : bytes) counts[static_cast<uint8_t>(c)] += 1;
+  const double expected = static_cast<double>(bytes.size()) / 256;
+  double chi2 = 0;
+  for (double n : counts) chi2 += (n - expected) * (n - expected) / expected;
+  return chi2;
+}
+
+// The upper 1e-6 quantile of chi-square with 255 degrees of freedom: 377.08 (bisection on the
+// regularized upper incomplete gamma function Q(127.5, x / 2); Wilson-Hilferty gives 377.2). A
+// statistic below it means p > 1e-6.
+constexpr double kChiSquare255AtOneInAMillion = 377.0;
+
+double Pearson(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+  const size_t n = std::min(a.size(), b.size());
+  double ma = 0, mb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ma += static_cast<double>(a[i]) / n;
+    mb += static_cast<double>(b[i]) / n;
+  }
+  double sab = 0, saa = 0, sbb = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = static_cast<double>(a[i]) - ma, y = static_cast<double>(b[i]) - mb;
+    sab += x * y;
+    saa += x * x;
+    sbb += y * y;
+  }
+  return sab / std::sqrt(saa * sbb);
+}
+
+// Every 64-byte window of a byte string (at every offset), to look for any of them in a file.
+class Windows {
+ public:
+  static constexpr size_t kSize = 64;
+  explicit Windows(std::string bytes) : bytes_(std::move(bytes)) {
+    for (size_t off = 0; off + kSize <= bytes_.size(); ++off) {
+      set_.insert(std::string_view(bytes_).substr(off, kSize));
+    }
+  }
+  Windows(const Windows&) = delete;
+  Windows& operator=(const Windows&) = delete;
+  // The first offset of `data` where one of the windows starts, or npos.
+  size_t FindIn(std::string_view data) const {
+    for (size_t off = 0; off + kSize <= data.size(); ++off) {
+      if (set_.count(data.substr(off, kSize)) != 0) return off;
+    }
+    return std::string_view::npos;
+  }
+
+ private:
+  std::string bytes_;
+  std::unordered_set<std::string_view> set_;
 };
 
 // 0 %, 10 % and 30 % of 10 sites stop answering at each of the four stages, one round each: every
@@ -378,6 +490,51 @@ TEST_F(EngineSecAggTest, TooManyDropoutsFailTheAttemptAndTheRetryUsesFreshKeys) 
             j["params"]["graph_seed"]);
 }
 
+// A strategy whose rounds cannot finish (as when the next model cannot be made or stored).
+class UnfinishableStrategy final : public aggregation::Strategy {
+ public:
+  std::string name() const override { return "unfinishable"; }
+  std::unique_ptr<aggregation::RoundAggregator> BeginRound(const Model& global) override {
+    class Aggregator final : public aggregation::RoundAggregator {
+     public:
+      void Fold(int64_t, std::span<const float>, double) override {}
+      void Accept(double) override { ++accepted_; }
+      int num_accepted() const override { return accepted_; }
+      absl::StatusOr<Model> Finish() override {
+        return absl::InternalError("cannot write the next model (test)");
+      }
+
+     private:
+      int accepted_ = 0;
+    };
+    return std::make_unique<Aggregator>();
+  }
+};
+
+// Once the survivors' sum is unmasked the attempt commits or the run ends: a retry from the same
+// model over other sites would let the difference of two sums reveal one site's update. Retries
+// are left (max_round_retries = 1), yet the run fails at once, saying why.
+TEST_F(EngineSecAggTest, ASumUnmaskedButNotCommittedEndsTheRunInsteadOfARetry) {
+  strategy_ = std::make_unique<UnfinishableStrategy>();
+  StartSecure();
+  JoinAll();
+  RoundSummary failed = DriveAttempt();
+  ASSERT_FALSE(failed.committed);
+  EXPECT_THAT(failed.reason, ::testing::HasSubstr("cannot write the next model (test)"));
+  EXPECT_TRUE(engine_->finished());
+  absl::StatusOr<std::optional<RunRecord>> active = store_->ActiveRun();
+  ASSERT_TRUE(active.ok());
+  EXPECT_FALSE(active->has_value()) << "the run must not be resumable";
+  absl::StatusOr<std::vector<RunRecord>> runs = store_->Runs();
+  ASSERT_TRUE(runs.ok() && runs->size() == 1u);
+  EXPECT_EQ(runs->front().status, RunStatus::kFailed);
+  EXPECT_THAT(runs->front().reason,
+              ::testing::HasSubstr("the secure sum was unmasked but could not be committed"));
+  EXPECT_EQ(RoundAt(1, 0).status, RoundStatus::kFailed);
+  Task t = engine_->Poll(sites_[0].id);
+  EXPECT_EQ(t.kind, Task::Kind::kDone);
+}
+
 // Too few sites advertise keys (4 < t + 1 = 6): the library refuses at the first close.
 TEST_F(EngineSecAggTest, TooFewKeysFailAtTheFirstStage) {
   options_.max_round_retries = 0;
@@ -432,12 +589,15 @@ TEST_F(EngineSecAggTest, RefusesMessagesAndUpdatesByCodeAndMessage) {
   Task share9 = engine_->Poll(sites_[9].id);
   ASSERT_EQ(share9.kind, Task::Kind::kSecAggShare);
   SecAggMessage decline = MessageFor(share9);
-  decline.decline_reason = "disk full";
+  // A client's text is kept to 500 bytes wherever it goes (WAIT messages, records, logs).
+  decline.decline_reason = "disk full" + std::string(100000, '!');
   EXPECT_TRUE(engine_->SubmitSecAgg(sites_[9].id, decline).ok());
   Task waiting = engine_->Poll(sites_[9].id);
   EXPECT_EQ(waiting.kind, Task::Kind::kWait);
   EXPECT_THAT(waiting.message, ::testing::HasSubstr("dropped from round 1 at stage share keys"));
   EXPECT_THAT(waiting.message, ::testing::HasSubstr("disk full"));
+  EXPECT_THAT(waiting.message, ::testing::HasSubstr("... (truncated)"));
+  EXPECT_LT(waiting.message.size(), 700u);
   EXPECT_FALSE(engine_->Heartbeat(sites_[9].id, 1, share9.task_id));
   EXPECT_TRUE(engine_->Heartbeat(sites_[0].id, 1, t.task_id));
   sites_[9].stop_at = 1;
@@ -729,12 +889,7 @@ TEST_F(EngineSecAggTest, ShareTasksCarryOnlyTheNeighboursKeys) {
 // A model of 1.2 MB: the masked words arrive in 1 MiB chunks and are folded from the spill in two
 // pieces.
 TEST_F(EngineSecAggTest, LargeModelFoldsInPieces) {
-  spec_ = TestSpec();
-  chunk_bytes_ = kMaxChunkBytes;
-  options_.min_clients = 3;
-  options_.min_fit_clients = 3;
-  sites_.resize(3);
-  clients_.resize(3);
+  UseLargeModelAndThreeSites();
   StartSecure();
   JoinAll();
   std::shared_ptr<const Model> before = engine_->global_model();
@@ -744,6 +899,125 @@ TEST_F(EngineSecAggTest, LargeModelFoldsInPieces) {
   ASSERT_TRUE(p.ok());
   ExpectModelNear(*engine_->global_model(), Expected(*before, {0, 1, 2}, 1),
                   secagg::QuantizationErrorBound(1.0, p->quantization_bits) + 1e-6);
+}
+
+// What the server holds of one site is indistinguishable from uniform, and its update cannot be
+// read from anything the server stored. Site 0's change is 0.25 everywhere on a model of 300,000
+// floats, so its masked upload (1.2 MB) travels in two 1 MiB chunks:
+// - after its first chunk, the spill file the engine wrote mid-stream holds exactly those masked
+//   bytes, and their 256 byte counts pass a chi-square test of uniformity (p > 1e-6), which the
+//   site's unmasked encoding fails by far;
+// - after the round (all four stages) commits, no file under the data directory (the SQLite file
+//   and its -wal, spill, checkpoints) holds any 64-byte window of the unmasked encoding;
+// - a second run (another store, other keys) masks the same change into words uncorrelated with
+//   the first run's (|Pearson| < 5 / sqrt(N)).
+TEST_F(EngineSecAggTest, WhatTheServerHoldsOfOneSiteLooksUniformAndHidesItsUpdate) {
+  UseLargeModelAndThreeSites();
+  Site& site = sites_[0];
+  site.constant_change = 0.25f;
+  site.record = true;
+  std::vector<std::string> part_files;
+  std::string spilled;  // the spill file after the first chunk
+  after_first_chunk_ = [&](const std::string& client) {
+    if (client != site.id) return;
+    for (const auto& e : std::filesystem::directory_iterator(options_.spill_dir)) {
+      if (e.path().extension() != ".part") continue;
+      part_files.push_back(e.path().filename().string());
+      spilled = ReadFile(e.path());
+    }
+  };
+  StartSecure();
+  JoinAll();
+  std::shared_ptr<const Model> before = engine_->global_model();
+  // The whole round; site 0's upload is read back mid-stream by after_first_chunk_.
+  RoundSummary summary = DriveAttempt();
+
+  // Mid-stream: one spill file (site 0 uploads first), holding the first chunk's masked bytes.
+  ASSERT_EQ(part_files.size(), 1u);
+  const std::string masked = LittleEndian(site.masked, 4);
+  const std::string plain = LittleEndian(site.encoding, 4);
+  ASSERT_EQ(masked.size(), (TestSpec().NumFloats() + 1) * 4);
+  ASSERT_GT(masked.size(), kMaxChunkBytes);  // two chunks
+  ASSERT_GE(spilled.size(), kMaxChunkBytes);
+  spilled.resize(kMaxChunkBytes);
+  EXPECT_EQ(spilled, masked.substr(0, kMaxChunkBytes));
+  const double chi2_stored = ByteChiSquare(spilled);
+  const double chi2_plain = ByteChiSquare(std::string_view(plain).substr(0, kMaxChunkBytes));
+  RecordProperty("chi2_stored", absl::StrFormat("%.1f", chi2_stored));
+  RecordProperty("chi2_unmasked", absl::StrFormat("%.1f", chi2_plain));
+  EXPECT_LT(chi2_stored, kChiSquare255AtOneInAMillion);
+  EXPECT_GT(chi2_plain, kChiSquare255AtOneInAMillion);  // the test has power
+
+  // All four stages ran and the round committed global + the mean of the three changes.
+  ASSERT_TRUE(summary.committed) << summary.reason;
+  absl::StatusOr<secagg::SecAggParams> p = options_.secure_aggregation.ParamsFor(3, 0);
+  ASSERT_TRUE(p.ok());
+  ExpectModelNear(*engine_->global_model(), Expected(*before, {0, 1, 2}, 1),
+                  secagg::QuantizationErrorBound(1.0, p->quantization_bits) + 1e-6);
+
+  // After the round: no 64-byte window of the unmasked encoding in any file of the data
+  // directory, which holds the database, its -wal, the spill and the checkpoints.
+  const Windows windows(plain);
+  ASSERT_NE(windows.FindIn("xyz" + plain.substr(1000, 100)), std::string_view::npos);
+  for (const std::string& d : {options_.spill_dir, store_->checkpoint_dir(), store_->db_path()}) {
+    EXPECT_TRUE(absl::StartsWith(d, dir_ + "/")) << d;
+  }
+  std::set<std::string> scanned;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_)) {
+    if (!e.is_regular_file()) continue;
+    const std::string bytes = ReadFile(e.path());
+    EXPECT_EQ(windows.FindIn(bytes), std::string_view::npos)
+        << e.path() << " holds 64 bytes of site 0's unmasked encoding";
+    scanned.insert(e.path().string());
+  }
+  EXPECT_EQ(scanned.count(store_->db_path()), 1u);
+  EXPECT_EQ(scanned.count(store_->db_path() + "-wal"), 1u);
+  EXPECT_TRUE(std::any_of(scanned.begin(), scanned.end(), [&](const std::string& f) {
+    return absl::StartsWith(f, store_->checkpoint_dir() + "/");
+  }));
+
+  // A second run of the same sites in another store, with other keys.
+  const std::vector<uint64_t> first_words = site.masked;
+  const secagg::Key32 first_key = site.public_keys.at(0);
+  engine_.reset();
+  store_.reset();
+  std::filesystem::remove_all(dir_);
+  dir_ = TempDir();
+  std::filesystem::create_directories(dir_ + "/spill");
+  options_.spill_dir = dir_ + "/spill";
+  ASSERT_NO_FATAL_FAILURE(OpenStore());
+  key_salt_ = 0x5eed;
+  after_first_chunk_ = nullptr;
+  StartSecure();
+  JoinAll();
+  ASSERT_TRUE(DriveAttempt().committed);
+  ASSERT_EQ(site.public_keys.size(), 4u);
+  EXPECT_NE(site.public_keys.at(2), first_key);
+  ASSERT_EQ(site.masked.size(), first_words.size());
+  const double r = Pearson(first_words, site.masked);
+  RecordProperty("pearson_runs", absl::StrFormat("%.5f", r));
+  EXPECT_LT(std::abs(r), 5 / std::sqrt(static_cast<double>(first_words.size())));
+}
+
+// In one round of 10, site 2 drops at the masked input (its pairwise masks are removed with its
+// mask-key shares) and site 7 stops at unmasking (its input counts; its self mask is rebuilt from
+// its neighbours' shares): the round commits global + the mean of the nine sites that sent input.
+TEST_F(EngineSecAggTest, ADropoutAtMaskedInputAndOneAtUnmaskingInOneRound) {
+  StartSecure();
+  JoinAll();
+  sites_[2].stop_at = 2;
+  sites_[7].stop_at = 3;
+  std::shared_ptr<const Model> before = engine_->global_model();
+  RoundSummary summary = DriveAttempt();
+  ASSERT_TRUE(summary.committed) << summary.reason;
+  EXPECT_EQ(summary.num_accepted, 9);
+  absl::StatusOr<secagg::SecAggParams> p = options_.secure_aggregation.ParamsFor(10, 0);
+  ASSERT_TRUE(p.ok());
+  ExpectModelNear(*engine_->global_model(), Expected(*before, {0, 1, 3, 4, 5, 6, 7, 8, 9}, 1),
+                  secagg::QuantizationErrorBound(1.0, p->quantization_bits) + 1e-6);
+  nlohmann::json j = nlohmann::json::parse(RoundAt(1, 0).secagg_json);
+  EXPECT_EQ(j["u3"], 9);
+  EXPECT_EQ(j["u4"], 8);
 }
 
 // A site silent for client_timeout is dropped as offline (the stage then closes without waiting
@@ -842,7 +1116,12 @@ TEST(SecAggSerdeTest, TranslatesTasksAndRefusesMalformedSubmissions) {
   m = SecAggMessageFromProto(sub);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(m.status().message(), ::testing::HasSubstr("self_seed_shares of owner 1 has 4 y"));
-  share->add_y(9);
+  share->add_y(secagg::kShamirPrime);  // outside the field: refused, naming the field
+  m = SecAggMessageFromProto(sub);
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(m.status().message(), ::testing::HasSubstr("self_seed_shares of owner 1"));
+  EXPECT_THAT(m.status().message(), ::testing::HasSubstr("outside the field"));
+  share->set_y(secagg::kShamirPieces - 1, 9);
   m = SecAggMessageFromProto(sub);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->unmask->self_seed_shares.at(1).y[4], 9u);

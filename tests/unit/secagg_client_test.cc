@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -262,11 +263,107 @@ TEST(SecAggParticipantTest, AnAnsweredStageGivesBackItsSavedMessage) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->SerializeAsString(), first->SerializeAsString());
   // A poll with the same task id keeps the session; another id drops it.
-  round.client(0).KeepOnly(t.task_id());
-  round.client(0).KeepOnly("");
+  round.client(0).KeepOnly(t.run_id(), t.task_id());
+  round.client(0).KeepOnly(t.run_id(), "");
   EXPECT_TRUE(round.client(0).Answered(t));
-  round.client(0).KeepOnly("r4.a0.c0");
+  round.client(0).KeepOnly(t.run_id(), "r4.a0.c0");
   EXPECT_FALSE(round.client(0).Answered(t));
+}
+
+// Task ids repeat across runs ("r3.a0.c0" in run 1 and in run 2): a task of another run with the
+// same id, at any stage, finds neither the old run's session nor its saved messages, and a poll
+// bringing it drops the session.
+TEST(SecAggParticipantTest, TheSessionIsKeyedByRunAndTaskId) {
+  const int n = 3;
+  Round round(n, Params(n));
+  ASSERT_NO_FATAL_FAILURE(round.Advertise());
+  ASSERT_NO_FATAL_FAILURE(round.Share());
+  auto in_run_2 = [](v1::Task t) {
+    t.set_run_id(2);
+    return t;
+  };
+  // Client 0 answered share keys in run 1; run 2 (it missed that run's advertise) offers the same
+  // task id at share keys: no session, not run 1's saved shares.
+  const v1::Task share1 = round.TaskFor(0, v1::Task::SECAGG_SHARE_KEYS);
+  ASSERT_TRUE(round.client(0).Answered(share1));
+  const v1::Task share2 = in_run_2(share1);
+  EXPECT_FALSE(round.client(0).Answered(share2));
+  absl::StatusOr<v1::SecAggSubmission> shares = round.client(0).ShareKeys(share2);
+  EXPECT_EQ(shares.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(shares.status().message(), HasSubstr("no secure-aggregation session for task "
+                                                   "r3.a0.c0 of run 2"));
+  EXPECT_EQ(round.client(0).CheckSession(share2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(round.client(0).params(share2), nullptr);
+
+  // Client 1 masked its input in run 1: run 2's masked-input task with that id gets no saved
+  // upload and cannot mask; its unmask task finds no session.
+  ASSERT_NO_FATAL_FAILURE(round.Mask(Changes(n), {1, 1, 1}, {}));
+  const v1::Task mask1 = round.MaskTask(1);
+  ASSERT_NE(round.client(1).SavedUpload(mask1), nullptr);
+  EXPECT_EQ(round.client(1).SavedUpload(in_run_2(mask1)), nullptr);
+  std::vector<float> change(kDim, 0.f);
+  EXPECT_EQ(round.client(1).MaskInput(in_run_2(mask1), change, 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  v1::Task unmask2 = in_run_2(round.TaskFor(1, v1::Task::SECAGG_UNMASK));
+  for (int s : {0, 1, 2}) unmask2.mutable_secagg()->add_survivors(s);
+  EXPECT_EQ(round.client(1).Unmask(unmask2).status().code(), absl::StatusCode::kFailedPrecondition);
+  // Run 1's session is still there for run 1's tasks ...
+  EXPECT_NE(round.client(1).SavedUpload(mask1), nullptr);
+  // ... until a poll brings a task of run 2 with the same id; its advertise then answers with a
+  // new session, in run 2's name.
+  round.client(1).KeepOnly(2, mask1.task_id());
+  EXPECT_EQ(round.client(1).SavedUpload(mask1), nullptr);
+  const v1::Task advertise2 = in_run_2(round.TaskFor(1, v1::Task::SECAGG_ADVERTISE_KEYS));
+  absl::StatusOr<v1::SecAggSubmission> keys = round.client(1).AdvertiseKeys(advertise2, kDim);
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(keys->run_id(), 2);
+  EXPECT_TRUE(round.client(1).Answered(advertise2));
+  EXPECT_FALSE(round.client(1).Answered(round.TaskFor(1, v1::Task::SECAGG_ADVERTISE_KEYS)));
+}
+
+// The unmask task offered again with the same id (the answer was lost in transit) but other lists:
+// the participant hands back its first answer, so that across both answers it never reveals the
+// self-mask-seed share and the mask-key share of one peer.
+TEST(SecAggParticipantTest, AnUnmaskOfferedAgainWithOtherListsGetsTheFirstAnswer) {
+  const int n = 5;
+  Round round(n, Params(n));
+  ASSERT_NO_FATAL_FAILURE(round.Advertise());
+  ASSERT_NO_FATAL_FAILURE(round.Share());
+  ASSERT_NO_FATAL_FAILURE(round.Mask(Changes(n), {1, 1, 1, 1, 1}, {2}));
+  auto unmask_task = [&](const std::vector<int>& survivors, const std::vector<int>& dropped) {
+    v1::Task t = round.TaskFor(0, v1::Task::SECAGG_UNMASK);
+    for (int s : survivors) t.mutable_secagg()->add_survivors(s);
+    for (int d : dropped) t.mutable_secagg()->add_dropped(d);
+    return t;
+  };
+  absl::StatusOr<v1::SecAggSubmission> first =
+      round.client(0).Unmask(unmask_task({0, 1, 3, 4}, {2}));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->unmask().mask_key_shares_size(), 1);  // of 2
+  ASSERT_GT(first->unmask().self_seed_shares_size(), 0);
+  // Now 2 listed as a survivor (its self-seed share), or 1 and 3 as dropped (their mask keys).
+  const std::vector<std::pair<std::vector<int>, std::vector<int>>> others = {
+      {{0, 1, 2, 3, 4}, {}}, {{0, 4}, {1, 2, 3}}, {{0, 2, 4}, {1, 3}}};
+  for (const auto& [survivors, dropped] : others) {
+    absl::StatusOr<v1::SecAggSubmission> again =
+        round.client(0).Unmask(unmask_task(survivors, dropped));
+    // The documented contract (secagg_client.h): an answered stage gives back its saved message,
+    // so that a resend after transport trouble carries the same shares.
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->SerializeAsString(), first->SerializeAsString());
+    std::map<int, std::set<std::string>> revealed;  // peer -> kinds of its shares revealed
+    for (const v1::SecAggSubmission* m : {&*first, &*again}) {
+      for (const v1::SecAggShare& s : m->unmask().self_seed_shares()) {
+        revealed[s.owner()].insert("self seed");
+      }
+      for (const v1::SecAggShare& s : m->unmask().mask_key_shares()) {
+        revealed[s.owner()].insert("mask key");
+      }
+    }
+    for (const auto& [peer, kinds] : revealed) {
+      EXPECT_EQ(kinds.size(), 1u) << "both shares of client " << peer << " revealed";
+    }
+  }
 }
 
 TEST(SecAggParticipantTest, AMaskedInputIsKeptForAnUploadSentAgain) {

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "fl/aggregation/secagg/graph.h"
 #include "fl/aggregation/secagg/params.h"
 #include "fl/aggregation/secagg/primitives.h"
@@ -763,28 +766,226 @@ TEST(SecAggProtocolTest, LateUnmaskAnswersLetAFailedFinishSucceed) {
   EXPECT_TRUE(result->sum == PlainSum32(f, request.survivors));
 }
 
-TEST(SecAggProtocolTest, WrongRevealedMaskKeyShareIsDetected) {
+// Answers the unmask request of every survivor, `tamper` changing each response before the server
+// receives it; the refused ones are collected by client. Returns Finish's result.
+absl::StatusOr<AggregateResult> UnmaskAndFinish(Federation& f, const UnmaskRequest& request,
+                                                const std::function<void(UnmaskResponse&)>& tamper,
+                                                std::map<int, absl::Status>* refused = nullptr) {
+  for (int c : request.survivors) {
+    absl::StatusOr<UnmaskResponse> r = f.clients[c]->Unmask(request);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return r.status();
+    tamper(*r);
+    absl::Status st = f.server->ReceiveUnmask(*r);
+    if (!st.ok() && refused != nullptr) (*refused)[c] = st;
+  }
+  return f.server->Finish();
+}
+
+// Adds one to a piece of the n-th share of `owner` the server receives (counting from 0).
+std::function<void(UnmaskResponse&)> CorruptNth(int owner, std::set<int> nth, bool mask_key) {
+  auto seen = std::make_shared<int>(0);
+  return [=](UnmaskResponse& r) {
+    std::map<int, ShamirShare>& shares = mask_key ? r.mask_key_shares : r.self_seed_shares;
+    auto it = shares.find(owner);
+    if (it == shares.end()) return;
+    if (nth.count((*seen)++) != 0) it->second.y[0] = (it->second.y[0] + 1) % kShamirPrime;
+  };
+}
+
+TEST(SecAggProtocolTest, OneWrongMaskKeyShareIsOutvoted) {
   const SecAggParams params = ProtocolParams();
   Federation f = MakeFederation(params, 50, 14);
-  absl::StatusOr<NeighborGraph> graph =
-      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
   const int victim = 7;  // drops before its masked input; its mask key must be rebuilt
   UnmaskRequest request = UpToUnmask(f, {victim});
   ASSERT_EQ(request.dropped, std::vector<int>{victim});
-  bool corrupted = false;
-  for (int c : request.survivors) {
-    absl::StatusOr<UnmaskResponse> r = f.clients[c]->Unmask(request);
-    ASSERT_TRUE(r.ok()) << r.status();
-    if (!corrupted && r->mask_key_shares.count(victim) != 0) {
-      r->mask_key_shares[victim].y[0] = (r->mask_key_shares[victim].y[0] + 1) % kShamirPrime;
-      corrupted = true;  // the first share the server receives: used in the reconstruction
-    }
-    ASSERT_TRUE(f.server->ReceiveUnmask(*r).ok());
-  }
-  ASSERT_TRUE(corrupted);
-  absl::StatusOr<AggregateResult> result = f.server->Finish();
+  // The first share the server receives is wrong: the first t do not give the advertised public
+  // key, another t-subset does.
+  absl::StatusOr<AggregateResult> result =
+      UnmaskAndFinish(f, request, CorruptNth(victim, {0}, /*mask_key=*/true));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->sum == PlainSum32(f, request.survivors));
+}
+
+TEST(SecAggProtocolTest, WrongRevealedMaskKeySharesAreDetected) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 14);
+  const int victim = 7;
+  UnmaskRequest request = UpToUnmask(f, {victim});
+  // 20 shares, t = 11: every window of 11 consecutive shares holds the 6th or the 16th.
+  absl::StatusOr<AggregateResult> result =
+      UnmaskAndFinish(f, request, CorruptNth(victim, {5, 15}, /*mask_key=*/true));
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_THAT(std::string(result.status().message()), HasSubstr("client 7"));
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("mask key reconstructed for client 7 does not match"));
+}
+
+TEST(SecAggProtocolTest, OneWrongSelfSeedShareIsOutvoted) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 17);
+  UnmaskRequest request = UpToUnmask(f, {});
+  absl::StatusOr<AggregateResult> result =
+      UnmaskAndFinish(f, request, CorruptNth(0, {0}, /*mask_key=*/false));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->sum == PlainSum32(f, request.survivors));
+}
+
+TEST(SecAggProtocolTest, InconsistentSelfSeedSharesFailNamingTheClient) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 17);
+  UnmaskRequest request = UpToUnmask(f, {});
+  absl::StatusOr<AggregateResult> result =
+      UnmaskAndFinish(f, request, CorruptNth(0, {5, 15}, /*mask_key=*/false));
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("the self-mask seed of client 0 cannot be rebuilt"));
+}
+
+TEST(SecAggProtocolTest, AConsistentWrongSelfSeedGivesDataLossNotAModel) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 18);
+  UnmaskRequest request = UpToUnmask(f, {});
+  // Every share of client 3's seed is replaced by a share of another secret at the same point:
+  // they agree, and rebuild a wrong seed that no share check can catch.
+  auto rng = MakeDeterministicRandomSource(99);
+  Key32 wrong{};
+  ASSERT_TRUE(rng->Fill(wrong).ok());
+  std::vector<uint64_t> xs;
+  for (int c = 0; c < params.num_clients; ++c) xs.push_back(static_cast<uint64_t>(c) + 1);
+  std::vector<ShamirShare> fake = *ShamirSplit(wrong, params.threshold, xs, *rng);
+  absl::StatusOr<AggregateResult> result = UnmaskAndFinish(f, request, [&](UnmaskResponse& r) {
+    if (r.self_seed_shares.count(3) != 0) r.self_seed_shares[3] = fake[r.client];
+  });
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss) << result.status();
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("a client revealed a wrong share or masked a wrong input"));
+}
+
+TEST(SecAggProtocolTest, AWrongMaskedInputGivesDataLossNotAModel) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 19);
+  // Client 3 masks an encoding far outside what quantization gives, with an honest weight.
+  f.encodings[3][5] = uint64_t{1} << 31;
+  UnmaskRequest request = UpToUnmask(f, {});
+  absl::StatusOr<AggregateResult> result = UnmaskAndFinish(f, request, [](UnmaskResponse&) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss) << result.status();
+  EXPECT_THAT(std::string(result.status().message()),
+              HasSubstr("the unmasked sum is out of range at coordinate 5"));
+}
+
+TEST(SecAggProtocolTest, AnOutOfFieldShareDropsOnlyItsSender) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 20);
+  UnmaskRequest request = UpToUnmask(f, {});
+  const int liar = request.survivors[2];
+  int owner = -1;
+  std::map<int, absl::Status> refused;
+  absl::StatusOr<AggregateResult> result = UnmaskAndFinish(
+      f, request,
+      [&](UnmaskResponse& r) {
+        if (r.client != liar) return;
+        owner = r.self_seed_shares.begin()->first;
+        r.self_seed_shares.begin()->second.y[4] = kShamirPrime + 3;
+      },
+      &refused);
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[liar].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused[liar].message()),
+              HasSubstr(absl::StrCat("client ", liar, " revealed a self-mask-seed share of client ",
+                                     owner, " with a value outside the field")));
+  // The others' shares suffice: the round still unmasks, exactly.
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->sum == PlainSum32(f, request.survivors));
+}
+
+TEST(SecAggProtocolTest, ServerRefusesKeysItsNeighboursWouldRefuse) {
+  const SecAggParams params = *DefaultSecAggParams(8);
+  Federation f = MakeFederation(params, 10, 22);
+  const KeyAdvertisement a0 = *f.clients[0]->AdvertiseKeys();
+  ASSERT_TRUE(f.server->ReceiveKeys(a0).ok());
+  const KeyAdvertisement a1 = *f.clients[1]->AdvertiseKeys();
+  auto refused = [&](KeyAdvertisement bad, const std::string& why) {
+    const absl::Status st = f.server->ReceiveKeys(bad);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << why;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("client 1 advertised")) << why;
+    return std::string(st.message());
+  };
+  KeyAdvertisement bad = a1;
+  bad.mask_public = a1.cipher_public;
+  EXPECT_THAT(refused(bad, "same key twice"), HasSubstr("the same key"));
+  bad = a1;
+  bad.mask_public = a0.cipher_public;
+  EXPECT_THAT(refused(bad, "client 0's key"), HasSubstr("client 0 already advertised"));
+  bad = a1;
+  bad.cipher_public = a0.mask_public;
+  refused(bad, "client 0's other key");
+  Key32 one{};
+  one[0] = 1;
+  Key32 p_plus_one{};  // 2^255 - 18: u = 1 written unreduced
+  p_plus_one.fill(0xff);
+  p_plus_one[0] = 0xee;
+  p_plus_one[31] = 0x7f;
+  for (const Key32& small : {Key32{}, one, p_plus_one}) {
+    bad = a1;
+    bad.cipher_public = small;
+    EXPECT_THAT(refused(bad, "small order"), HasSubstr("small order"));
+    bad = a1;
+    bad.mask_public = small;
+    refused(bad, "small order");
+  }
+  // Refusals leave nothing behind: its real keys are taken, and the others share as usual.
+  ASSERT_TRUE(f.server->ReceiveKeys(a1).ok());
+  for (int c = 2; c < 8; ++c) {
+    const KeyAdvertisement a = *f.clients[c]->AdvertiseKeys();
+    if (c == 5) {
+      KeyAdvertisement copy = a;
+      copy.cipher_public = a1.mask_public;
+      EXPECT_EQ(f.server->ReceiveKeys(copy).code(), absl::StatusCode::kInvalidArgument);
+      continue;  // client 5 is dropped
+    }
+    ASSERT_TRUE(f.server->ReceiveKeys(a).ok());
+  }
+  const KeyDirectory dir = *f.server->CloseAdvertiseKeys();
+  EXPECT_EQ(dir.keys.size(), 7u);
+  for (int c = 0; c < 8; ++c) {
+    if (c == 5) continue;
+    absl::StatusOr<EncryptedShares> shares = f.clients[c]->ShareKeys(dir);
+    ASSERT_TRUE(shares.ok()) << shares.status();
+    EXPECT_TRUE(f.server->ReceiveShares(*shares).ok());
+  }
+}
+
+TEST(SecAggProtocolTest, ServerRefusesSharesNotOneSealedShareForEveryNeighbour) {
+  const SecAggParams params = *DefaultSecAggParams(8);  // k = 7: everyone
+  Federation f = MakeFederation(params, 10, 23);
+  for (int c = 0; c < 8; ++c) {
+    if (c == 6) continue;  // never advertises: no shares go to it
+    ASSERT_TRUE(f.server->ReceiveKeys(*f.clients[c]->AdvertiseKeys()).ok());
+  }
+  const KeyDirectory dir = *f.server->CloseAdvertiseKeys();
+  const EncryptedShares honest = *f.clients[0]->ShareKeys(dir);
+  ASSERT_EQ(honest.ciphertexts.size(), 6u);
+  for (const auto& [to, sealed] : honest.ciphertexts) EXPECT_EQ(sealed.size(), kSealedShareBytes);
+  auto expect_refused = [&](const EncryptedShares& m, const std::string& what) {
+    const absl::Status st = f.server->ReceiveShares(m);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << what;
+    EXPECT_THAT(std::string(st.message()), HasSubstr("client 0")) << what;
+    return std::string(st.message());
+  };
+  EncryptedShares bad = honest;
+  bad.ciphertexts.erase(3);
+  EXPECT_THAT(expect_refused(bad, "one missing"), HasSubstr("sent no shares to client 3"));
+  bad = honest;
+  bad.ciphertexts[6] = honest.ciphertexts.at(1);
+  EXPECT_THAT(expect_refused(bad, "one too many"), HasSubstr("client 6"));
+  bad = honest;
+  bad.ciphertexts[2].pop_back();
+  EXPECT_THAT(expect_refused(bad, "short"),
+              HasSubstr(absl::StrCat(kSealedShareBytes - 1, " bytes, not ", kSealedShareBytes)));
+  bad = honest;
+  bad.ciphertexts[2].push_back(0);
+  expect_refused(bad, "long");
+  EXPECT_TRUE(f.server->ReceiveShares(honest).ok());
 }
 
 // Chi-square statistic of the top 4 bits of 32-bit words over 16 bins.

@@ -16,8 +16,8 @@
 namespace fl::secagg {
 namespace {
 
-constexpr size_t kNonceBytes = 12;
-constexpr size_t kTagBytes = 16;
+constexpr size_t kNonceBytes = kAesGcmNonceBytes;
+constexpr size_t kTagBytes = kAesGcmTagBytes;
 
 std::string OpenSslError() {
   const unsigned long code = ERR_get_error();

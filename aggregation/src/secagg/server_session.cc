@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,7 @@ struct ServerSession::State {
   NeighborGraph graph;
   ServerStage stage = ServerStage::kAdvertise;
   std::map<int, KeyAdvertisement> u1;
+  std::map<Key32, int> key_owner;  // every public key of U1, to the client that advertised it
   std::map<int, EncryptedShares> u2;
   std::set<int> u3;
   std::vector<uint64_t> accumulator;
@@ -40,6 +42,13 @@ absl::Status CheckStage(const char* call, ServerStage at, ServerStage want) {
   return absl::FailedPreconditionError(absl::StrCat(call, " arrived while the round is at stage '",
                                                     StageName(at), "', not '", StageName(want),
                                                     "'"));
+}
+
+// A point of small order (the eight-torsion of Curve25519, e.g. u = 0 or 1, in any encoding)
+// gives an all-zero X25519 output with every clamped scalar, which X25519Agree refuses.
+bool IsSmallOrder(const Key32& public_key) {
+  static constexpr Key32 kProbe = {9, 8, 7, 6, 5, 4, 3, 2, 1};
+  return X25519Agree(kProbe, public_key).status().code() == absl::StatusCode::kInvalidArgument;
 }
 
 absl::Status CheckClient(int client, int n) {
@@ -75,6 +84,28 @@ absl::Status ServerSession::ReceiveKeys(const KeyAdvertisement& m) {
   if (s.u1.count(m.client) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("client ", m.client, " already advertised keys"));
   }
+  // Keys its neighbours would refuse in the directory (and so all decline): refuse them here,
+  // where only this client drops.
+  if (m.cipher_public == m.mask_public) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client ", m.client, " advertised the same key to encrypt shares and to agree masks"));
+  }
+  for (const auto& [key, name] :
+       {std::pair(m.cipher_public, "cipher_public"), std::pair(m.mask_public, "mask_public")}) {
+    if (auto it = s.key_owner.find(key); it != s.key_owner.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("client ", m.client, " advertised a ", name,
+                                                     " key that client ", it->second,
+                                                     " already advertised"));
+    }
+    if (IsSmallOrder(key)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("client ", m.client, " advertised a ", name,
+                       " key of small order (such as all zeros or u = 1): every secret agreed "
+                       "with it is known"));
+    }
+  }
+  s.key_owner[m.cipher_public] = m.client;
+  s.key_owner[m.mask_public] = m.client;
   s.u1[m.client] = m;
   return absl::OkStatus();
 }
@@ -107,11 +138,24 @@ absl::Status ServerSession::ReceiveShares(const EncryptedShares& m) {
   if (s.u2.count(m.client) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("client ", m.client, " already sent its shares"));
   }
-  for (const auto& [to, unused] : m.ciphertexts) {
+  for (const auto& [to, sealed] : m.ciphertexts) {
     if (!s.graph.AreNeighbors(m.client, to) || s.u1.count(to) == 0) {
       return absl::InvalidArgumentError(absl::StrCat("client ", m.client,
                                                      " addressed shares to client ", to,
                                                      ", not a neighbour that advertised keys"));
+    }
+    if (sealed.size() != kSealedShareBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("client ", m.client, ": the ciphertext for client ", to, " is ",
+                       sealed.size(), " bytes, not ", kSealedShareBytes));
+    }
+  }
+  // A neighbour without its shares could not unmask the sender: every one must have them.
+  for (int v : s.graph.Neighbors(m.client)) {
+    if (s.u1.count(v) != 0 && m.ciphertexts.count(v) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("client ", m.client,
+                                                     " sent no shares to client ", v,
+                                                     ", a neighbour that advertised keys"));
     }
   }
   s.u2[m.client] = m;
@@ -248,6 +292,13 @@ absl::Status ServerSession::ReceiveUnmask(const UnmaskResponse& m) {
                                                      "point ",
                                                      share.x, ", not its own ", point));
     }
+    for (uint64_t y : share.y) {
+      if (y >= kShamirPrime) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("client ", m.client, " revealed a ", what, " share of client ", owner,
+                         " with a value outside the field (", y, " >= 2^61 - 1)"));
+      }
+    }
     return absl::OkStatus();
   };
   for (const auto& [owner, share] : m.self_seed_shares) {
@@ -289,25 +340,25 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
   // and Finish can be called again.
   std::vector<uint64_t> sum = s.accumulator;
   for (int u : s.u3) {
-    absl::StatusOr<Key32> seed = ShamirReconstruct(s.seed_shares[u], t);
+    absl::StatusOr<Key32> seed = ShamirReconstructChecked(s.seed_shares[u], t);
     if (!seed.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("self-mask seed of client ", u, ": ", seed.status().message()));
+      return absl::DataLossError(absl::StrCat("the self-mask seed of client ", u,
+                                              " cannot be rebuilt: ", seed.status().message()));
     }
     if (absl::Status st = adder.Add(*seed, -1, sum); !st.ok()) return st;
   }
   for (int v : s.dropped) {
-    absl::StatusOr<Key32> key = ShamirReconstruct(s.key_shares[v], t);
+    const Key32& advertised = s.u1[v].mask_public;
+    absl::StatusOr<Key32> key =
+        ShamirReconstructChecked(s.key_shares[v], t, [&advertised](const Key32& candidate) {
+          absl::StatusOr<Key32> pub = X25519PublicFromPrivate(candidate);
+          return pub.ok() && *pub == advertised;
+        });
     if (!key.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("mask key of client ", v, ": ", key.status().message()));
-    }
-    absl::StatusOr<Key32> pub = X25519PublicFromPrivate(*key);
-    if (!pub.ok()) return pub.status();
-    if (*pub != s.u1[v].mask_public) {
       return absl::DataLossError(absl::StrCat(
           "the mask key reconstructed for client ", v,
-          " does not match its advertised public key (a neighbour revealed a wrong share)"));
+          " does not match its advertised public key (a neighbour revealed a wrong share): ",
+          key.status().message()));
     }
     // Survivor u added +PRG(s_uv) when u < v and -PRG(s_uv) otherwise: take it back out.
     for (int u : s.graph.Neighbors(v)) {
@@ -317,11 +368,31 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
       if (absl::Status st = adder.Add(*seed, u < v ? -1 : +1, sum); !st.ok()) return st;
     }
   }
+  // A wrong seed (rebuilt from wrong shares no other share could refute) or a wrong input leaves
+  // a uniform sum: its weight and mean fall outside what honest inputs give, all but surely.
+  const uint64_t weight = sum.back();
+  const uint64_t survivors = s.u3.size();
+  if (weight < survivors || weight > survivors * s.params.max_weight) {
+    return absl::DataLossError(
+        absl::StrCat("the unmasked total weight ", weight, " is outside [", survivors, ", ",
+                     survivors * s.params.max_weight,
+                     "]: a client revealed a wrong share or masked a wrong input"));
+  }
   AggregateResult result;
   result.sum = std::move(sum);
   result.survivors.assign(s.u3.begin(), s.u3.end());
   absl::StatusOr<std::vector<float>> mean = DecodeWeightedMean(s.params, result.sum);
   if (!mean.ok()) return mean.status();
+  // Honest means lie in [-c, c]; a step of slack, and the float's rounding (of c: 2^-23 c).
+  const double c = s.params.clip_range;
+  const double limit = c + QuantizationErrorBound(c, s.params.quantization_bits);
+  for (size_t i = 0; i < mean->size(); ++i) {
+    if (!(std::abs(static_cast<double>((*mean)[i])) <= limit)) {
+      return absl::DataLossError(absl::StrCat(
+          "the unmasked sum is out of range at coordinate ", i, " (", (*mean)[i], " outside +-",
+          limit, "): a client revealed a wrong share or masked a wrong input"));
+    }
+  }
   result.mean = *std::move(mean);
   s.stage = ServerStage::kDone;
   return result;

@@ -137,6 +137,62 @@ absl::StatusOr<Key32> ShamirReconstruct(std::span<const ShamirShare> shares, int
   return secret;
 }
 
+absl::StatusOr<Key32> ShamirReconstructChecked(std::span<const ShamirShare> shares, int threshold,
+                                               const std::function<bool(const Key32&)>& verify) {
+  if (threshold < 1 || shares.size() < static_cast<size_t>(threshold)) {
+    return ShamirReconstruct(shares, threshold);  // its refusal
+  }
+  const size_t t = static_cast<size_t>(threshold);
+  const size_t windows = shares.size() - t + 1;
+  std::vector<size_t> starts = {0};
+  if (windows > 1) starts.push_back(windows - 1);
+  for (size_t i = 1; i + 1 < windows; ++i) starts.push_back(i);
+  std::vector<uint64_t> weight(t), basis(t), prefix(t + 1);
+  for (size_t start : starts) {
+    const std::span<const ShamirShare> used = shares.subspan(start, t);
+    absl::StatusOr<Key32> secret = ShamirReconstruct(used, threshold);
+    if (!secret.ok()) continue;  // a piece out of range: these shares do not belong together
+    if (verify) {
+      if (verify(*secret)) return secret;
+      continue;
+    }
+    // Count the shares on the polynomial P through `used`: P(x) = sum_i y_i w_i prod_{j != i}
+    // (x - x_j), w_i = 1 / prod_{j != i} (x_i - x_j); the products by prefix and suffix.
+    for (size_t i = 0; i < t; ++i) {
+      uint64_t den = 1;
+      for (size_t j = 0; j < t; ++j) {
+        if (j != i) den = Mul(den, Sub(used[i].x, used[j].x));
+      }
+      weight[i] = Inv(den);
+    }
+    size_t agree = t;  // the shares of `used` lie on P
+    for (size_t k = 0; k < shares.size(); ++k) {
+      if (k >= start && k < start + t) continue;
+      const uint64_t x = shares[k].x;
+      if (x == 0 || x >= kShamirPrime) continue;
+      prefix[0] = 1;
+      for (size_t j = 0; j < t; ++j) prefix[j + 1] = Mul(prefix[j], Sub(x, used[j].x));
+      uint64_t suffix = 1;
+      for (size_t i = t; i-- > 0;) {
+        basis[i] = Mul(Mul(prefix[i], suffix), weight[i]);
+        suffix = Mul(suffix, Sub(x, used[i].x));
+      }
+      bool on = true;
+      for (int piece = 0; piece < kShamirPieces && on; ++piece) {
+        uint64_t y = 0;
+        for (size_t i = 0; i < t; ++i) y = Add(y, Mul(basis[i], used[i].y[piece]));
+        on = y == shares[k].y[piece];
+      }
+      agree += on ? 1 : 0;
+    }
+    if (2 * agree >= shares.size() + t) return secret;
+  }
+  return absl::DataLossError(absl::StrCat("no ", threshold, " of the ", shares.size(),
+                                          " Shamir shares reconstruct a secret the others confirm",
+                                          verify ? " and the check accepts" : "",
+                                          " (some shares are wrong)"));
+}
+
 void AppendShare(const ShamirShare& share, Bytes& out) {
   auto put = [&out](uint64_t v) {
     for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));

@@ -63,6 +63,10 @@ absl::StatusOr<Bytes> HkdfSha256(std::span<const uint8_t> ikm, std::span<const u
 // HKDF-SHA256 to a 32-byte key with an empty salt and `info` as the context label.
 absl::StatusOr<Key32> DeriveKey(const Key32& shared_secret, std::string_view info);
 
+// What AES-256-GCM adds to a plaintext: the nonce in front, the tag behind.
+inline constexpr size_t kAesGcmNonceBytes = 12;
+inline constexpr size_t kAesGcmTagBytes = 16;
+
 // AES-256-GCM with a random 96-bit nonce from `rng`. Returns nonce (12) || ciphertext || tag (16).
 // `aad` is authenticated but not encrypted.
 absl::StatusOr<Bytes> AesGcmEncrypt(const Key32& key, std::span<const uint8_t> plaintext,

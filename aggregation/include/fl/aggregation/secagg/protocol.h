@@ -50,6 +50,11 @@ struct KeyDirectory {
   std::map<int, KeyAdvertisement> keys;
 };
 
+// The size of one sealed pair of shares: nonce, the plaintext (sender and recipient ids, 4 bytes
+// each, then the mask-key share and the self-seed share), tag.
+inline constexpr size_t kSealedShareBytes =
+    kAesGcmNonceBytes + 8 + 2 * kShamirShareBytes + kAesGcmTagBytes;
+
 // Stage 2, client -> server: one AES-256-GCM ciphertext per neighbour in U1, by recipient.
 struct EncryptedShares {
   int client = -1;
@@ -139,12 +144,18 @@ class ServerSession {
 
   // Every Receive* refuses: a client id outside [0, n) (INVALID_ARGUMENT), a message for a stage
   // that is closed or not yet open (FAILED_PRECONDITION), a second message from one client
-  // (ALREADY_EXISTS), a client that dropped out at an earlier stage (FAILED_PRECONDITION).
+  // (ALREADY_EXISTS), a client that dropped out at an earlier stage (FAILED_PRECONDITION). A
+  // refused message leaves the session as it was, so the caller can drop just that client.
+  //
+  // Also INVALID_ARGUMENT naming the client for keys its neighbours would refuse: the same key
+  // twice, a key another client already advertised, or a point of small order (all zeros, u = 1,
+  // ...: every shared secret with it is known).
   absl::Status ReceiveKeys(const KeyAdvertisement& message);
   // Closes stage 1. FAILED_PRECONDITION when fewer than t + 1 clients advertised.
   absl::StatusOr<KeyDirectory> CloseAdvertiseKeys();
 
-  // INVALID_ARGUMENT when a ciphertext is addressed to a non-neighbour or a client outside U1.
+  // INVALID_ARGUMENT unless the message holds exactly one ciphertext for every neighbour of the
+  // sender in U1 and none for anyone else, each of kSealedShareBytes.
   absl::Status ReceiveShares(const EncryptedShares& message);
   // Closes stage 2: the bundle of every client of U2, by client.
   absl::StatusOr<std::map<int, ShareBundle>> CloseShareKeys();
@@ -163,14 +174,19 @@ class ServerSession {
   // Closes stage 3. FAILED_PRECONDITION when no client sent its masked input.
   absl::StatusOr<UnmaskRequest> CloseMaskedInput();
 
-  // INVALID_ARGUMENT when a share belongs to a client the request did not list in that role,
-  // to a non-neighbour, or is not at the responder's point.
+  // INVALID_ARGUMENT naming the client and the owner when a share belongs to a client the request
+  // did not list in that role, to a non-neighbour, is not at the responder's point, or holds a
+  // value outside the field (y >= kShamirPrime).
   absl::Status ReceiveUnmask(const UnmaskResponse& message);
   // Reconstructs and removes the masks. FAILED_PRECONDITION ("client 7: 4 of its neighbours
   // revealed shares of its self-mask seed, 6 needed") when a needed secret has fewer than t
-  // shares; DATA_LOSS when a reconstructed mask key does not match the advertised public key.
-  // After a failure the session stays at the unmasking stage: more answers may still be
-  // received and Finish called again.
+  // shares. Wrong shares (ShamirReconstructChecked): a secret with more than t shares is taken
+  // only when the others confirm it, a mask key only when it matches the advertised public key;
+  // DATA_LOSS naming the client whose secret cannot be rebuilt otherwise. DATA_LOSS too when the
+  // unmasked total weight is outside [|U3|, |U3| * max_weight] or a coordinate of the mean is
+  // outside [-c - step, c + step] (a wrong share or input that no check above caught): never a
+  // random model. After a failure the session stays at the unmasking stage: more answers may
+  // still be received and Finish called again.
   absl::StatusOr<AggregateResult> Finish();
 
   // The masked inputs' running sum (what the server holds before unmasking).

@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -42,6 +43,19 @@ absl::StatusOr<std::vector<ShamirShare>> ShamirSplit(const Key32& secret, int th
 // point, a point or value is outside the field, or the result is not a valid secret (a piece
 // out of range: shares that do not belong together).
 absl::StatusOr<Key32> ShamirReconstruct(std::span<const ShamirShare> shares, int threshold);
+
+// The secret from `shares` of which some may be wrong (in the field, but not on the dealer's
+// polynomial). Tries t-subsets of consecutive shares, the first t, then the last t, then the
+// windows between (at most shares.size() - t + 1 reconstructions), and returns the first secret
+// that `verify` accepts when it is given (e.g. "its public key is the advertised one"), or else
+// whose polynomial passes through at least (shares.size() + threshold) / 2 of all the shares
+// (the unique-decoding bound: with more wrong shares no answer is certain). With exactly
+// `threshold` shares and no `verify` this is ShamirReconstruct. INVALID_ARGUMENT as
+// ShamirReconstruct for too few shares; DATA_LOSS naming how many shares there were when no
+// subset qualifies.
+absl::StatusOr<Key32> ShamirReconstructChecked(
+    std::span<const ShamirShare> shares, int threshold,
+    const std::function<bool(const Key32&)>& verify = nullptr);
 
 // Serialization: x then the five values, 8 bytes little-endian each (48 bytes).
 inline constexpr size_t kShamirShareBytes = 8 * (1 + kShamirPieces);
