@@ -650,6 +650,11 @@ int main(int argc, char** argv) {
                    "--stop-threshold")
       ->capture_default_str();
   server_cmd->add_option("--stop-threshold", server.engine.stop_threshold)->capture_default_str();
+  server_cmd
+      ->add_option("--update-encoding", server.engine.update_encoding,
+                   "How clients encode updates: float32 (weights), float16 or int8 (changes)")
+      ->check(CLI::IsMember({"float32", "float16", "int8"}))
+      ->capture_default_str();
   server_cmd->add_option("--local-epochs", server.engine.fit.local_epochs)->capture_default_str();
   server_cmd->add_option("--batch-size", server.engine.fit.batch_size)->capture_default_str();
   server_cmd->add_option("--lr", server.engine.fit.learning_rate)->capture_default_str();
@@ -757,6 +762,11 @@ int main(int argc, char** argv) {
                    "SCAFFOLD: global step size eta_g")
       ->capture_default_str();
   sim_cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
+  sim_cmd
+      ->add_option("--update-encoding", sim.update_encoding,
+                   "How clients encode updates: float32 (weights), float16 or int8 (changes)")
+      ->check(CLI::IsMember({"float32", "float16", "int8"}))
+      ->capture_default_str();
   // The server's differential-privacy flags (fl::server::PrivacyOptions); any of the numeric ones
   // turns central DP on unless --dp-mode says otherwise.
   CLI::Option* sim_dp_mode =

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <span>
 
 #include "absl/strings/match.h"
@@ -15,8 +16,10 @@
 #include "fl/common/file_util.h"
 #include "fl/common/logging.h"
 #include "fl/common/proto_serde.h"
+#include "fl/common/update_codec.h"
 #include "fl/v1/federation.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "openssl/rand.h"
 
 namespace fl::client {
 namespace internal {
@@ -93,6 +96,8 @@ absl::Status Client::Impl::Join() {
   req.set_sdk_version("0.1.0");
   req.add_capabilities("cpu");
   req.add_capabilities("fp32");
+  req.add_capabilities("fp16");
+  req.add_capabilities("int8");
   fl::v1::JoinReply reply;
   absl::Status s = FromGrpcStatus(stub_->Join(&call.ctx, req, &reply));
   if (!s.ok()) return s;
@@ -142,15 +147,52 @@ absl::StatusOr<Model> Client::Impl::Download(const fl::v1::Task& task, const Mod
   return model;
 }
 
-absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& result) {
+absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& result,
+                                  const Model& global) {
   fl::v1::UpdateMetadata meta;
   internal::SetTaskIds(task, meta);
   meta.set_num_examples(result.num_examples);
   for (const auto& [k, v] : result.metrics) (*meta.mutable_metrics())[k] = v;
-  meta.set_encoding(fl::v1::UpdateMetadata::FLOAT32);
-  meta.set_payload_bytes(result.model.NumBytes());
   ToProto(result.model.spec(), meta.mutable_model_spec());
-  return SubmitPayload(meta, result.model.bytes());
+  const fl::v1::UpdateMetadata::Encoding wanted = task.fit().update_encoding();
+  if (wanted == fl::v1::UpdateMetadata::ENCODING_UNSPECIFIED ||
+      wanted == fl::v1::UpdateMetadata::FLOAT32) {
+    meta.set_encoding(fl::v1::UpdateMetadata::FLOAT32);
+    meta.set_payload_bytes(result.model.NumBytes());
+    return SubmitPayload(meta, result.model.bytes());
+  }
+  if (wanted != fl::v1::UpdateMetadata::FLOAT16 && wanted != fl::v1::UpdateMetadata::INT8) {
+    absl::Status s = absl::UnimplementedError(absl::StrCat(
+        "task asks for update encoding ", fl::v1::UpdateMetadata::Encoding_Name(wanted),
+        "; this SDK sends FLOAT32, FLOAT16 or INT8"));
+    Decline(task, s);
+    return s;
+  }
+  std::vector<float> delta(result.model.data().begin(), result.model.data().end());
+  std::span<const float> g = global.data();
+  for (size_t i = 0; i < delta.size(); ++i) delta[i] -= g[i];
+  // int8's stochastic rounding draws from a generator seeded per task from the OS (OpenSSL's
+  // RAND_bytes): no two sites or rounds share their rounding noise.
+  uint32_t seed_words[4] = {};
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(seed_words), sizeof(seed_words)) != 1) {
+    return absl::InternalError("RAND_bytes failed to seed the update's stochastic rounding");
+  }
+  std::seed_seq seq(std::begin(seed_words), std::end(seed_words));
+  std::mt19937_64 rng(seq);
+  const UpdateEncoding encoding =
+      wanted == fl::v1::UpdateMetadata::FLOAT16 ? UpdateEncoding::kFloat16 : UpdateEncoding::kInt8;
+  absl::StatusOr<std::vector<std::byte>> payload = EncodeUpdate(encoding, delta, rng);
+  if (!payload.ok()) {
+    absl::Status s = absl::InvalidArgumentError(absl::StrCat("cannot encode the update in ",
+                                                             UpdateEncodingName(encoding), ": ",
+                                                             payload.status().message()));
+    Decline(task, s);
+    return s;
+  }
+  meta.set_encoding(wanted);
+  meta.set_payload_bytes(static_cast<int64_t>(payload->size()));
+  // Chunks of kMaxChunkBytes are exactly the codec's chunks (update_codec.h).
+  return SubmitPayload(meta, *payload);
 }
 
 absl::Status Client::Impl::SubmitPayload(const fl::v1::UpdateMetadata& meta,
@@ -227,7 +269,7 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   }
   if (stopping_) return absl::CancelledError("client stopped");
   report.num_examples = result->num_examples;
-  return Submit(task, *result);
+  return Submit(task, *result, *global);
 }
 
 absl::StatusOr<ModelSpec> Client::Impl::AcceptFitTask(const fl::v1::Task& task,

@@ -115,7 +115,11 @@ class Client::Impl {
   // Evaluates the task's model with the trainer and reports the result (or why it could not).
   absl::Status Evaluate(const fl::v1::Task& task);
   absl::StatusOr<Model> Download(const fl::v1::Task& task, const ModelSpec& spec);
-  absl::Status Submit(const fl::v1::Task& task, const FitResult& result);
+  // Sends the trained model in the encoding the task asks for: FLOAT32 (or unset) the weights,
+  // FLOAT16 / INT8 the change from `global` (fl/common/update_codec.h). An update that cannot be
+  // encoded (a change not finite in float16) or an encoding this SDK does not know is declined
+  // with the reason, and that reason returned.
+  absl::Status Submit(const fl::v1::Task& task, const FitResult& result, const Model& global);
   // Streams `meta`, then `payload` in chunks of at most kMaxChunkBytes (a multiple of 8, so of
   // every word size), then the payload's SHA-256.
   absl::Status SubmitPayload(const fl::v1::UpdateMetadata& meta,

@@ -18,9 +18,10 @@ absl::Status ChunkAssembler::Add(int64_t offset, std::string_view data) {
                                                    " bytes, more than the limit of ",
                                                    kMaxChunkBytes));
   }
-  if (n % static_cast<int64_t>(sizeof(float)) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " holds ", n,
-                                                   " bytes, not a whole number of float32 values"));
+  if (n % value_bytes_ != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk at offset ", offset, " holds ", n, " bytes, not a whole number of ",
+        value_bytes_ == 4 ? "float32" : absl::StrCat(value_bytes_, "-byte"), " values"));
   }
   if (offset + n > expected_) {
     return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " of ", n,

@@ -125,6 +125,13 @@ const std::vector<Key>& Keys() {
           "Stopping rule: stop when stop_metric falls to the threshold (a loss) instead of "
           "rising to it.",
           [](auto& c) -> auto& { return c.server.engine.stop_when_below; }),
+      tk::StringKey<C>(
+          "run", "update_encoding",
+          "How clients encode their updates: float32 (the weights), float16 or int8 (the change "
+          "from the global model, int8 with a scale per 1 MiB chunk); secure aggregation needs "
+          "float32.",
+          false, [](auto& c) -> auto& { return c.server.engine.update_encoding; },
+          {"float32", "float16", "int8"}),
       tk::IntKey<C, int32_t>(
           "run", "eval_every",
           "Federated evaluation after every this many committed rounds; 0: never.", 0,
@@ -329,6 +336,13 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
         "privacy.mode 'central' needs the server to read each update to clip it, which secure "
         "aggregation prevents; use 'distributed'",
         {{"privacy", "mode"}, {"secure_aggregation", "enabled"}}};
+  }
+  if (sa.enabled && c.server.engine.update_encoding != "float32") {
+    return CrossKeyProblem{
+        absl::StrCat("run.update_encoding '", c.server.engine.update_encoding,
+                     "' cannot run with secure aggregation, whose rounds send masked words; use "
+                     "float32"),
+        {{"run", "update_encoding"}, {"secure_aggregation", "enabled"}}};
   }
   if (sa.enabled && strategy.name == "scaffold") {
     return CrossKeyProblem{

@@ -170,6 +170,7 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
 
 void EngineImpl::FillFitLocked(const std::string& client_id, Task& t) const {
   t.fit = options_.fit;
+  t.update_encoding = update_encoding_;
   if (auto c = client_committed_round_.find(client_id); c != client_committed_round_.end()) {
     t.client_committed_round = c->second;
   }

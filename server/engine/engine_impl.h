@@ -30,6 +30,7 @@
 #include "fl/aggregation/dp/rdp_accountant.h"
 #include "fl/aggregation/strategy.h"
 #include "fl/common/chunking.h"
+#include "fl/common/update_codec.h"
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
 #include "server/engine/secagg_round.h"
@@ -69,8 +70,8 @@ class UploadImpl final : public Upload {
       : engine_(engine),
         round_(std::move(round)),
         state_(std::move(state)),
-        assembler_(payload_bytes),
-        buffer_(static_cast<size_t>(kMaxChunkBytes / sizeof(float))) {}
+        assembler_(payload_bytes, ValueBytes(*round_)),
+        buffer_(static_cast<size_t>(ValuesPerChunk(round_->encoding))) {}
   ~UploadImpl() override;
 
   absl::Status AddChunk(int64_t offset, std::string_view data) override;
@@ -83,6 +84,24 @@ class UploadImpl final : public Upload {
   absl::Status Refuse(absl::Status why) override;
 
  private:
+  // The bytes of one value on the wire: 4 for float32 and masked rounds (whose words are checked
+  // apart), 2 for float16, 1 for int8's codec chunks.
+  static int64_t ValueBytes(const RoundState& round) {
+    if (round.secagg != nullptr) return 4;
+    switch (round.encoding) {
+      case UpdateEncoding::kFloat16:
+        return 2;
+      case UpdateEncoding::kInt8:
+        return 1;
+      case UpdateEncoding::kFloat32:
+        break;
+    }
+    return 4;
+  }
+  // Decodes a float16 / int8 codec chunk at `offset` into buffer_ and adds the round's global
+  // model back: the weights to stage. Sets `first` (the first parameter) and `values`.
+  absl::Status DecodeDelta(int64_t offset, std::string_view data, int64_t& first,
+                           std::span<float>& values);
   // The round is closing or closed: this update is cut off (the close records why).
   absl::Status NoLongerAccepted();
   // Refuses the update: folds it out and records why. Caller holds the gate shared.
@@ -213,6 +232,9 @@ class EngineImpl final : public RoundEngine {
   // central noise, flags the fit tasks and makes the accountant. INVALID_ARGUMENT for bad
   // settings or a strategy that cannot be wrapped.
   absl::Status SetUpPrivacy();
+  // Parses options_.update_encoding into update_encoding_; INVALID_ARGUMENT for an unknown name
+  // or for anything but float32 together with secure aggregation.
+  absl::Status SetUpUpdateEncoding();
   absl::Status MakeAccountant();
   void StartRoundLocked(std::vector<std::string> online);
   void CloseRoundLocked(const std::string& why);
@@ -301,6 +323,7 @@ class EngineImpl final : public RoundEngine {
   // Differential privacy (see PrivacyOptions): the wrapper strategy_ points to, and the RDP of
   // the committed rounds.
   std::unique_ptr<aggregation::Strategy> dp_strategy_;
+  UpdateEncoding update_encoding_ = UpdateEncoding::kFloat32;  // options_.update_encoding
   std::optional<aggregation::dp::RdpAccountant> accountant_;
 };
 

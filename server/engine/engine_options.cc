@@ -153,6 +153,7 @@ std::string EngineOptions::ToJson() const {
       {"learning_rate", fit.learning_rate},
       {"model_name", fit.model_name},
       {"fit_config", fit.extra},
+      {"update_encoding", update_encoding},
       {"privacy",
        {{"mode", privacy.mode},
         {"noise_multiplier", privacy.noise_multiplier},
@@ -199,6 +200,7 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.fit.learning_rate = j.value("learning_rate", o.fit.learning_rate);
     o.fit.model_name = j.value("model_name", o.fit.model_name);
     o.fit.extra = j.value("fit_config", o.fit.extra);
+    o.update_encoding = j.value("update_encoding", o.update_encoding);  // absent: older runs
     o.stop_metric = j.value("stop_metric", o.stop_metric);
     o.stop_threshold = j.value("stop_threshold", o.stop_threshold);
     o.stop_when_below = j.value("stop_when_below", o.stop_when_below);

@@ -146,7 +146,20 @@ absl::Status EngineImpl::Init(Model initial_model) {
   return absl::OkStatus();
 }
 
+absl::Status EngineImpl::SetUpUpdateEncoding() {
+  absl::StatusOr<UpdateEncoding> e = ParseUpdateEncoding(options_.update_encoding);
+  if (!e.ok()) return e.status();
+  if (*e != UpdateEncoding::kFloat32 && options_.secure_aggregation.enabled) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update_encoding \"", options_.update_encoding,
+        "\" cannot be used with secure aggregation, whose rounds send masked words; use float32"));
+  }
+  update_encoding_ = *e;
+  return absl::OkStatus();
+}
+
 absl::Status EngineImpl::SetUpPrivacy() {
+  if (absl::Status s = SetUpUpdateEncoding(); !s.ok()) return s;
   const PrivacyOptions& p = options_.privacy;
   if (absl::Status s = p.Validate(); !s.ok()) return s;
   if (absl::Status s = CheckSecureAggregation(); !s.ok()) return s;
@@ -272,6 +285,8 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
   }
   // A secure round sums masked inputs in its ServerSession and hands the strategy one mean.
   if (!options_.secure_aggregation.enabled) round->aggregator = strategy_->BeginRound(*global_);
+  round->encoding = update_encoding_;
+  round->global = global_;
 
   CrashPoint("round_start");
   RoundRecord rec;

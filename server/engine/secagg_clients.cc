@@ -140,11 +140,13 @@ absl::Status CheckMaskedUpdate(const SecAggRound* s, const UpdateMeta& meta, int
                                int32_t round) {
   using Encoding = UpdateMeta::Encoding;
   if (s == nullptr) {
-    if (meta.encoding == Encoding::kFloat32) return absl::OkStatus();
+    if (meta.encoding != Encoding::kMaskedUint32 && meta.encoding != Encoding::kMaskedUint64) {
+      return absl::OkStatus();  // the run's encoding is checked with the size
+    }
     return absl::InvalidArgumentError(
         absl::StrCat("update encoding ",
                      meta.encoding == Encoding::kMaskedUint32 ? "MASKED_UINT32" : "MASKED_UINT64",
-                     " is for secure aggregation; round ", round, " takes FLOAT32"));
+                     " is for secure aggregation; round ", round, " is not secure"));
   }
   const bool wide = s->params.modulus_bits == 64;
   const char* want = wide ? "MASKED_UINT64" : "MASKED_UINT32";

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "fl/aggregation/strategy.h"
+#include "fl/common/update_codec.h"
 #include "fl/server/store.h"
 
 namespace fl::server::internal {
@@ -38,8 +39,11 @@ struct UploadState {
   // holding it exclusively; atomic because the engine also reads it holding the gate shared.
   // `reason` is written before `phase` leaves kStreaming and read only after.
   std::atomic<Phase> phase{Phase::kStreaming};
-  std::string reason;  // why refused or aborted
-  int64_t bytes_received = 0;
+  std::string reason;          // why refused or aborted
+  int64_t bytes_received = 0;  // on the wire (encoded)
+  // Bytes in the spill: float32 weights (float16 / int8 updates are staged decoded, with the
+  // round's global model added back), or a secure round's masked words.
+  int64_t staged_bytes = 0;
   int spill_fd = -1;
   std::string spill_path;
 
@@ -70,6 +74,10 @@ struct RoundState {
   // Differential privacy (null / 0 without): the round's global model, the updates' clip norm
   // and the round's sampling rate q (sampled / online clients). Set before the round opens.
   std::shared_ptr<const Model> dp_global;
+  // The run's update encoding, and the round's global model (float16 / int8 updates are changes
+  // from it). Set before the round opens.
+  UpdateEncoding encoding = UpdateEncoding::kFloat32;
+  std::shared_ptr<const Model> global;
   double dp_clip_norm = 0;
   double dp_sampling_rate = 0;
   // Set when the aggregate became unusable (a spill could not be read back mid-fold). Guarded by

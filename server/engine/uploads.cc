@@ -49,6 +49,34 @@ std::string SpecMismatch(const ModelSpec& got, const ModelSpec& want) {
                       want.tensors().size());
 }
 
+const char* ProtoName(UpdateMeta::Encoding e) {
+  switch (e) {
+    case UpdateMeta::Encoding::kFloat32:
+      return "FLOAT32";
+    case UpdateMeta::Encoding::kFloat16:
+      return "FLOAT16";
+    case UpdateMeta::Encoding::kInt8:
+      return "INT8";
+    case UpdateMeta::Encoding::kMaskedUint32:
+      return "MASKED_UINT32";
+    case UpdateMeta::Encoding::kMaskedUint64:
+      return "MASKED_UINT64";
+  }
+  return "?";
+}
+
+UpdateMeta::Encoding WireEncoding(UpdateEncoding e) {
+  switch (e) {
+    case UpdateEncoding::kFloat16:
+      return UpdateMeta::Encoding::kFloat16;
+    case UpdateEncoding::kInt8:
+      return UpdateMeta::Encoding::kInt8;
+    case UpdateEncoding::kFloat32:
+      break;
+  }
+  return UpdateMeta::Encoding::kFloat32;
+}
+
 }  // namespace
 
 std::string CapClientText(std::string_view text) {
@@ -85,7 +113,8 @@ std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& 
 }
 
 absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
-  const int64_t expected = global_->NumBytes();
+  const int64_t num_floats = global_->spec().NumFloats();
+  const int64_t expected = EncodedBytes(update_encoding_, num_floats);
   if (meta.spec.has_value() && !(*meta.spec == global_->spec())) {
     return absl::InvalidArgumentError(SpecMismatch(*meta.spec, global_->spec()));
   }
@@ -94,10 +123,17 @@ absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
       !s.ok() || secagg != nullptr) {
     return s;
   }
-  if (meta.payload_bytes != expected) {
+  if (meta.encoding != WireEncoding(update_encoding_)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("update payload is ", meta.payload_bytes, " bytes but the model has ",
-                     global_->spec().NumFloats(), " float32 parameters (", expected, " bytes)"));
+        absl::StrCat("update encoding ", ProtoName(meta.encoding), " is not the run's: round ",
+                     meta.round, " takes ", ProtoName(WireEncoding(update_encoding_)),
+                     " (update_encoding \"", UpdateEncodingName(update_encoding_), "\")"));
+  }
+  if (meta.payload_bytes != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update payload is ", meta.payload_bytes, " bytes but the model has ", num_floats, " ",
+        UpdateEncodingName(update_encoding_), " parameters (", expected, " bytes",
+        update_encoding_ == UpdateEncoding::kInt8 ? " with a scale per chunk" : "", ")"));
   }
   if (meta.num_examples <= 0 || meta.num_examples > kMaxExamples) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -285,20 +321,34 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
                                                       data.size(), " bytes, not whole ", word,
                                                       "-byte words"));
       }
-    } else if (why.ok()) {
+    }
+    // What goes into the spill: the chunk as it came (float32 weights, masked words), or the
+    // weights decoded from a float16 / int8 change.
+    std::string_view staged = data;
+    int64_t staged_offset = offset;
+    if (why.ok() && round_->secagg == nullptr) {
+      int64_t first = offset / static_cast<int64_t>(sizeof(float));
       std::span<float> values(buffer_.data(), data.size() / sizeof(float));
-      std::memcpy(values.data(), data.data(), data.size());
-      why = CheckFinite(values, offset / static_cast<int64_t>(sizeof(float)));
+      if (round_->encoding == UpdateEncoding::kFloat32) {
+        std::memcpy(values.data(), data.data(), data.size());
+      } else {
+        why = DecodeDelta(offset, data, first, values);
+        staged = std::string_view(reinterpret_cast<const char*>(values.data()),
+                                  values.size() * sizeof(float));
+        staged_offset = first * static_cast<int64_t>(sizeof(float));
+      }
+      if (why.ok()) why = CheckFinite(values, first);
     }
     if (why.ok()) {
-      ssize_t written = ::pwrite(state_->spill_fd, data.data(), data.size(), offset);
-      if (written != static_cast<ssize_t>(data.size())) {
+      ssize_t written = ::pwrite(state_->spill_fd, staged.data(), staged.size(), staged_offset);
+      if (written != static_cast<ssize_t>(staged.size())) {
         why = absl::InternalError(absl::StrCat("cannot stage the update in ", state_->spill_path,
                                                ": ", std::strerror(errno)));
       }
     }
     if (why.ok()) {
       state_->bytes_received += static_cast<int64_t>(data.size());
+      state_->staged_bytes += static_cast<int64_t>(staged.size());
       CrashPoint("mid_upload");
       return absl::OkStatus();
     }
@@ -306,6 +356,32 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
   }
   engine_->OnUploadEnded(round_, *state_, why);
   return why;
+}
+
+absl::Status UploadImpl::DecodeDelta(int64_t offset, std::string_view data, int64_t& first,
+                                     std::span<float>& values) {
+  // Each wire chunk is one codec chunk, and a full codec chunk is kMaxChunkBytes of every
+  // encoding, so the chunk's index and first parameter follow from its offset.
+  const UpdateEncoding e = round_->encoding;
+  const int64_t per = ValuesPerChunk(e);
+  const int64_t total = round_->global->spec().NumFloats();
+  first = offset / kMaxChunkBytes * per;
+  const int64_t n = std::min(per, total - first);
+  if (offset % kMaxChunkBytes != 0 || n <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(UpdateEncodingName(e), " chunk at offset ",
+                                                   offset, " does not start a codec chunk (every ",
+                                                   kMaxChunkBytes, " bytes)"));
+  }
+  values = std::span<float>(buffer_.data(), static_cast<size_t>(n));
+  if (absl::Status s = DecodeChunk(
+          e, std::as_bytes(std::span<const char>(data.data(), data.size())), first, values);
+      !s.ok()) {
+    return s;
+  }
+  std::span<const float> g =
+      round_->global->data().subspan(static_cast<size_t>(first), values.size());
+  for (size_t i = 0; i < values.size(); ++i) values[i] += g[i];
+  return absl::OkStatus();
 }
 
 absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
@@ -359,8 +435,8 @@ absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, con
   std::vector<float> buf(static_cast<size_t>(kMaxChunkBytes / sizeof(float)));
   // Calls `visit(first float, values)` for each piece of the staged payload.
   auto for_each_piece = [&](auto visit) -> absl::Status {
-    for (int64_t off = 0; off < bytes_received;) {
-      size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, bytes_received - off));
+    for (int64_t off = 0; off < staged_bytes;) {
+      size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, staged_bytes - off));
       ssize_t got = ::pread(spill_fd, buf.data(), n, off);
       if (got != static_cast<ssize_t>(n)) {
         return absl::InternalError(absl::StrCat("cannot read back the staged update ", spill_path,

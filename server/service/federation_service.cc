@@ -70,6 +70,17 @@ class FederationService final : public fl::v1::Federation::Service {
         fit->set_learning_rate(task.fit.learning_rate);
         fit->set_model_name(task.fit.model_name);
         fit->set_differential_privacy(task.fit.differential_privacy);
+        switch (task.update_encoding) {
+          case UpdateEncoding::kFloat32:
+            fit->set_update_encoding(fl::v1::UpdateMetadata::FLOAT32);
+            break;
+          case UpdateEncoding::kFloat16:
+            fit->set_update_encoding(fl::v1::UpdateMetadata::FLOAT16);
+            break;
+          case UpdateEncoding::kInt8:
+            fit->set_update_encoding(fl::v1::UpdateMetadata::INT8);
+            break;
+        }
         fit->mutable_config()->insert(task.fit.extra.begin(), task.fit.extra.end());
         (*fit->mutable_config())[std::string(kScaffoldCommittedRoundKey)] =
             task.client_committed_round;
@@ -202,8 +213,8 @@ class FederationService final : public fl::v1::Federation::Service {
       reply->set_message(absl::StrCat("decline of task '", meta.task_id, "' recorded"));
       return grpc::Status::OK;
     }
-    // Which encoding a round takes is the engine's decision (FLOAT32, or masked words in a
-    // secure round); unknown ones stop here.
+    // Which encoding a round takes is the engine's decision (the run's FLOAT32, FLOAT16 or INT8,
+    // or masked words in a secure round); unknown ones stop here.
     switch (m.encoding()) {
       case fl::v1::UpdateMetadata::FLOAT32:
         meta.encoding = UpdateMeta::Encoding::kFloat32;
@@ -214,10 +225,16 @@ class FederationService final : public fl::v1::Federation::Service {
       case fl::v1::UpdateMetadata::MASKED_UINT64:
         meta.encoding = UpdateMeta::Encoding::kMaskedUint64;
         break;
+      case fl::v1::UpdateMetadata::FLOAT16:
+        meta.encoding = UpdateMeta::Encoding::kFloat16;
+        break;
+      case fl::v1::UpdateMetadata::INT8:
+        meta.encoding = UpdateMeta::Encoding::kInt8;
+        break;
       default: {
-        absl::Status s = absl::InvalidArgumentError(
-            absl::StrCat("update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
-                         " is not supported; send FLOAT32, MASKED_UINT32 or MASKED_UINT64"));
+        absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+            "update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
+            " is not supported; send FLOAT32, FLOAT16, INT8, MASKED_UINT32 or MASKED_UINT64"));
         engine_->AuditRefusal(*id, "update_refused", s);
         return ToGrpcStatus(s);
       }

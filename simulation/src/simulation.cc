@@ -105,6 +105,7 @@ absl::StatusOr<SimulationResult> RunSimulation(
   engine.fit.model_name = std::string(client::ModelKindName(arch.kind));
   engine.privacy = options.privacy;
   engine.secure_aggregation = options.secure_aggregation;
+  engine.update_encoding = options.update_encoding;
   server_options.strategy = options.strategy;
   const bool scaffold = options.strategy.name == "scaffold";
 

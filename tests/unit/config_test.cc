@@ -447,6 +447,20 @@ TEST_F(ConfigTest, SecureAggregationRefusesWhatCannotWorkTogether) {
               HasSubstr("secure_aggregation.max_dropout"));
 }
 
+TEST_F(ConfigTest, UpdateEncodingIsReadAndRefusedWithSecureAggregation) {
+  ServerConfig c;
+  absl::Status s = ApplyServerConfig(Write("enc.toml", "[run]\nupdate_encoding = \"int8\"\n"), c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.server.engine.update_encoding, "int8");
+  EXPECT_EQ(ServerConfig{}.server.engine.update_encoding, "float32");
+  EXPECT_THAT(ApplyText("[run]\nupdate_encoding = \"int4\"\n").message(),
+              HasSubstr("run.update_encoding"));
+  EXPECT_THAT(ApplyText("[run]\nmin_clients = 4\nupdate_encoding = \"float16\"\n"
+                        "[secure_aggregation]\nenabled = true\n")
+                  .message(),
+              HasSubstr("run.update_encoding 'float16' cannot run with secure aggregation"));
+}
+
 // A round uses n = the number of sampled clients, which may be more or fewer than min_clients.
 TEST(SecureAggregationParamsForTest, ExplicitNeighboursAreClampedToTheSampledClients) {
   SecureAggregationOptions o;
@@ -499,7 +513,7 @@ TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) 
         "max_poll_wait_s", "grace_s"}},
       {"run",
        {"name", "rounds", "min_clients", "min_fit_clients", "sample_fraction", "round_timeout_s",
-        "client_timeout_s", "max_round_retries", "seed"}},
+        "client_timeout_s", "max_round_retries", "seed", "update_encoding"}},
       {"fit", {"local_epochs", "batch_size", "learning_rate"}},
       {"strategy",
        {"name", "proximal_mu", "momentum", "weight_decay", "clip_norm", "server_learning_rate",

@@ -21,11 +21,14 @@ namespace fl {
 
 class ChunkAssembler {
  public:
-  explicit ChunkAssembler(int64_t expected_bytes) : expected_(expected_bytes) {}
+  // `value_bytes`: the size of one value of the payload's encoding (4 for float32, 2 for float16,
+  // 1 for int8's codec chunks); every chunk must hold whole values.
+  explicit ChunkAssembler(int64_t expected_bytes, int64_t value_bytes = sizeof(float))
+      : expected_(expected_bytes), value_bytes_(value_bytes) {}
 
   // Accepts the next chunk. INVALID_ARGUMENT, naming the offsets and sizes, when `offset` is not
   // the number of bytes received so far, the chunk is empty, larger than kMaxChunkBytes, not a
-  // whole number of float32 values, or runs past the expected size.
+  // whole number of values, or runs past the expected size.
   absl::Status Add(int64_t offset, std::string_view data);
 
   int64_t received() const { return received_; }
@@ -39,6 +42,7 @@ class ChunkAssembler {
 
  private:
   int64_t expected_;
+  int64_t value_bytes_;
   int64_t received_ = 0;
   Sha256 sha_;
 };

@@ -33,6 +33,7 @@
 #include "fl/aggregation/secagg/protocol.h"
 #include "fl/aggregation/strategy.h"
 #include "fl/common/model.h"
+#include "fl/common/update_codec.h"
 #include "fl/server/store.h"
 
 namespace fl::server {
@@ -144,6 +145,11 @@ struct EngineOptions {
   absl::Duration eval_timeout = absl::Minutes(5);
   PrivacyOptions privacy;
   SecureAggregationOptions secure_aggregation;
+  // How clients encode their updates ([run] update_encoding): "float32" (the weights), "float16"
+  // or "int8" (the change from the round's global model; fl/common/update_codec.h). Fit tasks
+  // carry it; an update in another encoding is refused. Anything but "float32" is refused with
+  // secure aggregation (its rounds send masked words).
+  std::string update_encoding = "float32";
   // Where updates are staged while their chunks arrive (not part of a run's configuration).
   std::string spill_dir;
 
@@ -189,6 +195,8 @@ struct Task {
   // (0: none in this run). Sent as FitTask.config[kScaffoldCommittedRoundKey], with every
   // strategy, so that a SCAFFOLD client promotes only the c_i+ that the server's c counts.
   int32_t client_committed_round = 0;
+  // Fit tasks: the encoding the update must come in (EngineOptions::update_encoding).
+  UpdateEncoding update_encoding = UpdateEncoding::kFloat32;
   ModelSpec spec;
   int64_t model_bytes = 0;
   std::string model_sha256;
@@ -229,8 +237,9 @@ struct UpdateMeta {
   // The tensors the client says it sends; when set, they must be the global model's.
   std::optional<ModelSpec> spec;
   // kMaskedUint32/64: a secure round's masked input, (parameters + 1) words; then num_examples
-  // is 0 and metrics empty.
-  enum class Encoding { kFloat32, kMaskedUint32, kMaskedUint64 };
+  // is 0 and metrics empty. kFloat16 / kInt8: the change from the round's global model
+  // (fl/common/update_codec.h), accepted only in a run whose update_encoding names them.
+  enum class Encoding { kFloat32, kMaskedUint32, kMaskedUint64, kFloat16, kInt8 };
   Encoding encoding = Encoding::kFloat32;
 };
 

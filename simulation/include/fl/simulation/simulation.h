@@ -52,6 +52,9 @@ struct SimulationOptions {
   // Secure aggregation on the simulated server (off by default); with it, privacy.mode may be
   // "distributed" (each client adds its share of the noise) but not "central".
   server::SecureAggregationOptions secure_aggregation;
+  // How the clients encode their updates (EngineOptions::update_encoding): "float32", "float16"
+  // or "int8"; anything but float32 is refused with secure aggregation.
+  std::string update_encoding = "float32";
   std::string backend = "auto";  // the clients' and the server evaluation's: auto, cpu or cuda
   bool tls = true;               // false: plaintext on loopback
   absl::Duration round_timeout = absl::Minutes(5);
