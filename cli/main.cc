@@ -376,7 +376,8 @@ int RunSim(fl::simulation::SimulationOptions options) {
       options.partition.c_str(),
       options.tls ? "mutual TLS over loopback gRPC" : "plaintext loopback gRPC");
   if (options.secure_aggregation.enabled) {
-    std::printf("Secure aggregation (SecAgg+): the server sees only the sum of the clients' changes\n");
+    std::printf(
+        "Secure aggregation (SecAgg+): the server sees only the sum of the clients' changes\n");
   }
   if (dp) {
     std::printf("%s differential privacy: noise multiplier %g, clip norm %g, delta %g, %s\n",
