@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/perturb_trainer.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -70,34 +71,6 @@ double PeakRssMiB() {
   getrusage(RUSAGE_SELF, &ru);
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
-
-// The global model plus a small pseudo-random change, with a site's example count.
-class PerturbTrainer final : public fl::client::Trainer {
- public:
-  PerturbTrainer(fl::ModelSpec spec, uint64_t seed, int64_t examples)
-      : spec_(std::move(spec)), seed_(seed), examples_(examples) {}
-  fl::ModelSpec spec() const override { return spec_; }
-  absl::StatusOr<fl::client::FitResult> Fit(const fl::Model& global,
-                                            const fl::client::FitConfig&) override {
-    fl::client::FitResult r{.model = global.Clone(), .num_examples = examples_, .metrics = {}};
-    uint64_t x = seed_ * 0x9E3779B97F4A7C15ull + 1;
-    for (float& v : r.model.data()) {
-      x ^= x << 13;
-      x ^= x >> 7;
-      x ^= x << 17;
-      v += static_cast<float>(static_cast<int64_t>(x % 2001) - 1000) * 1e-5f;
-    }
-    return r;
-  }
-  absl::StatusOr<fl::client::EvalResult> Evaluate(const fl::Model&) override {
-    return absl::UnimplementedError("no evaluation in this benchmark");
-  }
-
- private:
-  fl::ModelSpec spec_;
-  uint64_t seed_;
-  int64_t examples_;
-};
 
 struct RunFigures {
   double round_s = 0;
@@ -159,10 +132,11 @@ RunFigures RunOnce(const fl::ProvisionedFiles& pki, const std::string& dir, int 
   const std::string address = absl::StrCat("127.0.0.1:", server->port());
 
   const int dropping = secure ? static_cast<int>(clients * dropout + 0.5) : 0;
-  std::vector<std::unique_ptr<PerturbTrainer>> trainers;
+  std::vector<std::unique_ptr<fl::bench::PerturbTrainer>> trainers;
   std::vector<std::unique_ptr<fl::client::Client>> sdk;
   for (int i = 0; i < clients; ++i) {
-    trainers.push_back(std::make_unique<PerturbTrainer>(spec, seed * 1000 + i, 100 + 7 * i));
+    trainers.push_back(
+        std::make_unique<fl::bench::PerturbTrainer>(spec, seed * 1000 + i, 100 + 7 * i));
     fl::client::ClientOptions co;
     co.server_address = address;
     co.ca_cert_path = pki.ca_cert;
