@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "bench/perturb_trainer.h"
+#include "bench/bench_federation.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -93,15 +93,8 @@ RunFigures RunOnce(const fl::ProvisionedFiles& pki, const std::string& dir, int 
                    absl::Duration client_timeout) {
   std::filesystem::remove_all(dir);
   const fl::ModelSpec spec({{"w", {static_cast<int64_t>(params)}}});
-  fl::server::ServerOptions so;
-  so.listen_address = "127.0.0.1:0";
-  so.data_dir = dir;
-  so.ca_cert_path = pki.ca_cert;
-  so.cert_path = pki.server_cert;
-  so.key_path = pki.server_key;
-  so.enroll_cert_paths = pki.client_certs;
+  fl::server::ServerOptions so = fl::bench::TlsServerOptions(pki, dir);
   so.engine.run_name = secure ? "secagg" : "plain";
-  so.engine.num_rounds = 1;
   so.engine.min_clients = clients;
   so.engine.min_fit_clients = std::max(3, clients / 2);
   so.engine.round_timeout = absl::Minutes(10);

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "bench/perturb_trainer.h"
+#include "bench/bench_federation.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -79,6 +79,31 @@ double MemAvailableMiB() {
     if (name == "MemAvailable:") return kb / 1024.0;
   }
   return 0;
+}
+
+// A child process joined to this one by a pipe: the parent keeps `parent_fd` (the write end when
+// `parent_writes`, else the read end), the child runs `body` with the other end and never
+// returns from it.
+struct Child {
+  pid_t pid = -1;
+  int parent_fd = -1;
+};
+template <typename Body>
+Child ForkWithPipe(bool parent_writes, Body body) {
+  int p[2];
+  if (pipe(p) != 0) Die("pipe");
+  const int parent_end = parent_writes ? p[1] : p[0];
+  const int child_end = parent_writes ? p[0] : p[1];
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) Die("fork");
+  if (pid == 0) {
+    close(parent_end);
+    body(child_end);
+    std::_Exit(1);  // `body` does not return
+  }
+  close(child_end);
+  return Child{pid, parent_end};
 }
 
 fl::ModelSpec SpecOf(int64_t model_mib) {
@@ -133,30 +158,17 @@ struct Figures {
   std::vector<int> port_fds;
   std::vector<pid_t> pids;
   for (int i = 0; i < clients; ++i) {
-    int p[2];
-    if (pipe(p) != 0) Die("pipe");
-    std::fflush(nullptr);
-    const pid_t pid = fork();
-    if (pid < 0) Die("fork");
-    if (pid == 0) {
-      close(p[1]);
+    const Child c = ForkWithPipe(/*parent_writes=*/true, [&](int fd) {
       close(result_fd);
-      for (int fd : port_fds) close(fd);
-      ClientProcess(p[0], pki, i, model_mib);
-    }
-    close(p[0]);
-    port_fds.push_back(p[1]);
-    pids.push_back(pid);
+      for (int other : port_fds) close(other);
+      ClientProcess(fd, pki, i, model_mib);
+    });
+    port_fds.push_back(c.parent_fd);
+    pids.push_back(c.pid);
   }
 
   std::filesystem::remove_all(dir);
-  fl::server::ServerOptions so;
-  so.listen_address = "127.0.0.1:0";
-  so.data_dir = dir;
-  so.ca_cert_path = pki.ca_cert;
-  so.cert_path = pki.server_cert;
-  so.key_path = pki.server_key;
-  so.enroll_cert_paths = pki.client_certs;
+  fl::server::ServerOptions so = fl::bench::TlsServerOptions(pki, dir);
   so.engine.run_name = absl::StrCat("memory-", clients);
   so.engine.num_rounds = rounds;
   so.engine.min_clients = clients;
@@ -274,19 +286,13 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   std::vector<std::string> notes;
   for (int n : list) {
-    int p[2];
-    if (pipe(p) != 0) Die("pipe");
-    std::fflush(nullptr);
-    const pid_t pid = fork();
-    if (pid < 0) Die("fork");
-    if (pid == 0) {
-      close(p[0]);
-      ServerProcess(p[1], pki, absl::StrCat(work_dir, "/n", n), n, model_mib, rounds);
-    }
-    close(p[1]);
+    const Child c = ForkWithPipe(/*parent_writes=*/false, [&](int fd) {
+      ServerProcess(fd, pki, absl::StrCat(work_dir, "/n", n), n, model_mib, rounds);
+    });
+    const pid_t pid = c.pid;
     Figures f;
-    const ssize_t got = read(p[0], &f, sizeof(f));
-    close(p[0]);
+    const ssize_t got = read(c.parent_fd, &f, sizeof(f));
+    close(c.parent_fd);
     int status = 0;
     waitpid(pid, &status, 0);
     if (got != static_cast<ssize_t>(sizeof(f))) {
