@@ -9,9 +9,9 @@
 //  - triad a[i] = b[i] + s*c[i] over doubles counts 3 x 8 bytes per element, as STREAM does
 //    (the write-allocate read of a[] is not counted, so the real traffic is 4/3 of it);
 //  - the fold counts "update" GB/s = 4 bytes of float32 update per element, and "moved" GB/s =
-//    4 (update read) + 8 (sum read) + 8 (sum write) bytes per element; the sum's lines are read
-//    before they are written, so moved is the real traffic. Moved is the figure compared with the
-//    triad: both count the bytes a loop reads and writes.
+//    4 (update read) + 8 (sum read) + 8 (sum write) bytes per element; the sum's lines
+//    are read before they are written, so moved is the real traffic. Moved is the figure compared
+//    with the triad: both count the bytes a loop reads and writes.
 // Fold with T threads: T uploads at once, each thread folding its own update of --floats floats
 // into the one shared sum in 1 MiB chunks (as the server receives them). "staggered" starts each
 // upload at a different stripe (uploads arriving at different times); "same start" starts all at
@@ -85,7 +85,8 @@ class Triad {
 // `threads` uploads of n floats each, folded at once into one StripedSum of n in 1 MiB chunks.
 class Fold {
  public:
-  Fold(int64_t n, int threads) : n_(n), threads_(threads), sum_(n), updates_(threads) {
+  Fold(int64_t n, int threads)
+      : n_(n), threads_(threads), sum_(fl::ModelSpec({{"w", {n}}})), updates_(threads) {
     RunTimed(threads_, [&](int t) {
       updates_[t].resize(static_cast<size_t>(n_));
       for (int64_t i = 0; i < n_; ++i) updates_[t][i] = static_cast<float>((i + t) % 1000) * 1e-3f;

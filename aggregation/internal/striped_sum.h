@@ -1,16 +1,26 @@
-// A float64 accumulator that many threads add to at once: it locks in 1 MiB stripes, so updates
-// folding different parts of the model do not wait for each other. Shared by the streaming
-// strategies (FedAvg, SCAFFOLD).
+// A float64 weighted-sum accumulator that many threads add to at once: it locks in 1 MiB stripes,
+// so updates folding different parts of the model do not wait for each other. Shared by the
+// streaming strategies (FedAvg, SCAFFOLD).
+//
+// Its memory is laid out so that the server holds at most the global model and this sum (3x the
+// model) in a round: the sum lives in its own mapping (PageBuffer), and TakeModel builds the next
+// global model stripe by stripe while handing each stripe of the sum back to the system, so the
+// result and the sum are never resident in full at once.
 #ifndef FL_AGGREGATION_INTERNAL_STRIPED_SUM_H_
 #define FL_AGGREGATION_INTERNAL_STRIPED_SUM_H_
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <span>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "fl/common/model.h"
+#include "fl/common/page_buffer.h"
 
 namespace fl::aggregation::internal {
 
@@ -18,32 +28,68 @@ class StripedSum {
  public:
   static constexpr int64_t kStripeFloats = kMaxChunkBytes / static_cast<int64_t>(sizeof(float));
 
-  explicit StripedSum(int64_t size)
-      : sum_(static_cast<size_t>(size), 0.0),
-        stripes_(static_cast<size_t>((size + kStripeFloats - 1) / kStripeFloats)) {}
+  // A zero sum over a model of `spec` (which must be valid).
+  explicit StripedSum(ModelSpec spec)
+      : spec_(std::move(spec)),
+        size_(spec_.NumFloats()),
+        sum_(static_cast<size_t>(size_) * sizeof(double)),
+        stripes_(static_cast<size_t>((size_ + kStripeFloats - 1) / kStripeFloats)) {}
 
   // sum[offset + i] += weight * values[i], holding each stripe's lock in turn. Thread-safe; the
-  // range must lie inside the sum.
+  // range must lie inside the sum, and TakeModel must not have been called.
   void Add(int64_t offset, std::span<const float> values, double weight) {
     const int64_t end = offset + static_cast<int64_t>(values.size());
     for (int64_t pos = offset; pos < end;) {
       const int64_t stripe = pos / kStripeFloats;
       const int64_t stop = std::min(end, (stripe + 1) * kStripeFloats);
       std::lock_guard<std::mutex> lock(stripes_[static_cast<size_t>(stripe)]);
-      double* sum = sum_.data() + pos;
+      double* sum = sums() + pos;
       const float* x = values.data() + (pos - offset);
       for (int64_t i = 0; i < stop - pos; ++i) sum[i] += weight * static_cast<double>(x[i]);
       pos = stop;
     }
   }
 
-  // The sums; read only after every Add has returned.
-  std::span<const double> values() const { return sum_; }
-  int64_t size() const { return static_cast<int64_t>(sum_.size()); }
+  // The sum at `index`; read only after every Add has returned, before TakeModel.
+  double at(int64_t index) const { return sums()[index]; }
+  int64_t size() const { return size_; }
+
+  // The model whose parameter i is f(i, sum[i]). Each stripe of the sum is handed back to the
+  // system once it is written out, so the sum is spent afterwards: call once, after every Add
+  // returned. FAILED_PRECONDITION naming `what` and the first parameter whose value is not
+  // finite: "<what> is not finite at parameter i (...)".
+  template <typename F>
+  absl::StatusOr<Model> TakeModel(const char* what, F&& f) {
+    if (taken_) return absl::FailedPreconditionError(absl::StrCat(what, ": the sum was spent"));
+    taken_ = true;
+    Model out(spec_);
+    std::span<float> data = out.data();
+    const double* sum = sums();
+    for (int64_t begin = 0; begin < size_; begin += kStripeFloats) {
+      const int64_t stop = std::min(size_, begin + kStripeFloats);
+      for (int64_t i = begin; i < stop; ++i) {
+        const float v = static_cast<float>(f(i, sum[i]));
+        if (!std::isfinite(v)) {
+          return absl::FailedPreconditionError(
+              absl::StrCat(what, " is not finite at parameter ", i,
+                           " (the updates' weights or values are too large)"));
+        }
+        data[static_cast<size_t>(i)] = v;
+      }
+      sum_.Release(static_cast<size_t>(begin) * sizeof(double),
+                   static_cast<size_t>(stop - begin) * sizeof(double));
+    }
+    return out;
+  }
 
  private:
-  std::vector<double> sum_;
+  double* sums() const { return static_cast<double*>(sum_.data()); }
+
+  const ModelSpec spec_;
+  const int64_t size_;
+  PageBuffer sum_;
   std::vector<std::mutex> stripes_;
+  bool taken_ = false;
 };
 
 }  // namespace fl::aggregation::internal

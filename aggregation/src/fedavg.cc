@@ -15,7 +15,7 @@ namespace {
 
 class FedAvgAggregator final : public RoundAggregator {
  public:
-  explicit FedAvgAggregator(ModelSpec spec) : spec_(std::move(spec)), sum_(spec_.NumFloats()) {}
+  explicit FedAvgAggregator(const ModelSpec& spec) : sum_(spec) {}
 
   void Fold(int64_t offset, std::span<const float> values, double weight) override {
     sum_.Add(offset, values, weight);
@@ -37,23 +37,11 @@ class FedAvgAggregator final : public RoundAggregator {
     if (num_accepted_ == 0 || total_weight_ <= 0) {
       return absl::FailedPreconditionError("FedAvg: no update was accepted in this round");
     }
-    Model out(spec_);
-    std::span<float> data = out.data();
     const double inv = 1.0 / total_weight_;
-    std::span<const double> sum = sum_.values();
-    for (size_t i = 0; i < data.size(); ++i) {
-      data[i] = static_cast<float>(sum[i] * inv);
-      if (!std::isfinite(data[i])) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("FedAvg: the average is not finite at parameter ", i,
-                         " (the updates' weights or values are too large)"));
-      }
-    }
-    return out;
+    return sum_.TakeModel("FedAvg: the average", [inv](int64_t, double sum) { return sum * inv; });
   }
 
  private:
-  const ModelSpec spec_;
   internal::StripedSum sum_;
   mutable std::mutex weight_mu_;
   double total_weight_ = 0;

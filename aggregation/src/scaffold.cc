@@ -30,7 +30,7 @@ class ScaffoldAggregator final : public RoundAggregator {
         num_parties_(num_parties),
         global_(spec_ok_.ok() ? std::optional<Model>(global.Clone()) : std::nullopt),
         weights_end_(spec_ok_.ok() ? global.spec().NumFloats() / 2 : 0),
-        sum_(spec_ok_.ok() ? global.spec().NumFloats() : 0) {}
+        sum_(spec_ok_.ok() ? global.spec() : ModelSpec({{"unused", {1}}})) {}
 
   void Fold(int64_t offset, std::span<const float> values, double weight) override {
     if (!spec_ok_.ok()) return;
@@ -70,25 +70,15 @@ class ScaffoldAggregator final : public RoundAggregator {
           "SCAFFOLD: ", num_accepted_, " updates were accepted but the federation has N = ",
           parties, " parties; set strategy.num_parties to the number of parties"));
     }
-    Model out(global_->spec());
-    std::span<float> data = out.data();
     std::span<const float> x = global_->data();
-    std::span<const double> sum = sum_.values();
     const double inv_weight = 1.0 / total_weight_;
     const double inv_parties = 1.0 / static_cast<double>(parties);
-    for (size_t i = 0; i < data.size(); ++i) {
-      const double xi = x[i];
-      const double next = static_cast<int64_t>(i) < weights_end_
-                              ? xi + eta_ * (sum[i] * inv_weight - xi)
-                              : xi + sum[i] * inv_parties;
-      data[i] = static_cast<float>(next);
-      if (!std::isfinite(data[i])) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("SCAFFOLD: the new global model is not finite at parameter ", i,
-                         " (the updates' weights or values are too large)"));
-      }
-    }
-    return out;
+    const double eta = eta_;
+    const int64_t weights_end = weights_end_;
+    return sum_.TakeModel("SCAFFOLD: the new global model", [&](int64_t i, double sum) {
+      const double xi = x[static_cast<size_t>(i)];
+      return i < weights_end ? xi + eta * (sum * inv_weight - xi) : xi + sum * inv_parties;
+    });
   }
 
  private:

@@ -1,5 +1,7 @@
 #include "fl/common/model.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -7,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "fl/common/crypto.h"
+#include "fl/common/page_buffer.h"
 #include "nlohmann/json.hpp"
 
 namespace fl {
@@ -95,9 +98,23 @@ absl::StatusOr<ModelSpec> ModelSpec::FromJson(std::string_view text) {
   return spec;
 }
 
-void Model::FreeDeleter::operator()(float* p) const { std::free(p); }
+void Model::FreeDeleter::operator()(float* p) const {
+  if (mapped_bytes != 0) {
+    munmap(p, mapped_bytes);
+  } else {
+    std::free(p);
+  }
+}
 
 Model::Model(ModelSpec spec) : spec_(std::move(spec)), size_(spec_.NumFloats()) {
+  if (size_ * sizeof(float) >= static_cast<size_t>(kMaxChunkBytes)) {
+    // Page-aligned and already zero; the pages become resident as they are written.
+    PageBuffer pages(size_ * sizeof(float));
+    const size_t mapped = PageBuffer::MappedBytes(pages.size());
+    data_ = std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(pages.Detach()),
+                                                  FreeDeleter{mapped});
+    return;
+  }
   // 64-byte alignment for vector loads; aligned_alloc needs a size that is a multiple of it.
   size_t bytes = (size_ * sizeof(float) + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <fstream>
 #include <latch>
 #include <limits>
 #include <memory>
@@ -225,6 +226,56 @@ TEST(FedAvgFiniteTest, AnOverflowingAverageIsRefused) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(out.status().message().find("not finite at parameter 0"), absl::string_view::npos)
       << out.status();
+}
+
+// VmHWM (peak resident memory) and VmRSS of this process, in MiB.
+double ProcStatusMiB(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == field + ":") {
+      double kb = 0;
+      in >> kb;
+      return kb / 1024.0;
+    }
+    std::getline(in, key);
+  }
+  return -1;
+}
+
+// The server holds the global model and one sum during a round; the next model must be built
+// without a further full copy, so the round's peak is the float64 sum (2x the model) and never
+// the sum plus the result (3x).
+TEST(FedAvgMemoryTest, TheNextModelIsBuiltWithoutHoldingTheSumAndTheResultInFull) {
+  std::ofstream reset("/proc/self/clear_refs");
+  if (!reset) GTEST_SKIP() << "cannot reset the peak resident memory (/proc/self/clear_refs)";
+  const int64_t n = int64_t{32} << 20;  // 128 MiB of float32
+  const double model_mib = static_cast<double>(n) * sizeof(float) / (1 << 20);
+  Model global(ModelSpec({{"w", {n}}}));
+  std::unique_ptr<Strategy> fedavg = MakeFedAvg();
+  std::vector<float> chunk(1 << 18);  // 1 MiB, as the server folds from its spill
+  reset << "5" << std::flush;         // VmHWM := VmRSS
+  const double base = ProcStatusMiB("VmRSS");
+  absl::StatusOr<Model> next;
+  {
+    std::unique_ptr<RoundAggregator> agg = fedavg->BeginRound(global);
+    for (int client = 0; client < 3; ++client) {
+      for (int64_t off = 0; off < n; off += static_cast<int64_t>(chunk.size())) {
+        std::fill(chunk.begin(), chunk.end(), static_cast<float>(client + 1));
+        agg->Fold(off, chunk, 1.0 + client);
+      }
+      agg->Accept(1.0 + client);
+    }
+    next = agg->Finish();
+  }
+  ASSERT_TRUE(next.ok()) << next.status();
+  // (1 x 1 + 2 x 2 + 3 x 3) / 6
+  EXPECT_FLOAT_EQ(next->data().front(), 14.0f / 6.0f);
+  EXPECT_FLOAT_EQ(next->data().back(), 14.0f / 6.0f);
+  const double peak = ProcStatusMiB("VmHWM") - base;
+  EXPECT_LT(peak, 2.25 * model_mib) << "peak over the round's start: " << peak << " MiB for a "
+                                    << model_mib << " MiB model";
+  EXPECT_GT(peak, 1.75 * model_mib) << "the sum itself is float64";
 }
 
 TEST_F(FedAvgTest, FinishWithNothingAcceptedFails) {

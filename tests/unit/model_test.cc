@@ -1,6 +1,8 @@
 #include "fl/common/model.h"
 
 #include <cmath>
+#include <cstring>
+#include <fstream>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -9,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "fl/common/crypto.h"
+#include "fl/common/page_buffer.h"
 #include "fl/common/proto_serde.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -297,6 +300,64 @@ TEST(ProtoSerdeTest, GrpcStatusKeepsCodeAndMessage) {
   absl::Status converted = FromGrpcStatus(from_wire);
   EXPECT_EQ(converted.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(std::string(converted.message()), "server going away");
+}
+
+// This process's anonymous resident memory (RssAnon), in MiB.
+double RssAnonMiB() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "RssAnon:") {
+      double kb = 0;
+      in >> kb;
+      return kb / 1024.0;
+    }
+    std::getline(in, key);
+  }
+  return -1;
+}
+
+TEST(PageBufferTest, PagesCostMemoryOnlyOnceWrittenAndReleasedOnesReadZero) {
+  constexpr size_t kBytes = size_t{64} << 20;
+  const double before = RssAnonMiB();
+  PageBuffer buf(kBytes);
+  ASSERT_NE(buf.data(), nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(buf.data()) % 4096, 0u);
+  EXPECT_LT(RssAnonMiB() - before, 8) << "an unwritten buffer is not resident";
+  std::memset(buf.data(), 0x5a, kBytes);
+  EXPECT_GT(RssAnonMiB() - before, 56);
+
+  // Release the second half, from an offset inside a page: that page keeps its bytes.
+  buf.Release(kBytes / 2 - 100, kBytes);
+  EXPECT_LT(RssAnonMiB() - before, 40);
+  const auto* bytes = static_cast<const unsigned char*>(buf.data());
+  EXPECT_EQ(bytes[kBytes / 2 - 1], 0x5a) << "a page partly outside the range is kept";
+  EXPECT_EQ(bytes[kBytes / 2 + 4096], 0) << "released pages read as zero";
+  EXPECT_EQ(bytes[kBytes - 1], 0);
+
+  PageBuffer moved(std::move(buf));
+  EXPECT_EQ(buf.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(moved.size(), kBytes);
+  EXPECT_EQ(static_cast<const unsigned char*>(moved.data())[0], 0x5a);
+}
+
+TEST(ModelTest, ALargeModelIsZeroAndResidentOnlyAsItIsWritten) {
+  const ModelSpec spec({{"w", {16 << 20}}});  // 64 MiB
+  const double before = RssAnonMiB();
+  Model m(spec);
+  EXPECT_LT(RssAnonMiB() - before, 8);
+  for (float v : m.data().subspan(0, 1000)) ASSERT_EQ(v, 0.0f);
+  EXPECT_EQ(m.data().back(), 0.0f);
+  std::span<float> w = m.data();
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7);
+  EXPECT_GT(RssAnonMiB() - before, 56);
+  Model copy = m.Clone();
+  EXPECT_EQ(copy.Sha256Hex(), m.Sha256Hex());
+  {
+    Model gone = std::move(copy);
+  }
+  // Freed models go back to the system at once (no allocator keeps them).
+  EXPECT_LT(RssAnonMiB() - before, 72);
 }
 
 }  // namespace

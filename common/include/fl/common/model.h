@@ -2,7 +2,9 @@
 //
 // The buffer's bytes (little-endian float32, tensors in spec order) are the model's payload: what
 // travels in chunks, what checkpoints hold and what SHA-256 fingerprints. A Model owns its buffer;
-// copies are explicit (Clone) because models can be gigabytes. Not thread-safe for writes.
+// copies are explicit (Clone) because models can be gigabytes. A model of 1 MiB or more lives in
+// its own mapping (PageBuffer): its zero pages cost memory only once written, and freeing it
+// returns the memory to the system at once. Not thread-safe for writes.
 #ifndef FL_COMMON_MODEL_H_
 #define FL_COMMON_MODEL_H_
 
@@ -80,7 +82,9 @@ class Model {
   std::string Sha256Hex() const;
 
  private:
+  // Frees an aligned_alloc block, or unmaps `mapped_bytes` of a PageBuffer's mapping.
   struct FreeDeleter {
+    size_t mapped_bytes;  // 0: aligned_alloc (the deleter is value-initialised)
     void operator()(float* p) const;
   };
   ModelSpec spec_;
