@@ -168,9 +168,6 @@ absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& res
     Decline(task, s);
     return s;
   }
-  std::vector<float> delta(result.model.data().begin(), result.model.data().end());
-  std::span<const float> g = global.data();
-  for (size_t i = 0; i < delta.size(); ++i) delta[i] -= g[i];
   // int8's stochastic rounding draws from a generator seeded per task from the OS (OpenSSL's
   // RAND_bytes): no two sites or rounds share their rounding noise.
   uint32_t seed_words[4] = {};
@@ -181,24 +178,55 @@ absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& res
   std::mt19937_64 rng(seq);
   const UpdateEncoding encoding =
       wanted == fl::v1::UpdateMetadata::FLOAT16 ? UpdateEncoding::kFloat16 : UpdateEncoding::kInt8;
-  absl::StatusOr<std::vector<std::byte>> payload = EncodeUpdate(encoding, delta, rng);
-  if (!payload.ok()) {
-    absl::Status s = absl::InvalidArgumentError(absl::StrCat("cannot encode the update in ",
-                                                             UpdateEncodingName(encoding), ": ",
-                                                             payload.status().message()));
-    Decline(task, s);
-    return s;
+  // The change is computed and encoded one codec chunk at a time as the chunks go out, so a
+  // site never holds a copy of the model for it. A first pass checks that all of it can be
+  // encoded, so that an update that cannot is declined before any byte is sent.
+  std::span<const float> w = result.model.data();
+  std::span<const float> g = global.data();
+  const int64_t n = static_cast<int64_t>(w.size());
+  const int64_t per = ValuesPerChunk(encoding);
+  std::vector<float> delta(static_cast<size_t>(std::min(per, n)));
+  auto change_from = [&](int64_t first) -> std::span<const float> {
+    const size_t count = static_cast<size_t>(std::min(per, n - first));
+    for (size_t i = 0; i < count; ++i) delta[i] = w[first + i] - g[first + i];
+    return {delta.data(), count};
+  };
+  for (int64_t first = 0; first < n; first += per) {
+    if (absl::Status why = CheckEncodable(encoding, change_from(first), first); !why.ok()) {
+      absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+          "cannot encode the update in ", UpdateEncodingName(encoding), ": ", why.message()));
+      Decline(task, s);
+      return s;
+    }
   }
   meta.set_encoding(wanted);
-  meta.set_payload_bytes(static_cast<int64_t>(payload->size()));
-  // Chunks of kMaxChunkBytes are exactly the codec's chunks (update_codec.h).
-  return SubmitPayload(meta, *payload);
+  meta.set_payload_bytes(EncodedBytes(encoding, n));
+  std::vector<std::byte> encoded(static_cast<size_t>(kMaxChunkBytes));
+  // A full codec chunk is kMaxChunkBytes of every encoding (update_codec.h), and each wire chunk
+  // is one codec chunk, so a chunk's offset gives its first parameter.
+  return SubmitChunks(meta, meta.payload_bytes(), [&](int64_t offset) {
+    std::span<const float> change = change_from(offset / kMaxChunkBytes * per);
+    std::span<std::byte> out(encoded.data(),
+                             static_cast<size_t>(EncodedChunkBytes(
+                                 encoding, static_cast<int64_t>(change.size()))));
+    EncodeChunk(encoding, change, rng, out);
+    return std::span<const std::byte>(out);
+  });
 }
 
 absl::Status Client::Impl::SubmitPayload(const fl::v1::UpdateMetadata& meta,
                                          std::span<const std::byte> payload) {
+  const int64_t size = static_cast<int64_t>(payload.size());
+  return SubmitChunks(meta, size, [&](int64_t offset) {
+    return payload.subspan(static_cast<size_t>(offset),
+                           static_cast<size_t>(std::min(kMaxChunkBytes, size - offset)));
+  });
+}
+
+absl::Status Client::Impl::SubmitChunks(const fl::v1::UpdateMetadata& meta, int64_t payload_bytes,
+                                        const ChunkSource& next_chunk) {
   static_assert(kMaxChunkBytes % 8 == 0, "chunks must hold whole words of every encoding");
-  Call call(this, internal::TransferTimeout(static_cast<int64_t>(payload.size())));
+  Call call(this, internal::TransferTimeout(payload_bytes));
   fl::v1::SubmitReply reply;
   std::unique_ptr<grpc::ClientWriter<fl::v1::UpdatePart>> writer =
       stub_->SubmitUpdate(&call.ctx, &reply);
@@ -206,16 +234,14 @@ absl::Status Client::Impl::SubmitPayload(const fl::v1::UpdateMetadata& meta,
   *part.mutable_metadata() = meta;
   bool ok = writer->Write(part);
   Sha256 sha;
-  if (ok) {
-    (void)ForEachChunk(
-        payload, kMaxChunkBytes, [&](int64_t offset, std::span<const std::byte> bytes) {
-          sha.Update(bytes);
-          fl::v1::UpdatePart c;
-          c.mutable_chunk()->set_offset(offset);
-          c.mutable_chunk()->set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-          ok = writer->Write(c);
-          return ok ? absl::OkStatus() : absl::CancelledError();
-        });
+  fl::v1::UpdatePart c;
+  for (int64_t offset = 0; ok && offset < payload_bytes;) {
+    std::span<const std::byte> bytes = next_chunk(offset);
+    sha.Update(bytes);
+    c.mutable_chunk()->set_offset(offset);
+    c.mutable_chunk()->set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+    ok = writer->Write(c);
+    offset += static_cast<int64_t>(bytes.size());
   }
   if (ok) {
     part.Clear();

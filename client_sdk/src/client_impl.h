@@ -124,6 +124,13 @@ class Client::Impl {
   // every word size), then the payload's SHA-256.
   absl::Status SubmitPayload(const fl::v1::UpdateMetadata& meta,
                              std::span<const std::byte> payload);
+  // The payload's chunk that starts at `offset` (1 to kMaxChunkBytes bytes, valid until the
+  // next call).
+  using ChunkSource = std::function<std::span<const std::byte>(int64_t offset)>;
+  // Streams `meta`, then the `payload_bytes` of payload as `next_chunk` produces them, then
+  // their SHA-256.
+  absl::Status SubmitChunks(const fl::v1::UpdateMetadata& meta, int64_t payload_bytes,
+                            const ChunkSource& next_chunk);
   // Tells the server this client will not do `task`, so the round stops waiting for it.
   void Decline(const fl::v1::Task& task, const absl::Status& why);
   // Sleeps `d` unless stopped; false when stopped.

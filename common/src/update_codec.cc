@@ -104,52 +104,70 @@ float HalfToFloat(uint16_t half) {
   return std::bit_cast<float>(sign | ((exp - 15 + 127) << 23) | (mant << 13));
 }
 
-absl::StatusOr<std::vector<std::byte>> EncodeUpdate(UpdateEncoding encoding,
-                                                    std::span<const float> values,
-                                                    std::mt19937_64& rng) {
+absl::Status CheckEncodable(UpdateEncoding encoding, std::span<const float> values,
+                            int64_t first_index) {
   const int64_t n = static_cast<int64_t>(values.size());
   for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(values[i])) return NotFinite(values[i], i);
+    if (!std::isfinite(values[i])) return NotFinite(values[i], first_index + i);
+    if (encoding == UpdateEncoding::kFloat16 &&
+        (FloatToHalf(values[i]) & 0x7c00u) == 0x7c00u) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("update value ", values[i], " at parameter ", first_index + i,
+                       " is not finite in float16 (|v| must stay below 65520)"));
+    }
   }
-  std::vector<std::byte> out(static_cast<size_t>(EncodedBytes(encoding, n)));
+  return absl::OkStatus();
+}
+
+void EncodeChunk(UpdateEncoding encoding, std::span<const float> values, std::mt19937_64& rng,
+                 std::span<std::byte> out) {
+  const int64_t n = static_cast<int64_t>(values.size());
   switch (encoding) {
     case UpdateEncoding::kFloat32:
-      if (n > 0) std::memcpy(out.data(), values.data(), out.size());
-      return out;
+      if (n > 0) std::memcpy(out.data(), values.data(), static_cast<size_t>(n) * sizeof(float));
+      return;
     case UpdateEncoding::kFloat16:
       for (int64_t i = 0; i < n; ++i) {
         const uint16_t h = FloatToHalf(values[i]);
-        if ((h & 0x7c00u) == 0x7c00u) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("update value ", values[i], " at parameter ", i,
-                           " is not finite in float16 (|v| must stay below 65520)"));
-        }
         std::memcpy(out.data() + 2 * i, &h, 2);
       }
-      return out;
+      return;
     case UpdateEncoding::kInt8:
       break;
   }
-  const int64_t per = ValuesPerChunk(encoding);
+  float max_abs = 0;
+  for (float x : values) max_abs = std::max(max_abs, std::fabs(x));
+  const float scale = max_abs / 127.0f;
   std::byte* dst = out.data();
-  for (int64_t first = 0; first < n; first += per) {
-    std::span<const float> v = values.subspan(first, std::min(per, n - first));
-    float max_abs = 0;
-    for (float x : v) max_abs = std::max(max_abs, std::fabs(x));
-    const float scale = max_abs / 127.0f;
-    std::memcpy(dst, &scale, kInt8ScaleBytes);
-    dst += kInt8ScaleBytes;
-    for (float x : v) {
-      int q = 0;
-      if (scale > 0) {
-        const double t = static_cast<double>(x) / scale;
-        const double lo = std::floor(t);
-        const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
-        q = static_cast<int>(lo) + (u < t - lo ? 1 : 0);
-        q = std::clamp(q, -127, 127);
-      }
-      *dst++ = static_cast<std::byte>(static_cast<int8_t>(q));
+  std::memcpy(dst, &scale, kInt8ScaleBytes);
+  dst += kInt8ScaleBytes;
+  for (float x : values) {
+    int q = 0;
+    if (scale > 0) {
+      const double t = static_cast<double>(x) / scale;
+      const double lo = std::floor(t);
+      const double u = static_cast<double>(rng() >> 11) * 0x1.0p-53;  // [0, 1)
+      q = static_cast<int>(lo) + (u < t - lo ? 1 : 0);
+      q = std::clamp(q, -127, 127);
     }
+    *dst++ = static_cast<std::byte>(static_cast<int8_t>(q));
+  }
+}
+
+absl::StatusOr<std::vector<std::byte>> EncodeUpdate(UpdateEncoding encoding,
+                                                    std::span<const float> values,
+                                                    std::mt19937_64& rng) {
+  if (absl::Status s = CheckEncodable(encoding, values, 0); !s.ok()) return s;
+  const int64_t n = static_cast<int64_t>(values.size());
+  std::vector<std::byte> out(static_cast<size_t>(EncodedBytes(encoding, n)));
+  const int64_t per = ValuesPerChunk(encoding);
+  std::span<std::byte> dst(out);
+  for (int64_t first = 0; first < n; first += per) {
+    const int64_t count = std::min(per, n - first);
+    const size_t bytes = static_cast<size_t>(EncodedChunkBytes(encoding, count));
+    EncodeChunk(encoding, values.subspan(static_cast<size_t>(first), static_cast<size_t>(count)),
+                rng, dst.first(bytes));
+    dst = dst.subspan(bytes);
   }
   return out;
 }

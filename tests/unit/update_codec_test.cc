@@ -170,6 +170,43 @@ TEST(UpdateCodecTest, Int8StochasticRoundingIsUnbiased) {
   EXPECT_GT(std::fabs(0.3 * 127 - std::round(0.3 * 127)) * s, 5 * 0.5 * s / std::sqrt(draws));
 }
 
+// A sender that encodes chunk by chunk (the SDK, so that it never holds the whole payload) sends
+// the same bytes as EncodeUpdate, and CheckEncodable names parameters from the chunk's first.
+TEST(UpdateCodecTest, ChunkByChunkEncodingEqualsTheWholePayload) {
+  for (UpdateEncoding e :
+       {UpdateEncoding::kFloat32, UpdateEncoding::kFloat16, UpdateEncoding::kInt8}) {
+    SCOPED_TRACE(UpdateEncodingName(e));
+    const int64_t per = ValuesPerChunk(e);
+    const std::vector<float> v = Normal(static_cast<size_t>(2 * per + 1234), 0.3f, 7);
+    const int64_t n = static_cast<int64_t>(v.size());
+    std::mt19937_64 whole_rng(99);
+    absl::StatusOr<std::vector<std::byte>> whole = EncodeUpdate(e, v, whole_rng);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    std::mt19937_64 rng(99);
+    std::vector<std::byte> streamed;
+    std::vector<std::byte> chunk(static_cast<size_t>(kMaxChunkBytes));
+    for (int64_t first = 0; first < n; first += per) {
+      std::span<const float> values =
+          std::span<const float>(v).subspan(first, std::min(per, n - first));
+      ASSERT_TRUE(CheckEncodable(e, values, first).ok());
+      std::span<std::byte> out(chunk.data(), EncodedChunkBytes(e, values.size()));
+      EncodeChunk(e, values, rng, out);
+      streamed.insert(streamed.end(), out.begin(), out.end());
+    }
+    EXPECT_EQ(streamed, *whole);
+  }
+  std::vector<float> bad(100, 0.5f);
+  bad[17] = 70000.0f;
+  absl::Status s = CheckEncodable(UpdateEncoding::kFloat16, bad, 1000000);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("at parameter 1000017"), absl::string_view::npos) << s;
+  EXPECT_TRUE(CheckEncodable(UpdateEncoding::kInt8, bad, 0).ok());
+  bad[3] = std::numeric_limits<float>::quiet_NaN();
+  s = CheckEncodable(UpdateEncoding::kInt8, bad, 10);
+  EXPECT_NE(s.message().find("non-finite value (nan) at parameter 13"), absl::string_view::npos)
+      << s;
+}
+
 TEST(UpdateCodecTest, Int8AllZeroChunkHasZeroScale) {
   std::vector<float> v(10, 0.f);
   std::mt19937_64 rng(9);

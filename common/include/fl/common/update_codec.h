@@ -48,9 +48,19 @@ int64_t EncodedBytes(UpdateEncoding encoding, int64_t num_values);
 uint16_t FloatToHalf(float value);
 float HalfToFloat(uint16_t half);
 
-// Encodes `values` (the change, for float16 and int8; the weights, for float32) as one payload.
-// `rng` drives int8's stochastic rounding only. INVALID_ARGUMENT naming the first parameter that
-// is not finite, or (float16) not finite once in half precision.
+// Whether every value can be encoded: INVALID_ARGUMENT naming the first parameter (counting from
+// `first_index`) that is not finite, or (float16) not finite once in half precision.
+absl::Status CheckEncodable(UpdateEncoding encoding, std::span<const float> values,
+                            int64_t first_index);
+
+// Encodes one codec chunk: `values` (at most ValuesPerChunk, checked by CheckEncodable) into
+// `out`, of EncodedChunkBytes(encoding, values.size()) bytes. `rng` drives int8's stochastic
+// rounding only. A sender that encodes chunk by chunk as it sends never holds the whole payload.
+void EncodeChunk(UpdateEncoding encoding, std::span<const float> values, std::mt19937_64& rng,
+                 std::span<std::byte> out);
+
+// Encodes `values` (the change, for float16 and int8; the weights, for float32) as one payload:
+// CheckEncodable, then EncodeChunk for each codec chunk.
 absl::StatusOr<std::vector<std::byte>> EncodeUpdate(UpdateEncoding encoding,
                                                     std::span<const float> values,
                                                     std::mt19937_64& rng);
