@@ -6,6 +6,10 @@
 // model) in a round: the sum lives in its own mapping (PageBuffer), and TakeModel builds the next
 // global model stripe by stripe while handing each stripe of the sum back to the system, so the
 // result and the sum are never resident in full at once.
+//
+// A fresh sum would take one page fault per 4 KiB on its first write, inside the fold of the
+// first update (measured: 80 % of the fold's time for a 1 GiB model); a thread faults it in while
+// the round's sites download and train, so folds run at memory speed.
 #ifndef FL_AGGREGATION_INTERNAL_STRIPED_SUM_H_
 #define FL_AGGREGATION_INTERNAL_STRIPED_SUM_H_
 
@@ -14,6 +18,7 @@
 #include <cstdint>
 #include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -33,7 +38,14 @@ class StripedSum {
       : spec_(std::move(spec)),
         size_(spec_.NumFloats()),
         sum_(static_cast<size_t>(size_) * sizeof(double)),
-        stripes_(static_cast<size_t>((size_ + kStripeFloats - 1) / kStripeFloats)) {}
+        stripes_(static_cast<size_t>((size_ + kStripeFloats - 1) / kStripeFloats)) {
+    if (sum_.size() >= kPopulateInBackgroundBytes) {
+      populate_ = std::thread([this] { sum_.Populate(); });
+    }
+  }
+  ~StripedSum() { JoinPopulate(); }
+  StripedSum(const StripedSum&) = delete;
+  StripedSum& operator=(const StripedSum&) = delete;
 
   // sum[offset + i] += weight * values[i], holding each stripe's lock in turn. Thread-safe; the
   // range must lie inside the sum, and TakeModel must not have been called.
@@ -62,6 +74,7 @@ class StripedSum {
   absl::StatusOr<Model> TakeModel(const char* what, F&& f) {
     if (taken_) return absl::FailedPreconditionError(absl::StrCat(what, ": the sum was spent"));
     taken_ = true;
+    JoinPopulate();  // else it could fault released stripes back in
     Model out(spec_);
     std::span<float> data = out.data();
     const double* sum = sums();
@@ -83,6 +96,12 @@ class StripedSum {
   }
 
  private:
+  // Smaller sums fault in quickly enough on their own.
+  static constexpr size_t kPopulateInBackgroundBytes = size_t{64} << 20;
+
+  void JoinPopulate() {
+    if (populate_.joinable()) populate_.join();
+  }
   double* sums() const { return static_cast<double*>(sum_.data()); }
 
   const ModelSpec spec_;
@@ -90,6 +109,7 @@ class StripedSum {
   PageBuffer sum_;
   std::vector<std::mutex> stripes_;
   bool taken_ = false;
+  std::thread populate_;  // declared last: started once the members it uses exist
 };
 
 }  // namespace fl::aggregation::internal

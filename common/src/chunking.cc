@@ -1,5 +1,6 @@
 #include "fl/common/chunking.h"
 
+#include <bit>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -48,7 +49,21 @@ absl::Status ChunkAssembler::Finish(std::string_view expected_sha_hex) {
 }
 
 absl::Status CheckFinite(std::span<const float> values, int64_t first_index) {
-  for (size_t i = 0; i < values.size(); ++i) {
+  // A float is not finite when its exponent bits are all ones. Blocks of 64 are tested with one
+  // branch (the loop vectorises), so a clean chunk costs a fraction of a per-value isfinite; a
+  // block that fails is searched again value by value for the index to report.
+  constexpr uint32_t kExponent = 0x7f800000u;
+  constexpr size_t kBlock = 64;
+  size_t i = 0;
+  for (; i + kBlock <= values.size(); i += kBlock) {
+    uint32_t bad = 0;
+    for (size_t j = 0; j < kBlock; ++j) {
+      bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(values[i + j]) & kExponent) ==
+                                   kExponent);
+    }
+    if (bad != 0) break;
+  }
+  for (; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
       return absl::InvalidArgumentError(
           absl::StrCat("update holds a non-finite value (", std::isnan(values[i]) ? "nan" : "inf",

@@ -57,6 +57,18 @@ void PageBuffer::Release(size_t offset, size_t length) {
   madvise(static_cast<char*>(data_) + first, last - first, MADV_DONTNEED);
 }
 
+void PageBuffer::Populate() {
+  if (data_ == nullptr) return;
+  const size_t mapped = MappedBytes(size_);
+  if (madvise(data_, mapped, MADV_POPULATE_WRITE) == 0) return;
+  // Linux before 5.14: fault each page in by hand. An atomic read-modify-write that adds zero
+  // leaves a byte that another thread is writing intact.
+  auto* bytes = static_cast<char*>(data_);
+  for (size_t off = 0; off < mapped; off += PageSize()) {
+    __atomic_fetch_add(bytes + off, 0, __ATOMIC_RELAXED);
+  }
+}
+
 void* PageBuffer::Detach() {
   size_ = 0;
   return std::exchange(data_, nullptr);

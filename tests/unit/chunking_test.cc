@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "fl/common/crypto.h"
 #include "fl/common/model.h"
 #include "gmock/gmock.h"
@@ -217,6 +218,24 @@ TEST(ChunkingTest, CheckFiniteFindsInfinity) {
   s = CheckFinite(values, 5);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(s.message()), HasSubstr("(inf) at parameter 5"));
+}
+
+// Long chunks are checked in blocks: the first bad value is found whether it sits in a block or
+// in the tail after the last whole block, and values at the edge of finite pass.
+TEST(ChunkingTest, CheckFiniteFindsTheFirstBadValueInALongChunk) {
+  std::vector<float> values(1000, std::numeric_limits<float>::max());
+  EXPECT_TRUE(CheckFinite(values, 0).ok());
+  for (size_t bad : {size_t{0}, size_t{63}, size_t{64}, size_t{130}, size_t{959}, size_t{960},
+                     size_t{999}}) {
+    SCOPED_TRACE(bad);
+    std::vector<float> v = values;
+    v[bad] = -std::numeric_limits<float>::infinity();
+    if (bad + 1 < v.size()) v[bad + 1] = std::numeric_limits<float>::quiet_NaN();
+    absl::Status s = CheckFinite(v, 100);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr(absl::StrCat("(inf) at parameter ", 100 + bad)));
+  }
 }
 
 }  // namespace

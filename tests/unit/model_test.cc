@@ -341,6 +341,20 @@ TEST(PageBufferTest, PagesCostMemoryOnlyOnceWrittenAndReleasedOnesReadZero) {
   EXPECT_EQ(static_cast<const unsigned char*>(moved.data())[0], 0x5a);
 }
 
+TEST(PageBufferTest, PopulateMakesEveryPageResidentAndKeepsTheBytes) {
+  constexpr size_t kBytes = size_t{32} << 20;
+  PageBuffer buf(kBytes);
+  auto* bytes = static_cast<unsigned char*>(buf.data());
+  bytes[0] = 7;
+  bytes[kBytes - 1] = 9;
+  const double before = RssAnonMiB();
+  buf.Populate();
+  EXPECT_GT(RssAnonMiB() - before, 28);
+  EXPECT_EQ(bytes[0], 7);
+  EXPECT_EQ(bytes[kBytes - 1], 9);
+  EXPECT_EQ(bytes[kBytes / 2], 0);
+}
+
 TEST(ModelTest, ALargeModelIsZeroAndResidentOnlyAsItIsWritten) {
   const ModelSpec spec({{"w", {16 << 20}}});  // 64 MiB
   const double before = RssAnonMiB();
