@@ -1,11 +1,14 @@
 #include "server/service/federation_service.h"
 
 #include <algorithm>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "fl/common/crypto.h"
 #include "fl/common/proto_serde.h"
 #include "grpcpp/grpcpp.h"
+#include "server/service/model_chunks.h"
 #include "server/service/secagg_serde.h"
 
 namespace fl::server {
@@ -13,7 +16,52 @@ namespace {
 
 constexpr char kClientNameHeader[] = "fl-client-name";
 
-class FederationService final : public fl::v1::Federation::Service {
+// One DownloadModel call: writes the chunks of a shared set one at a time (the next only when
+// the previous write is done, so gRPC's flow control holds at most one chunk per client), or
+// finishes at once with a refusal. gRPC hands the reactor back in OnDone, where it is destroyed.
+class ModelDownload final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  static ModelDownload* Refuse(grpc::Status status) {
+    auto download = std::make_unique<ModelDownload>(nullptr);
+    download->Finish(std::move(status));
+    return download.release();
+  }
+  static ModelDownload* Stream(std::shared_ptr<const ModelChunks> chunks) {
+    auto download = std::make_unique<ModelDownload>(std::move(chunks));
+    download->WriteNext();
+    return download.release();
+  }
+
+  explicit ModelDownload(std::shared_ptr<const ModelChunks> chunks) : chunks_(std::move(chunks)) {}
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away during the download"));
+      return;
+    }
+    ++next_;
+    WriteNext();
+  }
+
+  void OnDone() override { std::unique_ptr<ModelDownload> self(this); }
+
+ private:
+  void WriteNext() {
+    const std::vector<grpc::ByteBuffer>& chunks = chunks_->chunks();
+    if (next_ == chunks.size()) {
+      Finish(grpc::Status::OK);
+      return;
+    }
+    // The set outlives the write (this reactor holds it); gRPC only references the slices.
+    StartWrite(&chunks[next_]);
+  }
+
+  const std::shared_ptr<const ModelChunks> chunks_;
+  size_t next_ = 0;
+};
+
+class FederationService final
+    : public fl::v1::Federation::WithRawCallbackMethod_DownloadModel<fl::v1::Federation::Service> {
  public:
   FederationService(ServiceOptions options, RoundEngine* engine, Store* store)
       : options_(std::move(options)), engine_(engine), store_(store) {}
@@ -101,31 +149,32 @@ class FederationService final : public fl::v1::Federation::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status DownloadModel(grpc::ServerContext* ctx, const fl::v1::DownloadRequest* req,
-                             grpc::ServerWriter<fl::v1::ModelChunk>* writer) override {
+  // The global model of the task's round, streamed from the chunk set shared by every download
+  // of that model (model_chunks.h): no per-client copy of the payload. A raw callback method, so
+  // that the pre-serialized chunks go out as they are; the client's typed reader is unchanged.
+  // Identify (a store lookup) and ModelForTask (the engine's lock) run on gRPC's callback thread,
+  // as they ran on a sync thread before; both are short.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* DownloadModel(
+      grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) override {
+    fl::v1::DownloadRequest req;
+    grpc::ByteBuffer body(*request);  // Deserialize consumes its buffer; this copy only refs it
+    if (grpc::Status parsed =
+            grpc::SerializationTraits<fl::v1::DownloadRequest>::Deserialize(&body, &req);
+        !parsed.ok()) {
+      return ModelDownload::Refuse(std::move(parsed));
+    }
     absl::StatusOr<std::string> id = Identify(ctx);
-    if (!id.ok()) return ToGrpcStatus(id.status());
+    if (!id.ok()) return ModelDownload::Refuse(ToGrpcStatus(id.status()));
     absl::StatusOr<GlobalModel> global =
-        engine_->ModelForTask(*id, req->run_id(), req->round(), req->task_id());
+        engine_->ModelForTask(*id, req.run_id(), req.round(), req.task_id());
+    if (global.ok() && global->model == nullptr) {
+      global = absl::InternalError("the engine has no global model for this task");
+    }
     if (!global.ok()) {
       engine_->AuditRefusal(*id, "download_refused", global.status());
-      return ToGrpcStatus(global.status());
+      return ModelDownload::Refuse(ToGrpcStatus(global.status()));
     }
-    std::span<const std::byte> payload = global->model->bytes();
-    fl::v1::ModelChunk chunk;
-    for (int64_t offset = 0; offset < static_cast<int64_t>(payload.size());
-         offset += kMaxChunkBytes) {
-      const int64_t n =
-          std::min<int64_t>(kMaxChunkBytes, static_cast<int64_t>(payload.size()) - offset);
-      chunk.set_offset(offset);
-      chunk.set_data(reinterpret_cast<const char*>(payload.data()) + offset,
-                     static_cast<size_t>(n));
-      if (offset + n == static_cast<int64_t>(payload.size())) chunk.set_sha256(global->sha256);
-      if (!writer->Write(chunk)) {
-        return grpc::Status(grpc::StatusCode::CANCELLED, "client went away during the download");
-      }
-    }
-    return grpc::Status::OK;
+    return ModelDownload::Stream(chunk_cache_.Get(global->model, global->sha256));
   }
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const fl::v1::HeartbeatRequest* req,
@@ -266,7 +315,7 @@ class FederationService final : public fl::v1::Federation::Service {
  private:
   // The caller's identity: the fingerprint of its verified, enrolled certificate (or, in
   // plaintext mode, the name it sends). Refusals are audited here.
-  absl::StatusOr<std::string> Identify(grpc::ServerContext* ctx) {
+  absl::StatusOr<std::string> Identify(grpc::ServerContextBase* ctx) {
     if (options_.insecure_plaintext) {
       auto it = ctx->client_metadata().find(kClientNameHeader);
       if (it == ctx->client_metadata().end() || it->second.empty()) {
@@ -310,6 +359,7 @@ class FederationService final : public fl::v1::Federation::Service {
   const ServiceOptions options_;
   RoundEngine* engine_;
   Store* store_;
+  ModelChunkCache chunk_cache_;
 };
 
 }  // namespace

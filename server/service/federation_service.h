@@ -1,5 +1,7 @@
 // The gRPC face of the round engine: a thin, final service that identifies the caller, translates
 // protobuf to domain types, calls the engine and maps its Status onto the gRPC status one to one.
+// Every method is synchronous except DownloadModel, a raw callback method that streams the
+// global model from pre-serialized chunks shared by all clients (model_chunks.h).
 #ifndef FL_SERVER_SERVICE_FEDERATION_SERVICE_H_
 #define FL_SERVER_SERVICE_FEDERATION_SERVICE_H_
 
