@@ -44,30 +44,10 @@
 
 namespace {
 
-[[noreturn]] void Die(const std::string& what) {
-  std::fprintf(stderr, "%s\n", what.c_str());
-  std::exit(1);
-}
-template <typename T>
-T Check(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().ToString()));
-  return *std::move(v);
-}
-
-// A "Vm...:   1234 kB" field of /proc/self/status, in MiB; -1 when absent.
-double ProcStatusMiB(const char* field) {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  const std::string key = absl::StrCat(field, ":");
-  while (std::getline(in, line)) {
-    if (line.rfind(key, 0) != 0) continue;
-    std::istringstream is(line.substr(key.size()));
-    double kb = 0;
-    is >> kb;
-    return kb / 1024.0;
-  }
-  return -1;
-}
+using fl::bench::Check;
+using fl::bench::Die;
+using fl::bench::ProcStatusMiB;
+using fl::bench::SpecOfMiB;
 
 // MemAvailable of the machine, in MiB.
 double MemAvailableMiB() {
@@ -107,10 +87,6 @@ Child ForkWithPipe(bool parent_writes, Body body) {
   return Child{pid, parent_end};
 }
 
-fl::ModelSpec SpecOf(int64_t model_mib) {
-  return fl::ModelSpec({{"w", {model_mib * (int64_t{1} << 18)}}});  // 2^18 floats per MiB
-}
-
 // A client process: waits for the server's port on `port_fd`, runs to DONE, exits 0 on OK.
 [[noreturn]] void ClientProcess(int port_fd, const fl::ProvisionedFiles& pki, int index,
                                 int64_t model_mib) {
@@ -119,7 +95,7 @@ fl::ModelSpec SpecOf(int64_t model_mib) {
     _exit(3);  // the server process failed before it could start the server
   }
   close(port_fd);
-  fl::bench::PerturbTrainer trainer(SpecOf(model_mib), static_cast<uint64_t>(index) + 1, 100);
+  fl::bench::PerturbTrainer trainer(SpecOfMiB(model_mib), static_cast<uint64_t>(index) + 1, 100);
   fl::client::ClientOptions co;
   co.server_address = absl::StrCat("127.0.0.1:", port);
   co.ca_cert_path = pki.ca_cert;
@@ -193,7 +169,7 @@ struct Figures {
   };
   // A global model of nonzero weights, as a real one is: an all-zero model would never become
   // resident (its pages are mapped zero pages until written) and would flatter the figures.
-  fl::Model initial(SpecOf(model_mib));
+  fl::Model initial(SpecOfMiB(model_mib));
   std::span<float> w = initial.data();
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 1024) * 1e-3f - 0.5f;
   std::unique_ptr<fl::server::Server> server =
