@@ -4,10 +4,14 @@
 #ifndef FL_BENCH_BENCH_FEDERATION_H_
 #define FL_BENCH_BENCH_FEDERATION_H_
 
+#include <sys/types.h>
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -15,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "fl/client/client.h"
 #include "fl/client/trainer.h"
 #include "fl/common/model.h"
 #include "fl/common/provision.h"
@@ -32,6 +37,31 @@ template <typename T>
 T Check(absl::StatusOr<T> v, const char* what) {
   if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().ToString()));
   return *std::move(v);
+}
+
+// A child process joined to this one by a pipe: the parent keeps `parent_fd` (the write end when
+// `parent_writes`, else the read end); the child runs `body` with the other end and never
+// returns from it. Fork before creating any gRPC object or thread.
+struct Child {
+  pid_t pid = -1;
+  int parent_fd = -1;
+};
+template <typename Body>
+Child ForkWithPipe(bool parent_writes, Body body) {
+  int p[2];
+  if (pipe(p) != 0) Die("pipe");
+  const int parent_end = parent_writes ? p[1] : p[0];
+  const int child_end = parent_writes ? p[0] : p[1];
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) Die("fork");
+  if (pid == 0) {
+    close(parent_end);
+    body(child_end);
+    std::_Exit(1);  // `body` does not return
+  }
+  close(child_end);
+  return Child{pid, parent_end};
 }
 
 // A model of one float32 tensor of `model_mib` MiB.
@@ -94,6 +124,42 @@ inline server::ServerOptions TlsServerOptions(const ProvisionedFiles& pki, const
   so.enroll_cert_paths = pki.client_certs;
   so.engine.num_rounds = 1;
   return so;
+}
+
+// Client `index`'s options for the server at `address` over mutual TLS with `pki`.
+inline client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index,
+                                              const std::string& address) {
+  client::ClientOptions co;
+  co.server_address = address;
+  co.ca_cert_path = pki.ca_cert;
+  co.cert_path = pki.client_certs[index];
+  co.key_path = pki.client_keys[index];
+  co.server_name_override = "localhost";
+  return co;
+}
+
+// In a forked client process: runs an SDK client with `options` and `trainer` to DONE, then
+// exits 0 (1 on any error, printed with the client's `index`).
+[[noreturn]] inline void RunClientAndExit(const client::ClientOptions& options,
+                                          client::Trainer* trainer, int index) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Create(options, trainer);
+  if (!c.ok()) {
+    std::fprintf(stderr, "client %d: %s\n", index, c.status().ToString().c_str());
+    _exit(1);
+  }
+  const absl::Status done = (*c)->Run();
+  if (!done.ok()) std::fprintf(stderr, "client %d: %s\n", index, done.ToString().c_str());
+  c->reset();
+  _exit(done.ok() ? 0 : 1);
+}
+
+// A CA, a server certificate and `clients` client certificates ("site-0", ...) under
+// `work_dir`/certs.
+inline ProvisionedFiles ProvisionSites(const std::string& work_dir, int clients) {
+  ProvisionOptions po;
+  po.out_dir = work_dir + "/certs";
+  for (int i = 0; i < clients; ++i) po.client_names.push_back(absl::StrCat("site-", i));
+  return Check(ProvisionFederation(po), "provision");
 }
 
 }  // namespace fl::bench

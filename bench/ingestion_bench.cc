@@ -190,12 +190,8 @@ class UploadTrainer final : public fl::client::Trainer {
   const int port = ReadPort(port_fd);
   Mark mark;
   UploadTrainer trainer(SpecOfMiB(model_mib), mark_fd, &mark);
-  fl::client::ClientOptions co;
-  co.server_address = absl::StrCat("127.0.0.1:", port);
-  co.ca_cert_path = pki.ca_cert;
-  co.cert_path = pki.client_certs[0];
-  co.key_path = pki.client_keys[0];
-  co.server_name_override = "localhost";
+  fl::client::ClientOptions co =
+      fl::bench::TlsClientOptions(pki, 0, absl::StrCat("127.0.0.1:", port));
   co.poll_wait = absl::Seconds(2);
   absl::Status status;
   absl::StatusOr<std::unique_ptr<fl::client::Client>> client =

@@ -130,12 +130,7 @@ RunFigures RunOnce(const fl::ProvisionedFiles& pki, const std::string& dir, int 
   for (int i = 0; i < clients; ++i) {
     trainers.push_back(
         std::make_unique<fl::bench::PerturbTrainer>(spec, seed * 1000 + i, 100 + 7 * i));
-    fl::client::ClientOptions co;
-    co.server_address = address;
-    co.ca_cert_path = pki.ca_cert;
-    co.cert_path = pki.client_certs[i];
-    co.key_path = pki.client_keys[i];
-    co.server_name_override = "localhost";
+    fl::client::ClientOptions co = fl::bench::TlsClientOptions(pki, i, address);
     co.poll_wait = absl::Seconds(2);
     co.heartbeat_interval = absl::Seconds(1);
     sdk.push_back(Check(fl::client::Client::Create(co, trainers.back().get()), "client"));
@@ -243,10 +238,7 @@ int main(int argc, char** argv) {
   if (!std::getenv("FL_LOG_LEVEL")) fl::SetLogLevel(fl::LogLevel::kError);
 
   std::filesystem::remove_all(work_dir);
-  fl::ProvisionOptions po;
-  po.out_dir = work_dir + "/certs";
-  for (int i = 0; i < clients; ++i) po.client_names.push_back(absl::StrCat("site-", i));
-  const fl::ProvisionedFiles pki = Check(fl::ProvisionFederation(po), "provision");
+  const fl::ProvisionedFiles pki = fl::bench::ProvisionSites(work_dir, clients);
 
   std::printf("Workload: %d clients over mutual TLS on loopback, %zu float32 parameters, one "
               "round each; secure round: %.0f %% of the clients drop after sharing their keys\n",

@@ -45,7 +45,9 @@
 namespace {
 
 using fl::bench::Check;
+using fl::bench::Child;
 using fl::bench::Die;
+using fl::bench::ForkWithPipe;
 using fl::bench::ProcStatusMiB;
 using fl::bench::SpecOfMiB;
 
@@ -62,31 +64,6 @@ double MemAvailableMiB() {
   return 0;
 }
 
-// A child process joined to this one by a pipe: the parent keeps `parent_fd` (the write end when
-// `parent_writes`, else the read end), the child runs `body` with the other end and never
-// returns from it.
-struct Child {
-  pid_t pid = -1;
-  int parent_fd = -1;
-};
-template <typename Body>
-Child ForkWithPipe(bool parent_writes, Body body) {
-  int p[2];
-  if (pipe(p) != 0) Die("pipe");
-  const int parent_end = parent_writes ? p[1] : p[0];
-  const int child_end = parent_writes ? p[0] : p[1];
-  std::fflush(nullptr);
-  const pid_t pid = fork();
-  if (pid < 0) Die("fork");
-  if (pid == 0) {
-    close(parent_end);
-    body(child_end);
-    std::_Exit(1);  // `body` does not return
-  }
-  close(child_end);
-  return Child{pid, parent_end};
-}
-
 // A client process: waits for the server's port on `port_fd`, runs to DONE, exits 0 on OK.
 [[noreturn]] void ClientProcess(int port_fd, const fl::ProvisionedFiles& pki, int index,
                                 int64_t model_mib) {
@@ -96,24 +73,11 @@ Child ForkWithPipe(bool parent_writes, Body body) {
   }
   close(port_fd);
   fl::bench::PerturbTrainer trainer(SpecOfMiB(model_mib), static_cast<uint64_t>(index) + 1, 100);
-  fl::client::ClientOptions co;
-  co.server_address = absl::StrCat("127.0.0.1:", port);
-  co.ca_cert_path = pki.ca_cert;
-  co.cert_path = pki.client_certs[static_cast<size_t>(index)];
-  co.key_path = pki.client_keys[static_cast<size_t>(index)];
-  co.server_name_override = "localhost";
+  fl::client::ClientOptions co = fl::bench::TlsClientOptions(
+      pki, static_cast<size_t>(index), absl::StrCat("127.0.0.1:", port));
   co.poll_wait = absl::Seconds(2);
   co.heartbeat_interval = absl::Seconds(1);
-  absl::StatusOr<std::unique_ptr<fl::client::Client>> client =
-      fl::client::Client::Create(co, &trainer);
-  if (!client.ok()) {
-    std::fprintf(stderr, "client %d: %s\n", index, client.status().ToString().c_str());
-    _exit(1);
-  }
-  const absl::Status done = (*client)->Run();
-  if (!done.ok()) std::fprintf(stderr, "client %d: %s\n", index, done.ToString().c_str());
-  client->reset();
-  _exit(done.ok() ? 0 : 1);
+  fl::bench::RunClientAndExit(co, &trainer, index);
 }
 
 // What a server process sends back through its pipe.
@@ -237,10 +201,7 @@ int main(int argc, char** argv) {
   int max_clients = 0;
   for (int n : list) max_clients = std::max(max_clients, n);
   std::filesystem::remove_all(work_dir);
-  fl::ProvisionOptions po;
-  po.out_dir = work_dir + "/certs";
-  for (int i = 0; i < max_clients; ++i) po.client_names.push_back(absl::StrCat("site-", i));
-  const fl::ProvisionedFiles pki = Check(fl::ProvisionFederation(po), "provision");
+  const fl::ProvisionedFiles pki = fl::bench::ProvisionSites(work_dir, max_clients);
 
   const double goal = 3 * model + 256;
   std::printf("Workload: for each N in {%s}, a fresh server (own process, mutual TLS on loopback) "
