@@ -269,5 +269,30 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   }
 }
 
+// The server trusts a certificate it verified for a while (verifying on every call was most of
+// its CPU in short rounds), but looks enrollment up on every call: a site revoked between two
+// calls is refused at the second, with the reason.
+TEST(BadInputTest, ASiteRevokedBetweenTwoCallsIsRefusedAtTheSecond) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "raw"});
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
+  o.engine.min_clients = 2;
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(o, Model(client::SoftmaxRegressionSpec(784, 10)));
+  ASSERT_TRUE(server.ok()) << server.status();
+  RawClient raw(pki, 1, (*server)->port());
+  EXPECT_GT(raw.Join().run_id(), 0);
+  const std::string fp = *CertificateFingerprint(*ReadFile(pki.client_certs[1]));
+  ASSERT_TRUE((*server)->store().RevokeClient(fp, 1).ok());
+  grpc::ClientContext ctx;
+  v1::JoinRequest req;
+  req.set_client_name("raw");
+  v1::JoinReply reply;
+  grpc::Status s = raw.stub().Join(&ctx, req, &reply);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("(CN=raw) is not enrolled"), std::string::npos)
+      << s.error_message();
+}
+
 }  // namespace
 }  // namespace fl::testing
