@@ -14,10 +14,13 @@
 #define FL_AGGREGATION_INTERNAL_STRIPED_SUM_H_
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <mutex>
 #include <span>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -40,7 +43,11 @@ class StripedSum {
         sum_(static_cast<size_t>(size_) * sizeof(double)),
         stripes_(static_cast<size_t>((size_ + kStripeFloats - 1) / kStripeFloats)) {
     if (sum_.size() >= kPopulateInBackgroundBytes) {
-      populate_ = std::thread([this] { sum_.Populate(); });
+      try {
+        populate_ = std::thread([this] { PopulateUntilStopped(); });
+      } catch (const std::system_error&) {
+        // No thread to be had: the folds fault the sum in themselves, as they always could.
+      }
     }
   }
   ~StripedSum() { JoinPopulate(); }
@@ -74,20 +81,21 @@ class StripedSum {
   absl::StatusOr<Model> TakeModel(const char* what, F&& f) {
     if (taken_) return absl::FailedPreconditionError(absl::StrCat(what, ": the sum was spent"));
     taken_ = true;
-    JoinPopulate();  // else it could fault released stripes back in
+    JoinPopulate();  // stopped: it must not fault released stripes back in
     Model out(spec_);
     std::span<float> data = out.data();
     const double* sum = sums();
     for (int64_t begin = 0; begin < size_; begin += kStripeFloats) {
       const int64_t stop = std::min(size_, begin + kStripeFloats);
       for (int64_t i = begin; i < stop; ++i) {
-        const float v = static_cast<float>(f(i, sum[i]));
-        if (!std::isfinite(v)) {
+        const double d = f(i, sum[i]);
+        // Checked as a double: casting one beyond float's range to float is undefined.
+        if (!(std::fabs(d) <= static_cast<double>(std::numeric_limits<float>::max()))) {
           return absl::FailedPreconditionError(
               absl::StrCat(what, " is not finite at parameter ", i,
                            " (the updates' weights or values are too large)"));
         }
-        data[static_cast<size_t>(i)] = v;
+        data[static_cast<size_t>(i)] = static_cast<float>(d);
       }
       sum_.Release(static_cast<size_t>(begin) * sizeof(double),
                    static_cast<size_t>(stop - begin) * sizeof(double));
@@ -98,8 +106,17 @@ class StripedSum {
  private:
   // Smaller sums fault in quickly enough on their own.
   static constexpr size_t kPopulateInBackgroundBytes = size_t{64} << 20;
+  static constexpr size_t kPopulateSlice = size_t{64} << 20;
 
+  // Faults the sum in, a slice at a time, until done or told to stop (a round aborted early
+  // must not wait for gigabytes it will never use).
+  void PopulateUntilStopped() {
+    for (size_t off = 0; off < sum_.size() && !stop_populating_.load(); off += kPopulateSlice) {
+      sum_.Populate(off, kPopulateSlice);
+    }
+  }
   void JoinPopulate() {
+    stop_populating_ = true;
     if (populate_.joinable()) populate_.join();
   }
   double* sums() const { return static_cast<double*>(sum_.data()); }
@@ -109,6 +126,7 @@ class StripedSum {
   PageBuffer sum_;
   std::vector<std::mutex> stripes_;
   bool taken_ = false;
+  std::atomic<bool> stop_populating_{false};
   std::thread populate_;  // declared last: started once the members it uses exist
 };
 

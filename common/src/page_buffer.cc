@@ -3,8 +3,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <new>
 #include <utility>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; glibc before 2.35 lacks the name
+#endif
 
 namespace fl {
 namespace {
@@ -57,16 +62,15 @@ void PageBuffer::Release(size_t offset, size_t length) {
   madvise(static_cast<char*>(data_) + first, last - first, MADV_DONTNEED);
 }
 
-void PageBuffer::Populate() {
-  if (data_ == nullptr) return;
-  const size_t mapped = MappedBytes(size_);
-  if (madvise(data_, mapped, MADV_POPULATE_WRITE) == 0) return;
-  // Linux before 5.14: fault each page in by hand. An atomic read-modify-write that adds zero
-  // leaves a byte that another thread is writing intact.
-  auto* bytes = static_cast<char*>(data_);
-  for (size_t off = 0; off < mapped; off += PageSize()) {
-    __atomic_fetch_add(bytes + off, 0, __ATOMIC_RELAXED);
-  }
+void PageBuffer::Populate(size_t offset, size_t length) {
+  if (data_ == nullptr || offset >= size_) return;
+  const size_t page = PageSize();
+  const size_t first = offset / page * page;
+  const size_t end = length > size_ - offset ? size_ : offset + length;
+  const size_t last = std::min(MappedBytes(size_), (end + page - 1) / page * page);
+  // On kernels before 5.14 (EINVAL) the pages are simply faulted in by their first write, as
+  // without this call; touching them here instead would race with those writes.
+  (void)madvise(static_cast<char*>(data_) + first, last - first, MADV_POPULATE_WRITE);
 }
 
 void* PageBuffer::Detach() {

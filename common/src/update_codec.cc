@@ -122,6 +122,7 @@ absl::Status CheckEncodable(UpdateEncoding encoding, std::span<const float> valu
 void EncodeChunk(UpdateEncoding encoding, std::span<const float> values, std::mt19937_64& rng,
                  std::span<std::byte> out) {
   const int64_t n = static_cast<int64_t>(values.size());
+  if (n == 0 || static_cast<int64_t>(out.size()) < EncodedChunkBytes(encoding, n)) return;
   switch (encoding) {
     case UpdateEncoding::kFloat32:
       if (n > 0) std::memcpy(out.data(), values.data(), static_cast<size_t>(n) * sizeof(float));

@@ -392,6 +392,13 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
                                   std::vector<ParticipationRecord> participations,
                                   RoundSummary summary, absl::StatusOr<Model> next,
                                   absl::Time now) {
+  // The attempt is over and every upload in it was cut off at the close, so nothing reads its
+  // models again; but an upload call that is still returning holds this RoundState, and the next
+  // round may start at once. Drop the model-sized parts now, or the previous global model (and,
+  // after a failed attempt, its sum) would sit beside the next round's: 4x the model, not 3x.
+  round->aggregator.reset();
+  round->global.reset();
+  round->dp_global.reset();
   summary.run_id = run_.run_id;
   summary.round = round->round;
   summary.attempt = round->attempt;

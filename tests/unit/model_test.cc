@@ -348,7 +348,11 @@ TEST(PageBufferTest, PopulateMakesEveryPageResidentAndKeepsTheBytes) {
   bytes[0] = 7;
   bytes[kBytes - 1] = 9;
   const double before = RssAnonMiB();
-  buf.Populate();
+  buf.Populate(0, kBytes / 2);
+  const double half = RssAnonMiB() - before;
+  EXPECT_GT(half, 12);
+  EXPECT_LT(half, 20);
+  buf.Populate(kBytes / 2, kBytes);  // a length past the end stops at the end
   EXPECT_GT(RssAnonMiB() - before, 28);
   EXPECT_EQ(bytes[0], 7);
   EXPECT_EQ(bytes[kBytes - 1], 9);

@@ -30,10 +30,10 @@ class PageBuffer {
   // afterwards and cost memory again only when written.
   void Release(size_t offset, size_t length);
 
-  // Makes every page resident now (MADV_POPULATE_WRITE, in one call; by writing a byte of
-  // each page where the kernel predates it), so that later writes take no page faults. The
-  // bytes stay as they are. Safe while other threads write into the buffer.
-  void Populate();
+  // Makes the pages of [offset, offset + length) resident now (MADV_POPULATE_WRITE), so that
+  // later writes take no page faults; the bytes stay as they are, and other threads may write
+  // meanwhile. Does nothing on kernels before 5.14.
+  void Populate(size_t offset, size_t length);
 
   // Gives up ownership: the caller unmaps [data(), data() + MappedBytes(size())) with munmap.
   void* Detach();

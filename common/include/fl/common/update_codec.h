@@ -54,8 +54,8 @@ absl::Status CheckEncodable(UpdateEncoding encoding, std::span<const float> valu
                             int64_t first_index);
 
 // Encodes one codec chunk: `values` (at most ValuesPerChunk, checked by CheckEncodable) into
-// `out`, of EncodedChunkBytes(encoding, values.size()) bytes. `rng` drives int8's stochastic
-// rounding only. A sender that encodes chunk by chunk as it sends never holds the whole payload.
+// `out`, of EncodedChunkBytes(encoding, values.size()) bytes (a smaller `out` is left alone).
+// `rng` drives int8's stochastic rounding only. A sender that encodes chunk by chunk as it sends never holds the whole payload.
 void EncodeChunk(UpdateEncoding encoding, std::span<const float> values, std::mt19937_64& rng,
                  std::span<std::byte> out);
 
