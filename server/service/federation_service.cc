@@ -1,6 +1,7 @@
 #include "server/service/federation_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -359,7 +360,8 @@ class FederationService final
   // long). Refusals are never cached, and enrollment is looked up on every call by the caller,
   // so a revoked site is refused at once. Refusals are audited here.
   absl::StatusOr<std::string> VerifiedFingerprint(const std::string& pem) {
-    const absl::Time now = absl::Now();
+    // A monotonic clock: a wall clock stepped back would stretch the trust.
+    const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
     {
       std::lock_guard<std::mutex> lock(verified_mu_);
       auto it = verified_.find(pem);
@@ -385,11 +387,11 @@ class FederationService final
     return fingerprint;
   }
 
-  static constexpr absl::Duration kVerifiedFor = absl::Seconds(60);
+  static constexpr std::chrono::seconds kVerifiedFor{60};
   static constexpr size_t kMaxVerified = 100000;
   struct Verified {
     std::string fingerprint;
-    absl::Time checked;
+    std::chrono::steady_clock::time_point checked;
   };
 
   const ServiceOptions options_;
