@@ -29,9 +29,6 @@
 namespace fl::server {
 namespace {
 
-// Flow-control window of each incoming stream, in chunks (see where the server is built).
-constexpr int64_t kStreamWindowChunks = 4;
-
 // gRPC reports TLS handshakes that fail before any call (a plaintext client, a client without a
 // certificate) only in its log. The serving engine, if any, audits them from there.
 std::mutex g_log_mu;
@@ -185,11 +182,11 @@ class ServerImpl final : public Server {
     // Bounded buffering per stream: gRPC's default grows each stream's flow-control window with
     // its bandwidth-delay probe, and a server busy verifying and folding then holds many MiB of
     // every client's unread chunks (measured: ~30 MiB more peak memory per uploading client).
-    // A fixed window of four chunks keeps loopback and LAN links full and makes the memory of N
-    // concurrent uploads N x 4 MiB, whatever their size.
+    // A fixed window (4 chunks by default) keeps loopback and LAN links full and makes the
+    // memory of N concurrent uploads N x the window, whatever their size.
     builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
-                               static_cast<int>(kStreamWindowChunks * kMaxChunkBytes));
+                               static_cast<int>(int64_t{options_.stream_window_mib} << 20));
     grpc_server_ = builder.BuildAndStart();
     if (grpc_server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));

@@ -43,6 +43,7 @@ key = "server.key"
 enroll = ["site-0.pem", "site-1.pem"]
 insecure_plaintext = true
 max_poll_wait_s = 5.5
+stream_window_mib = 16
 grace_s = 2
 
 [run]
@@ -78,6 +79,7 @@ TEST_F(ConfigTest, FullFileSetsEveryKey) {
   EXPECT_THAT(c.server.enroll_cert_paths, ElementsAre("site-0.pem", "site-1.pem"));
   EXPECT_TRUE(c.server.insecure_plaintext);
   EXPECT_EQ(c.server.max_poll_wait, absl::Milliseconds(5500));
+  EXPECT_EQ(c.server.stream_window_mib, 16);
   EXPECT_EQ(c.grace, absl::Seconds(2));
   EXPECT_EQ(c.server.engine.run_name, "mnist-1");
   EXPECT_EQ(c.server.engine.num_rounds, 25);
@@ -205,6 +207,9 @@ TEST_F(ConfigTest, OutOfRangeValuesNameTheRange) {
       {"run.round_timeout_s = inf", "key 'run.round_timeout_s' must be finite, got inf"},
       {"run.client_timeout_s = nan", "key 'run.client_timeout_s' must be > 0, got nan"},
       {"server.max_poll_wait_s = 0", "key 'server.max_poll_wait_s' must be > 0, got 0.0"},
+      {"server.stream_window_mib = 0", "key 'server.stream_window_mib' must be >= 1, got 0"},
+      {"server.stream_window_mib = 2048",
+       "key 'server.stream_window_mib' must be <= 1024, got 2048"},
       {"server.grace_s = -1", "key 'server.grace_s' must be >= 0, got -1.0"},
       {"server.listen = \"\"", "key 'server.listen' must not be empty"},
       {"fit.batch_size = 0", "key 'fit.batch_size' must be >= 1, got 0"},
