@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
@@ -186,7 +187,7 @@ class ServerImpl final : public Server {
     // memory of N concurrent uploads N x the window, whatever their size.
     builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
-                               static_cast<int>(int64_t{options_.stream_window_mib} << 20));
+                               std::clamp(options_.stream_window_mib, 1, 1024) << 20);
     grpc_server_ = builder.BuildAndStart();
     if (grpc_server_ == nullptr || port_ == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen_address));

@@ -42,7 +42,7 @@ struct ServerOptions {
   absl::Duration max_poll_wait = absl::Seconds(20);
   // Flow-control window of each upload stream, in MiB: the server buffers at most this much of
   // each concurrent upload. One upload's speed is at most window / round-trip time (4 MiB at
-  // 100 ms: 40 MB/s), so raise it for sites far away.
+  // 100 ms: 40 MB/s), so raise it for sites far away. Clamped to [1, 1024].
   int32_t stream_window_mib = 4;
   // host:port of the Prometheus text endpoint (/metrics) and the health check (/healthz), served
   // over plain HTTP; empty: off. Port 0 picks a free port (see metrics_port()).
