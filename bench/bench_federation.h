@@ -4,9 +4,12 @@
 #ifndef FL_BENCH_BENCH_FEDERATION_H_
 #define FL_BENCH_BENCH_FEDERATION_H_
 
+#include <sys/resource.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -62,6 +66,37 @@ Child ForkWithPipe(bool parent_writes, Body body) {
   }
   close(child_end);
   return Child{pid, parent_end};
+}
+
+// The median (the mean of the middle two for an even count); 0 for none.
+inline double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Seconds on CLOCK_MONOTONIC: one clock for every process of a benchmark.
+inline double MonotonicSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// User + system CPU seconds of this process, every thread.
+inline double ProcessCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return s(ru.ru_utime) + s(ru.ru_stime);
+}
+
+// /proc/loadavg's first three figures ("1.20 0.85 0.60").
+inline std::string LoadAverage() {
+  std::ifstream in("/proc/loadavg");
+  std::string a, b, c;
+  in >> a >> b >> c;
+  return absl::StrCat(a, " ", b, " ", c);
 }
 
 // A model of one float32 tensor of `model_mib` MiB.

@@ -52,6 +52,7 @@ using fl::bench::Check;
 using fl::bench::Child;
 using fl::bench::Die;
 using fl::bench::ForkWithPipe;
+using fl::bench::Median;
 using fl::bench::ProcStatusMiB;
 
 fl::ModelSpec SpecOf(int64_t params) { return fl::ModelSpec({{"w", {params}}}); }
@@ -166,13 +167,6 @@ struct Figures {
     if (write(result_fd, &f, sizeof(f)) != static_cast<ssize_t>(sizeof(f))) _exit(2);
   }
   _exit(0);
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace

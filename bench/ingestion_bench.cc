@@ -72,28 +72,12 @@
 namespace {
 
 using fl::bench::Check;
+using fl::bench::LoadAverage;
+using fl::bench::Median;
+using fl::bench::MonotonicSeconds;
+using fl::bench::ProcessCpuSeconds;
 using fl::bench::Die;
 using fl::bench::SpecOfMiB;
-
-double Mono() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-}
-// User + system CPU seconds of this process, every thread.
-double ProcessCpu() {
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return s(ru.ru_utime) + s(ru.ru_stime);
-}
-
-std::string LoadAverage() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return absl::StrCat(a, " ", b, " ", c);
-}
 
 // The update's change: every 1024th value moves. Ours applies it to the downloaded global model
 // (zeros), bare to zeros, so both send the same bytes.
@@ -170,8 +154,8 @@ class UploadTrainer final : public fl::client::Trainer {
         fl::client::FitResult{.model = global.Clone(), .num_examples = 100, .metrics = {}});
     Perturb(r->model.data());
     mark_->kind = kStart;
-    mark_->cpu = ProcessCpu();
-    mark_->t = Mono();
+    mark_->cpu = ProcessCpuSeconds();
+    mark_->t = MonotonicSeconds();
     Send(mark_fd_, *mark_);
     return r;
   }
@@ -198,8 +182,8 @@ class UploadTrainer final : public fl::client::Trainer {
       fl::client::Client::Create(co, &trainer);
   if (client.ok()) {
     (*client)->set_on_task([&](const fl::client::TaskReport& r) {
-      mark.t_end = Mono();
-      mark.cpu_end = ProcessCpu();
+      mark.t_end = MonotonicSeconds();
+      mark.cpu_end = ProcessCpuSeconds();
       mark.ok = r.status.ok();
       if (!r.status.ok()) {
         std::snprintf(mark.error, sizeof(mark.error), "%s", r.status.ToString().c_str());
@@ -245,7 +229,7 @@ class SpillWatcher {
       pollfd p{fd_, POLLIN, 0};
       if (poll(&p, 1, 50) <= 0) continue;
       const ssize_t n = read(fd_, buf, sizeof(buf));
-      const double now = Mono();
+      const double now = MonotonicSeconds();
       for (ssize_t off = 0; off < n;) {
         const auto* e = reinterpret_cast<const inotify_event*>(buf + off);
         off += static_cast<ssize_t>(sizeof(inotify_event) + e->len);
@@ -253,7 +237,7 @@ class SpillWatcher {
         if (e->mask & IN_MODIFY) last_write = now;
         if ((e->mask & IN_ACCESS) && first_read == 0) {
           first_read = now;
-          first_read_cpu = ProcessCpu();
+          first_read_cpu = ProcessCpuSeconds();
         }
       }
     }
@@ -271,7 +255,7 @@ class MarkReader {
           Mark m;
           while (read(fd, &m, sizeof(m)) == static_cast<ssize_t>(sizeof(m))) {
             if (m.kind == kStart) {
-              server_cpu_at_start = ProcessCpu();
+              server_cpu_at_start = ProcessCpuSeconds();
               start = m;
             } else {
               result = m;
@@ -318,8 +302,8 @@ Rep RunOurs(const fl::ProvisionedFiles& pki, const std::string& dir, int64_t mod
   std::string reason;
   fl::server::EngineHooks hooks;
   hooks.on_update = [&](const absl::Status& s, int64_t) {
-    const double t = Mono();
-    const double cpu = ProcessCpu();
+    const double t = MonotonicSeconds();
+    const double cpu = ProcessCpuSeconds();
     std::lock_guard<std::mutex> lock(mu);
     if (s.ok()) {
       folded = t;
@@ -329,7 +313,7 @@ Rep RunOurs(const fl::ProvisionedFiles& pki, const std::string& dir, int64_t mod
   hooks.on_round_end = [&](const fl::server::RoundSummary& s) {
     std::lock_guard<std::mutex> lock(mu);
     committed = s.committed;
-    committed_at = Mono();
+    committed_at = MonotonicSeconds();
     reason = s.reason;
   };
   std::unique_ptr<fl::server::Server> server =
@@ -378,8 +362,8 @@ class BareService final : public fl::bench::v1::BareStream::Service {
     fl::bench::v1::Chunk chunk;
     int64_t bytes = 0;
     while (reader->Read(&chunk)) bytes += static_cast<int64_t>(chunk.data().size());
-    const double t = Mono();
-    const double cpu = ProcessCpu();
+    const double t = MonotonicSeconds();
+    const double cpu = ProcessCpuSeconds();
     ack->set_bytes(bytes);
     std::lock_guard<std::mutex> lock(mu_);
     last_end_ = t;
@@ -439,12 +423,12 @@ std::string Slurp(const std::string& path) { return Check(fl::ReadFile(path), "r
   std::string error = upload(fl::kMaxChunkBytes);  // warm-up: connection and TLS handshake
   if (error.empty()) {
     mark.kind = kStart;
-    mark.cpu = ProcessCpu();
-    mark.t = Mono();
+    mark.cpu = ProcessCpuSeconds();
+    mark.t = MonotonicSeconds();
     Send(mark_fd, mark);
     error = upload(bytes.size());
-    mark.t_end = Mono();
-    mark.cpu_end = ProcessCpu();
+    mark.t_end = MonotonicSeconds();
+    mark.cpu_end = ProcessCpuSeconds();
   }
   mark.kind = kResult;
   mark.ok = error.empty();
@@ -494,13 +478,6 @@ Rep RunBare(const fl::ProvisionedFiles& pki, const Child& client) {
 }
 
 // ---- the table ---------------------------------------------------------------------------------
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 void Row(const std::string& rep, const std::string& path, const std::string& end, double s,
          double gib, double server_cpu, double client_cpu) {

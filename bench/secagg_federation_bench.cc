@@ -44,6 +44,8 @@
 
 namespace {
 
+using fl::bench::ProcessCpuSeconds;
+
 void Check(const absl::Status& s, const char* what) {
   if (!s.ok()) {
     std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
@@ -59,11 +61,6 @@ T Check(absl::StatusOr<T> v, const char* what) {
 double ThreadCpuSeconds() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
-}
-double ProcessCpuSeconds() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + ts.tv_nsec * 1e-9;
 }
 double PeakRssMiB() {
