@@ -6,6 +6,7 @@
 
 #include <sys/resource.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -97,6 +98,22 @@ inline std::string LoadAverage() {
   std::string a, b, c;
   in >> a >> b >> c;
   return absl::StrCat(a, " ", b, " ", c);
+}
+
+// Waits for the client processes `pids`; the number that did not exit 0, each named on stderr
+// with `label`.
+inline int ReapClients(const std::vector<pid_t>& pids, const std::string& label) {
+  int failed = 0;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    if (waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      ++failed;
+      std::fprintf(stderr, "%s: client %zu %s %d\n", label.c_str(), i,
+                   WIFSIGNALED(status) ? "killed by signal" : "exited with",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+  }
+  return failed;
 }
 
 // A model of one float32 tensor of `model_mib` MiB.

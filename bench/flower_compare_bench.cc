@@ -154,12 +154,7 @@ struct Figures {
   }
   server->WaitUntilFinished(absl::Seconds(3));  // clients hear DONE in the grace
   f.wall_s = absl::ToDoubleSeconds(absl::Now() - t0);
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    if (waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      ++f.failed_clients;
-    }
-  }
+  f.failed_clients = fl::bench::ReapClients(pids, "fl");
   f.peak_mib = ProcStatusMiB("VmHWM");
   server->Shutdown();
   {

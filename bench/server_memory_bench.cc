@@ -147,15 +147,7 @@ struct Figures {
   }
   server->WaitUntilFinished(absl::Seconds(3));
   f.wall_s = absl::ToDoubleSeconds(absl::Now() - t0);
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    if (waitpid(pids[i], &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      ++f.failed_clients;
-      std::fprintf(stderr, "N=%d: client %zu %s %d\n", clients, i,
-                   WIFSIGNALED(status) ? "killed by signal" : "exited with",
-                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-    }
-  }
+  f.failed_clients = fl::bench::ReapClients(pids, absl::StrCat("N=", clients));
   f.peak_mib = ProcStatusMiB("VmHWM");
   server->Shutdown();
   {

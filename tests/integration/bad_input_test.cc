@@ -18,42 +18,10 @@
 namespace fl::testing {
 namespace {
 
-// A client that speaks the protocol by hand, with an enrolled certificate.
-class RawClient {
+// The hand-rolled client, with what the bad-update tests send and wait for.
+class BadClient : public RawClient {
  public:
-  RawClient(const ProvisionedFiles& pki, size_t index, int port) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = *ReadFile(pki.ca_cert);
-    ssl.pem_cert_chain = *ReadFile(pki.client_certs[index]);
-    ssl.pem_private_key = *ReadFile(pki.client_keys[index]);
-    stub_ = v1::Federation::NewStub(
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::SslCredentials(ssl)));
-  }
-
-  v1::JoinReply Join() {
-    grpc::ClientContext ctx;
-    v1::JoinRequest req;
-    req.set_client_name("raw");
-    v1::JoinReply reply;
-    EXPECT_TRUE(stub_->Join(&ctx, req, &reply).ok());
-    return reply;
-  }
-
-  // Polls until a fit task for a round after `after_round` arrives.
-  v1::Task NextFit(int64_t run_id, int after_round) {
-    for (int i = 0; i < 100; ++i) {
-      grpc::ClientContext ctx;
-      v1::PollRequest req;
-      req.set_run_id(run_id);
-      req.set_wait_ms(1000);
-      v1::Task task;
-      grpc::Status s = stub_->PollTask(&ctx, req, &task);
-      EXPECT_TRUE(s.ok()) << s.error_message();
-      if (task.kind() == v1::Task::FIT && task.round() > after_round) return task;
-    }
-    ADD_FAILURE() << "no fit task for a round after " << after_round;
-    return {};
-  }
+  using RawClient::RawClient;
 
   // Polls until the server's answer carries `fragment` in its message; false after ~10 s.
   bool WaitForMessage(int64_t run_id, const std::string& fragment) {
@@ -63,7 +31,7 @@ class RawClient {
       req.set_run_id(run_id);
       req.set_wait_ms(0);
       v1::Task task;
-      if (stub_->PollTask(&ctx, req, &task).ok() &&
+      if (stub().PollTask(&ctx, req, &task).ok() &&
           task.message().find(fragment) != std::string::npos) {
         return true;
       }
@@ -77,7 +45,7 @@ class RawClient {
                     const std::string& sha) {
     grpc::ClientContext ctx;
     v1::SubmitReply reply;
-    auto writer = stub_->SubmitUpdate(&ctx, &reply);
+    auto writer = stub().SubmitUpdate(&ctx, &reply);
     v1::UpdatePart part;
     *part.mutable_metadata() = meta;
     writer->Write(part);
@@ -96,10 +64,6 @@ class RawClient {
     return writer->Finish();
   }
 
-  v1::Federation::Stub& stub() { return *stub_; }
-
- private:
-  std::unique_ptr<v1::Federation::Stub> stub_;
 };
 
 v1::UpdateMetadata MetaFor(const v1::Task& task, int64_t bytes) {
@@ -138,7 +102,7 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
         TlsClientOptions(pki, i, (*server)->port()),
         client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {})));
   }
-  RawClient raw(pki, 2, (*server)->port());
+  BadClient raw(pki, 2, (*server)->port());
   const int64_t run_id = raw.Join().run_id();
 
   Model update(spec);

@@ -15,57 +15,24 @@
 namespace fl::testing {
 namespace {
 
-class RawClient {
+v1::DownloadRequest RequestFor(const v1::Task& task) {
+  v1::DownloadRequest req;
+  req.set_run_id(task.run_id());
+  req.set_round(task.round());
+  req.set_task_id(task.task_id());
+  return req;
+}
+
+// The hand-rolled client, downloading by hand.
+class DownloadClient : public RawClient {
  public:
-  RawClient(const ProvisionedFiles& pki, size_t index, int port) {
-    grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs = *ReadFile(pki.ca_cert);
-    ssl.pem_cert_chain = *ReadFile(pki.client_certs[index]);
-    ssl.pem_private_key = *ReadFile(pki.client_keys[index]);
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
-    stub_ = v1::Federation::NewStub(grpc::CreateCustomChannel(
-        absl::StrCat("127.0.0.1:", port), grpc::SslCredentials(ssl), args));
-  }
-
-  int64_t Join() {
-    grpc::ClientContext ctx;
-    v1::JoinRequest req;
-    req.set_client_name("raw");
-    v1::JoinReply reply;
-    grpc::Status s = stub_->Join(&ctx, req, &reply);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return reply.run_id();
-  }
-
-  v1::Task NextFit(int64_t run_id) {
-    for (int i = 0; i < 100; ++i) {
-      grpc::ClientContext ctx;
-      v1::PollRequest req;
-      req.set_run_id(run_id);
-      req.set_wait_ms(1000);
-      v1::Task task;
-      grpc::Status s = stub_->PollTask(&ctx, req, &task);
-      EXPECT_TRUE(s.ok()) << s.error_message();
-      if (task.kind() == v1::Task::FIT) return task;
-    }
-    ADD_FAILURE() << "no fit task";
-    return {};
-  }
-
-  static v1::DownloadRequest RequestFor(const v1::Task& task) {
-    v1::DownloadRequest req;
-    req.set_run_id(task.run_id());
-    req.set_round(task.round());
-    req.set_task_id(task.task_id());
-    return req;
-  }
+  using RawClient::RawClient;
 
   // Downloads the whole model, checking offsets and that only the last chunk names a SHA-256.
   grpc::Status Download(const v1::DownloadRequest& req, std::string* payload, std::string* sha) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    auto reader = stub_->DownloadModel(&ctx, req);
+    auto reader = stub().DownloadModel(&ctx, req);
     v1::ModelChunk chunk;
     payload->clear();
     sha->clear();
@@ -83,15 +50,13 @@ class RawClient {
   grpc::Status DownloadAndCancel(const v1::DownloadRequest& req, int chunks) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    auto reader = stub_->DownloadModel(&ctx, req);
+    auto reader = stub().DownloadModel(&ctx, req);
     v1::ModelChunk chunk;
     for (int i = 0; i < chunks; ++i) EXPECT_TRUE(reader->Read(&chunk));
     ctx.TryCancel();
     return reader->Finish();
   }
 
- private:
-  std::unique_ptr<v1::Federation::Stub> stub_;
 };
 
 TEST(DownloadTest, EveryClientGetsThePayloadAndACancelledDownloadHurtsNoOne) {
@@ -115,11 +80,11 @@ TEST(DownloadTest, EveryClientGetsThePayloadAndACancelledDownloadHurtsNoOne) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::weak_ptr<const Model> global = (*server)->engine().global_model();
 
-  std::vector<std::unique_ptr<RawClient>> clients;
+  std::vector<std::unique_ptr<DownloadClient>> clients;
   std::vector<int64_t> runs;
   for (size_t i = 0; i < 3; ++i) {
-    clients.push_back(std::make_unique<RawClient>(pki, i, (*server)->port()));
-    runs.push_back(clients.back()->Join());
+    clients.push_back(std::make_unique<DownloadClient>(pki, i, (*server)->port()));
+    runs.push_back(clients.back()->Join().run_id());
   }
   std::vector<v1::Task> tasks(3);
   {
@@ -136,7 +101,7 @@ TEST(DownloadTest, EveryClientGetsThePayloadAndACancelledDownloadHurtsNoOne) {
 
   // Client a goes away after one chunk, twice.
   for (int i = 0; i < 2; ++i) {
-    grpc::Status cancelled = clients[0]->DownloadAndCancel(RawClient::RequestFor(tasks[0]), 1);
+    grpc::Status cancelled = clients[0]->DownloadAndCancel(RequestFor(tasks[0]), 1);
     EXPECT_EQ(cancelled.error_code(), grpc::StatusCode::CANCELLED) << cancelled.error_message();
   }
 
@@ -147,12 +112,12 @@ TEST(DownloadTest, EveryClientGetsThePayloadAndACancelledDownloadHurtsNoOne) {
     std::vector<std::thread> downloads;
     for (size_t i = 1; i < 3; ++i) {
       downloads.emplace_back([&, i] {
-        status[i] = clients[i]->Download(RawClient::RequestFor(tasks[i]), &payload[i], &sha[i]);
+        status[i] = clients[i]->Download(RequestFor(tasks[i]), &payload[i], &sha[i]);
       });
     }
     for (std::thread& t : downloads) t.join();
   }
-  status[0] = clients[0]->Download(RawClient::RequestFor(tasks[0]), &payload[0], &sha[0]);
+  status[0] = clients[0]->Download(RequestFor(tasks[0]), &payload[0], &sha[0]);
   for (size_t i = 0; i < 3; ++i) {
     SCOPED_TRACE(i);
     ASSERT_TRUE(status[i].ok()) << status[i].error_message();
@@ -162,7 +127,7 @@ TEST(DownloadTest, EveryClientGetsThePayloadAndACancelledDownloadHurtsNoOne) {
   }
 
   // A download for a task the client does not hold is refused, and the refusal audited.
-  v1::DownloadRequest bogus = RawClient::RequestFor(tasks[2]);
+  v1::DownloadRequest bogus = RequestFor(tasks[2]);
   bogus.set_task_id("no-such-task");
   std::string ignored_payload, ignored_sha;
   grpc::Status refused = clients[2]->Download(bogus, &ignored_payload, &ignored_sha);

@@ -13,9 +13,48 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "fl/common/file_util.h"
+#include "fl/common/model.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 
 namespace fl::testing {
+
+RawClient::RawClient(const ProvisionedFiles& pki, size_t index, int port) {
+  grpc::SslCredentialsOptions ssl;
+  ssl.pem_root_certs = *ReadFile(pki.ca_cert);
+  ssl.pem_cert_chain = *ReadFile(pki.client_certs[index]);
+  ssl.pem_private_key = *ReadFile(pki.client_keys[index]);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
+  stub_ = v1::Federation::NewStub(grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::SslCredentials(ssl), args));
+}
+
+v1::JoinReply RawClient::Join() {
+  grpc::ClientContext ctx;
+  v1::JoinRequest req;
+  req.set_client_name("raw");
+  v1::JoinReply reply;
+  grpc::Status s = stub_->Join(&ctx, req, &reply);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return reply;
+}
+
+v1::Task RawClient::NextFit(int64_t run_id, int after_round) {
+  for (int i = 0; i < 100; ++i) {
+    grpc::ClientContext ctx;
+    v1::PollRequest req;
+    req.set_run_id(run_id);
+    req.set_wait_ms(1000);
+    v1::Task task;
+    grpc::Status s = stub_->PollTask(&ctx, req, &task);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    if (task.kind() == v1::Task::FIT && task.round() > after_round) return task;
+  }
+  ADD_FAILURE() << "no fit task for a round after " << after_round;
+  return {};
+}
 
 TempDir::TempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "fl_it_XXXXXX").string();

@@ -19,6 +19,7 @@
 #include "fl/common/provision.h"
 #include "fl/server/server.h"
 #include "fl/server/store.h"
+#include "fl/v1/federation.grpc.pb.h"
 
 namespace fl::testing {
 
@@ -82,6 +83,22 @@ class ClientThread {
 };
 
 client::ClientOptions TlsClientOptions(const ProvisionedFiles& pki, size_t index, int port);
+
+// A client that speaks the protocol by hand over mutual TLS with client `index`'s certificate,
+// for the tests that send what the SDK never would. Receives messages of up to 2 chunks.
+class RawClient {
+ public:
+  RawClient(const ProvisionedFiles& pki, size_t index, int port);
+  // Joins (as "raw"); a failure is a test failure.
+  v1::JoinReply Join();
+  // Polls until a fit task for a round after `after_round` arrives (a test failure after 100
+  // polls).
+  v1::Task NextFit(int64_t run_id, int after_round = 0);
+  v1::Federation::Stub& stub() { return *stub_; }
+
+ private:
+  std::unique_ptr<v1::Federation::Stub> stub_;
+};
 
 // Options of an in-process server of the federation `pki` with mutual TLS on a free loopback port
 // (127.0.0.1:0), its data in `dir`/server, every client certificate of `pki` enrolled. Everything
