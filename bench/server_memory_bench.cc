@@ -2,7 +2,9 @@
 // in which N SDK clients each send an update as large as the model, for N = 2, 4, 8, against the
 // model's size. Goal (issue 6): under 3x the model plus 256 MiB, and flat in N.
 //   server_memory_bench [--clients-list 2,4,8] [--model-mib 512] [--rounds 1]
-//                       [--work-dir /tmp/server_memory_bench]
+//                       [--stream-window-mib N] [--work-dir /tmp/server_memory_bench]
+// --stream-window-mib sets ServerOptions::stream_window_mib (0: gRPC's own BDP-probe-tuned window,
+// which lets every concurrent upload buffer more); without it the server keeps its default.
 //
 // Processes: for each N the top-level process forks a "server" process, which first forks its N
 // client processes (before it creates any gRPC object or thread, so that the fork is safe and the
@@ -23,6 +25,7 @@
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <sstream>
 #include <string>
@@ -93,9 +96,10 @@ struct Figures {
 
 // A server process for N clients: forks the clients first, then serves; writes Figures to
 // `result_fd` and exits.
+// `window_mib`: ServerOptions::stream_window_mib, or the default when empty.
 [[noreturn]] void ServerProcess(int result_fd, const fl::ProvisionedFiles& pki,
                                 const std::string& dir, int clients, int64_t model_mib,
-                                int rounds) {
+                                int rounds, std::optional<int32_t> window_mib) {
   std::vector<int> port_fds;
   std::vector<pid_t> pids;
   for (int i = 0; i < clients; ++i) {
@@ -118,6 +122,7 @@ struct Figures {
   so.engine.max_round_retries = 0;  // a failed round is reported, not retried
   so.engine.wait_timeout = absl::Minutes(5);
   so.max_poll_wait = absl::Seconds(2);
+  if (window_mib.has_value()) so.stream_window_mib = *window_mib;
 
   Figures f;
   std::mutex mu;
@@ -169,6 +174,11 @@ int main(int argc, char** argv) {
   app.add_option("--model-mib", model_mib, "Model size (one float32 tensor), MiB")
       ->check(CLI::Range(1, 8192));
   app.add_option("--rounds", rounds)->check(CLI::Range(1, 100));
+  std::optional<int32_t> window_mib;
+  app.add_option("--stream-window-mib", window_mib,
+                 "Server's per-upload flow-control window, MiB; 0: gRPC's probe-tuned window "
+                 "(default: the server's default)")
+      ->check(CLI::Range(0, 1024));
   app.add_option("--work-dir", work_dir);
   CLI11_PARSE(app, argc, argv);
   if (!std::getenv("FL_LOG_LEVEL")) fl::SetLogLevel(fl::LogLevel::kError);
@@ -196,13 +206,19 @@ int main(int argc, char** argv) {
   const fl::ProvisionedFiles pki = fl::bench::ProvisionSites(work_dir, max_clients);
 
   const double goal = 3 * model + 256;
+  const fl::server::ServerOptions default_options;
+  const int32_t default_window = default_options.stream_window_mib;
+  const std::string window =
+      !window_mib.has_value() ? absl::StrCat(default_window, " MiB (default)")
+      : *window_mib == 0      ? std::string("gRPC auto (0)")
+                              : absl::StrCat(*window_mib, " MiB");
   std::printf("Workload: for each N in {%s}, a fresh server (own process, mutual TLS on loopback) "
               "and N SDK clients (one process each), %d round(s), min_clients = N; model one "
               "float32 tensor of %lld MiB; each client sends back global + small perturbation "
-              "(a %lld MiB update). Measured: VmHWM of the server process. Goal: peak < 3 x model "
-              "+ 256 MiB = %.0f MiB, flat in N.\n",
+              "(a %lld MiB update); upload window: %s. Measured: VmHWM of the server process. "
+              "Goal: peak < 3 x model + 256 MiB = %.0f MiB, flat in N.\n",
               absl::StrJoin(list, ",").c_str(), rounds, static_cast<long long>(model_mib),
-              static_cast<long long>(model_mib), goal);
+              static_cast<long long>(model_mib), window.c_str(), goal);
   std::printf("Memory available: %.0f MiB; estimated need per N: N x (1.5 x model + 64) + goal\n",
               available);
   if (!skipped.empty()) {
@@ -222,7 +238,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> notes;
   for (int n : list) {
     const Child c = ForkWithPipe(/*parent_writes=*/false, [&](int fd) {
-      ServerProcess(fd, pki, absl::StrCat(work_dir, "/n", n), n, model_mib, rounds);
+      ServerProcess(fd, pki, absl::StrCat(work_dir, "/n", n), n, model_mib, rounds, window_mib);
     });
     const pid_t pid = c.pid;
     Figures f;

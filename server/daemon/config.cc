@@ -71,8 +71,9 @@ const std::vector<Key>& Keys() {
           Range::kPositive, [](auto& c) -> auto& { return c.server.max_poll_wait; }),
       tk::IntKey<C, int32_t>(
           "server", "stream_window_mib",
-          "Per-upload buffer (MiB); an upload's speed is at most this / round-trip time.",
-          1, [](auto& c) -> auto& { return c.server.stream_window_mib; }, 1024),
+          "Per-upload buffer (MiB); an upload's speed is at most this / round trip. 0: gRPC's "
+          "auto-tuned window (faster, but tens of MiB per upload).",
+          0, [](auto& c) -> auto& { return c.server.stream_window_mib; }, 1024),
       tk::StringKey<C>(
           "server", "metrics_listen",
           "host:port of the Prometheus /metrics and /healthz endpoint; empty: off.", true,

@@ -88,6 +88,66 @@ TEST(FederationTest, FullRunOverMutualTls) {
   EXPECT_TRUE(found);
 }
 
+// Sends the global model plus `delta` everywhere: the round's FedAvg of such sites is exact.
+class ShiftTrainer final : public client::Trainer {
+ public:
+  ShiftTrainer(ModelSpec spec, float delta) : spec_(std::move(spec)), delta_(delta) {}
+  ModelSpec spec() const override { return spec_; }
+  absl::StatusOr<client::FitResult> Fit(const Model& global, const client::FitConfig&) override {
+    client::FitResult r{.model = global.Clone(), .num_examples = 10, .metrics = {}};
+    for (float& v : r.model.data()) v += delta_;
+    return r;
+  }
+  absl::StatusOr<client::EvalResult> Evaluate(const Model&) override {
+    return absl::UnimplementedError("not evaluated");
+  }
+
+ private:
+  ModelSpec spec_;
+  float delta_;
+};
+
+// Uploads of several 1 MiB chunks arrive whole under every flow-control setting an operator
+// can pick: the smallest fixed window (one chunk does not even fit), the default, and gRPC's
+// own probe-tuned window (stream_window_mib = 0).
+class UploadWindowTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(UploadWindowTest, MultiChunkUploadsArriveWholeAndTheRoundCommitsTheirMean) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1"});
+  const ModelSpec spec({{"w", {(5 << 20) / 4 + 3}}});  // 5 MiB + 12 bytes: six chunks
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
+  o.engine.num_rounds = 1;
+  o.engine.min_clients = 2;
+  o.engine.min_fit_clients = 2;
+  o.engine.round_timeout = absl::Seconds(60);
+  o.max_poll_wait = absl::Seconds(2);
+  o.stream_window_mib = GetParam();
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(o, Model(spec), {});
+  ASSERT_TRUE(server.ok()) << server.status();
+  ClientThread a(TlsClientOptions(pki, 0, (*server)->port()),
+                 std::make_unique<ShiftTrainer>(spec, 1.0f));
+  ClientThread b(TlsClientOptions(pki, 1, (*server)->port()),
+                 std::make_unique<ShiftTrainer>(spec, 3.0f));
+  EXPECT_TRUE(a.Join().ok());
+  EXPECT_TRUE(b.Join().ok());
+  EXPECT_EQ(a.tasks_accepted(), 1);
+  EXPECT_EQ(b.tasks_accepted(), 1);
+  std::shared_ptr<const Model> global = (*server)->engine().global_model();
+  ASSERT_NE(global, nullptr);
+  ASSERT_EQ(global->data().size(), static_cast<size_t>(spec.NumFloats()));
+  size_t wrong = 0;
+  for (float v : global->data()) wrong += v != 2.0f;
+  EXPECT_EQ(wrong, 0u) << "values that are not the mean of 1 and 3";
+}
+
+INSTANTIATE_TEST_SUITE_P(Windows, UploadWindowTest, ::testing::Values(1, 4, 0),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("GrpcAutoTuned")
+                                                  : absl::StrCat("Fixed", info.param, "MiB");
+                         });
+
 TEST(FederationTest, HeartbeatsKeepASlowSiteInTheRound) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});

@@ -67,6 +67,15 @@ features = 3072
 classes = 100
 )";
 
+// 0 is not a zero-byte window but gRPC's own probe-tuned one (ServerOptions::stream_window_mib).
+TEST_F(ConfigTest, StreamWindowZeroSelectsGrpcsAutoTunedWindow) {
+  ServerConfig c;
+  absl::Status s =
+      ApplyServerConfig(Write("server.toml", "[server]\nstream_window_mib = 0\n"), c);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(c.server.stream_window_mib, 0);
+}
+
 TEST_F(ConfigTest, FullFileSetsEveryKey) {
   ServerConfig c;
   absl::Status s = ApplyServerConfig(Write("server.toml", kFullFile), c);
@@ -207,7 +216,7 @@ TEST_F(ConfigTest, OutOfRangeValuesNameTheRange) {
       {"run.round_timeout_s = inf", "key 'run.round_timeout_s' must be finite, got inf"},
       {"run.client_timeout_s = nan", "key 'run.client_timeout_s' must be > 0, got nan"},
       {"server.max_poll_wait_s = 0", "key 'server.max_poll_wait_s' must be > 0, got 0.0"},
-      {"server.stream_window_mib = 0", "key 'server.stream_window_mib' must be >= 1, got 0"},
+      {"server.stream_window_mib = -1", "key 'server.stream_window_mib' must be >= 0, got -1"},
       {"server.stream_window_mib = 2048",
        "key 'server.stream_window_mib' must be <= 1024, got 2048"},
       {"server.grace_s = -1", "key 'server.grace_s' must be >= 0, got -1.0"},
