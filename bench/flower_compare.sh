@@ -6,6 +6,8 @@
 #       round). Goal: ours at least 20x lower.
 #   (b) 4 clients, 100M float32 parameters (400 MB): round time (the round after a warm-up round)
 #       and the server process's peak RSS. Goal: at least 2x faster, at most 1/3 of the memory.
+#   Beside (a), round_floor_bench (next to the binary) measures the floor: the same bytes over
+#   bare gRPC with mutual TLS, no framework, to show what the 20x goal asks against it.
 # Ours: bench/flower_compare_bench (real server, mutual TLS, SQLite and a checkpoint per round).
 # Flower: bench/flower/flower_round.py (legacy start_server/start_client, server-side TLS only:
 # Flower has no mutual TLS). Clients are separate processes on both sides; the server's peak RSS
@@ -29,6 +31,9 @@ if [[ -z "$bin" || ! -x "$bin" ]]; then
        "flower_compare_bench) or pass its path" >&2
   exit 1
 fi
+# The floor of workload (a): the same bytes over bare gRPC with mutual TLS, no framework at all
+# (round_floor_bench, built next to the benchmark); skipped when it is not there.
+floor_bin="$(dirname "$bin")/round_floor_bench"
 REPS="${REPS:-3}"
 ROUNDS_A="${ROUNDS_A:-21}"
 ROUNDS_B="${ROUNDS_B:-2}"
@@ -67,6 +72,10 @@ for rep in $(seq 1 "$REPS"); do
     run "rep $rep (a) flower" "$LOG_DIR/a-flower-$rep.log" \
       "$py" "$here/flower/flower_round.py" --workload a --clients 10 --params 100000 \
       --rounds "$ROUNDS_A"
+    if [[ -x "$floor_bin" ]]; then
+      run "rep $rep (a) floor" "$LOG_DIR/a-floor-$rep.log" \
+        "$floor_bin" --workload a --clients 10 --params 100000 --rounds "$ROUNDS_A"
+    fi
   fi
   if [[ "$ONLY" != a ]]; then
     if (( avail_mib < 12000 )); then
@@ -124,6 +133,18 @@ for wl, name, metric, key, unit, scale, goal, ratio_of, bound, suffix in specs:
     fmt = (lambda x: f"{x:.3g} {unit}") if unit != "MiB" else (lambda x: f"{x:.0f} MiB")
     print(f"| {name} | {metric} | {fmt(o * scale)} (n={no}) | {fmt(f * scale)} (n={nf}) | "
           f"{r:.2f}{suffix} | {goal} | {'yes' if met else 'NO'} |")
+
+# Workload (a)'s goal against what no framework can beat here: the floor of moving the same bytes
+# over gRPC with mutual TLS on this machine.
+fl_, nfl = med("floor", "a", "period_median_s")
+o, _ = med("ours", "a", "period_median_s")
+f, _ = med("flower", "a", "period_median_s")
+if fl_ is not None and f is not None:
+    print()
+    print(f"(a) floor: bare gRPC round of the same bytes with mutual TLS, no framework (n={nfl}): "
+          f"{fl_ * 1e3:.3g} ms; the 20x goal asks for {f / 20 * 1e3:.3g} ms, "
+          f"{fl_ / (f / 20):.1f}x below that floor"
+          + (f"; ours is {o / fl_:.2f}x the floor" if o is not None else "") + ".")
 
 # The machine is shared and noisy: the ratio within each repetition (the two sides ran back to
 # back) says more than the ratio of medians when the load changed between repetitions.
