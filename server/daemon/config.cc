@@ -415,6 +415,8 @@ std::string ServerConfigToToml(const ServerConfig& config) {
 }
 
 std::string ServerConfigReference() {
+  // A named object: GCC 12 warns (-Wmaybe-uninitialized, wrongly) about a ServerConfig{} temporary.
+  const ServerConfig defaults;
   return absl::StrCat(
       "# Configuration of `fl server --config FILE`.\n"
       "#\n"
@@ -425,7 +427,7 @@ std::string ServerConfigReference() {
       "# Printed by `fl server --print-config-reference`; `--print-effective-config` prints\n"
       "# the configuration a server would run with.\n"
       "\n",
-      ServerConfigToToml(ServerConfig{}));
+      ServerConfigToToml(defaults));
 }
 
 }  // namespace fl::server

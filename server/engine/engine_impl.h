@@ -13,6 +13,7 @@
 #ifndef FL_SERVER_ENGINE_ENGINE_IMPL_H_
 #define FL_SERVER_ENGINE_ENGINE_IMPL_H_
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -71,7 +72,7 @@ class UploadImpl final : public Upload {
         round_(std::move(round)),
         state_(std::move(state)),
         assembler_(payload_bytes, ValueBytes(*round_)),
-        buffer_(static_cast<size_t>(ValuesPerChunk(round_->encoding))) {}
+        buffer_(std::make_unique_for_overwrite<float[]>(BufferValues(*round_))) {}
   ~UploadImpl() override;
 
   absl::Status AddChunk(int64_t offset, std::string_view data) override;
@@ -98,6 +99,13 @@ class UploadImpl final : public Upload {
     }
     return 4;
   }
+  // Values of one decoded chunk, at most the model's: a small model's upload does not allocate
+  // (and fault in) a whole chunk's buffer, 4 MiB for int8.
+  static size_t BufferValues(const RoundState& round) {
+    const int64_t per = ValuesPerChunk(round.encoding);
+    if (round.global == nullptr) return static_cast<size_t>(per);
+    return static_cast<size_t>(std::max<int64_t>(1, std::min(per, round.global->spec().NumFloats())));
+  }
   // Decodes a float16 / int8 codec chunk at `offset` into buffer_ and adds the round's global
   // model back: the weights to stage. Sets `first` (the first parameter) and `values`.
   absl::Status DecodeDelta(int64_t offset, std::string_view data, int64_t& first,
@@ -111,7 +119,7 @@ class UploadImpl final : public Upload {
   std::shared_ptr<RoundState> round_;
   std::shared_ptr<UploadState> state_;
   ChunkAssembler assembler_;
-  std::vector<float> buffer_;
+  std::unique_ptr<float[]> buffer_;  // BufferValues(*round_) values, not zeroed
   bool done_ = false;
 };
 

@@ -328,7 +328,7 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
     int64_t staged_offset = offset;
     if (why.ok() && round_->secagg == nullptr) {
       int64_t first = offset / static_cast<int64_t>(sizeof(float));
-      std::span<float> values(buffer_.data(), data.size() / sizeof(float));
+      std::span<float> values(buffer_.get(), data.size() / sizeof(float));
       if (round_->encoding == UpdateEncoding::kFloat32) {
         std::memcpy(values.data(), data.data(), data.size());
       } else {
@@ -372,7 +372,7 @@ absl::Status UploadImpl::DecodeDelta(int64_t offset, std::string_view data, int6
                                                    offset, " does not start a codec chunk (every ",
                                                    kMaxChunkBytes, " bytes)"));
   }
-  values = std::span<float>(buffer_.data(), static_cast<size_t>(n));
+  values = std::span<float>(buffer_.get(), static_cast<size_t>(n));
   if (absl::Status s = DecodeChunk(
           e, std::as_bytes(std::span<const char>(data.data(), data.size())), first, values);
       !s.ok()) {
