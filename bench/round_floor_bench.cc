@@ -422,11 +422,11 @@ int main(int argc, char** argv) {
               hi * 1e3, completed, clients, server_cpu_ms, client_cpu_ms, failed_clients, wall_s);
   std::printf(
       "RESULT side=%s workload=%s clients=%d params=%lld rounds=%d failures=%d "
-      "period_median_s=%.6f "
-      "period_min_s=%.6f period_max_s=%.6f server_cpu_ms_per_round=%.3f "
+      "period_median_s=%.6f period_min_s=%.6f period_max_s=%.6f server_cpu_ms_per_round=%.3f "
       "client_cpu_ms_per_round=%.3f cores=%u wall_s=%.2f\n",
-      plaintext ? "floor-plaintext" : "floor", workload.c_str(), clients, static_cast<long long>(params), completed,
-      failed_clients, med, lo, hi, server_cpu_ms, client_cpu_ms, cores, wall_s);
+      plaintext ? "floor-plaintext" : "floor", workload.c_str(), clients,
+      static_cast<long long>(params), completed, failed_clients, med, lo, hi, server_cpu_ms,
+      client_cpu_ms, cores, wall_s);
   if (!ok) std::fprintf(stderr, "floor: the run failed or stalled at round %d\n", completed + 1);
   return ok && completed == rounds && failed_clients == 0 ? 0 : 1;
 }

@@ -1,5 +1,6 @@
 #include "server/daemon/config.h"
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/internal/toml_keys.h"
+#include "grpc/impl/codegen/grpc_types.h"
 #include "toml++/toml.h"
 
 namespace fl::server {
@@ -428,6 +430,12 @@ std::string ServerConfigReference() {
       "# the configuration a server would run with.\n"
       "\n",
       ServerConfigToToml(defaults));
+}
+
+std::vector<std::pair<std::string, int>> UploadWindowChannelArgs(int32_t stream_window_mib) {
+  if (stream_window_mib == 0) return {};
+  const int window_mib = std::clamp(stream_window_mib, 1, 1024);
+  return {{GRPC_ARG_HTTP2_BDP_PROBE, 0}, {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, window_mib << 20}};
 }
 
 }  // namespace fl::server

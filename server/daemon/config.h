@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -74,6 +75,11 @@ std::string ServerConfigToToml(const ServerConfig& config);
 // A commented example file listing every key with its default value and meaning: a header, then
 // ServerConfigToToml(ServerConfig{}). `fl server --print-config-reference` prints it.
 std::string ServerConfigReference();
+
+// The gRPC channel arguments behind ServerOptions::stream_window_mib: for a window of N MiB
+// (N >= 1; negative values count as 1, more than 1024 as 1024) the bandwidth-delay probe off and
+// every stream's window fixed at N MiB; for 0, none (gRPC's probe-tuned window).
+std::vector<std::pair<std::string, int>> UploadWindowChannelArgs(int32_t stream_window_mib);
 
 }  // namespace fl::server
 

@@ -23,6 +23,7 @@
 #include "fl/common/logging.h"
 #include "grpc/support/log.h"
 #include "grpcpp/grpcpp.h"
+#include "server/daemon/config.h"
 #include "server/daemon/http_endpoint.h"
 #include "server/daemon/metrics.h"
 #include "server/service/federation_service.h"
@@ -182,14 +183,13 @@ class ServerImpl final : public Server {
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
     // Bounded buffering per stream: gRPC's default grows each stream's flow-control window with
     // its bandwidth-delay probe, and a server busy verifying and folding then holds many MiB of
-    // every client's unread chunks (measured: ~30-44 MiB more peak memory per uploading client).
+    // every client's unread chunks (measured: 30-60 MiB more peak memory per uploading client).
     // A fixed window (4 chunks by default) makes the memory of N concurrent uploads N x the
     // window, whatever their size. 0 keeps gRPC's probe-tuned window (faster for one upload,
     // see ServerOptions). No other bound works here: a gRPC resource quota small enough to
     // matter cancels uploads mid-stream when it runs out (seen with 8 sites and 64 MiB).
-    if (const int window_mib = std::clamp(options_.stream_window_mib, 0, 1024); window_mib > 0) {
-      builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-      builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, window_mib << 20);
+    for (const auto& [name, value] : UploadWindowChannelArgs(options_.stream_window_mib)) {
+      builder.AddChannelArgument(name, value);
     }
     grpc_server_ = builder.BuildAndStart();
     if (grpc_server_ == nullptr || port_ == 0) {

@@ -72,7 +72,7 @@ class UploadImpl final : public Upload {
         round_(std::move(round)),
         state_(std::move(state)),
         assembler_(payload_bytes, ValueBytes(*round_)),
-        buffer_(std::make_unique_for_overwrite<float[]>(BufferValues(*round_))) {}
+        buffer_(std::make_unique_for_overwrite<float[]>(BufferValues(*round_, payload_bytes))) {}
   ~UploadImpl() override;
 
   absl::Status AddChunk(int64_t offset, std::string_view data) override;
@@ -99,12 +99,14 @@ class UploadImpl final : public Upload {
     }
     return 4;
   }
-  // Values of one decoded chunk, at most the model's: a small model's upload does not allocate
-  // (and fault in) a whole chunk's buffer, 4 MiB for int8.
-  static size_t BufferValues(const RoundState& round) {
-    const int64_t per = ValuesPerChunk(round.encoding);
-    if (round.global == nullptr) return static_cast<size_t>(per);
-    return static_cast<size_t>(std::max<int64_t>(1, std::min(per, round.global->spec().NumFloats())));
+  // Values of one decoded chunk, at most what the payload can hold: a small model's upload does
+  // not allocate (and fault in) a whole chunk's buffer, 4 MiB for int8. From the payload size
+  // (checked against the model before the upload began), not the round's global model, which
+  // the round's close may drop at any moment without the gate.
+  static size_t BufferValues(const RoundState& round, int64_t payload_bytes) {
+    const int64_t payload_values = payload_bytes / ValueBytes(round);
+    return static_cast<size_t>(
+        std::max<int64_t>(1, std::min(ValuesPerChunk(round.encoding), payload_values)));
   }
   // Decodes a float16 / int8 codec chunk at `offset` into buffer_ and adds the round's global
   // model back: the weights to stage. Sets `first` (the first parameter) and `values`.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -15,6 +16,7 @@
 #include "fl/common/file_util.h"
 #include "fl/server/engine.h"
 #include "gmock/gmock.h"
+#include "grpc/impl/codegen/grpc_types.h"
 #include "gtest/gtest.h"
 #include "tests/unit/config_file_fixture.h"
 
@@ -76,6 +78,26 @@ TEST_F(ConfigTest, StreamWindowZeroSelectsGrpcsAutoTunedWindow) {
   EXPECT_EQ(c.server.stream_window_mib, 0);
 }
 
+// The defaults, from a named object: GCC 12 warns (-Wmaybe-uninitialized, wrongly) about
+// ServerConfig{} temporaries.
+const ServerConfig& Defaults() {
+  static const ServerConfig defaults;
+  return defaults;
+}
+
+// What the server hands gRPC for each window: the probe off and a fixed window, or nothing.
+TEST(UploadWindowChannelArgsTest, FixedWindowsTurnTheProbeOffAndZeroLeavesGrpcsOwn) {
+  using Args = std::vector<std::pair<std::string, int>>;
+  EXPECT_EQ(UploadWindowChannelArgs(4),
+            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0}, {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4 << 20}}));
+  EXPECT_EQ(UploadWindowChannelArgs(0), Args{});
+  EXPECT_EQ(UploadWindowChannelArgs(-3),
+            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0}, {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20}}));
+  EXPECT_EQ(UploadWindowChannelArgs(5000),
+            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
+                  {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024 << 20}}));
+}
+
 TEST_F(ConfigTest, FullFileSetsEveryKey) {
   ServerConfig c;
   absl::Status s = ApplyServerConfig(Write("server.toml", kFullFile), c);
@@ -118,7 +140,7 @@ TEST_F(ConfigTest, AbsentKeysKeepTheirValues) {
 
   ServerConfig empty;
   ASSERT_TRUE(ApplyServerConfig(Write("empty.toml", ""), empty).ok());
-  EXPECT_EQ(ServerConfigToToml(empty), ServerConfigToToml(ServerConfig{}));
+  EXPECT_EQ(ServerConfigToToml(empty), ServerConfigToToml(Defaults()));
 }
 
 TEST_F(ConfigTest, FloatKeysAcceptIntegersAndDottedKeysWork) {
@@ -387,7 +409,7 @@ epsilon_budget = 8
   EXPECT_EQ(p.clip_norm, 0.5);
   EXPECT_EQ(p.delta, 1e-6);
   EXPECT_EQ(p.epsilon_budget, 8);
-  EXPECT_FALSE(ServerConfig{}.server.engine.privacy.enabled());  // off by default
+  EXPECT_FALSE(Defaults().server.engine.privacy.enabled());  // off by default
 }
 
 TEST_F(ConfigTest, PrivacySectionRefusesBadValuesByKeyAndLine) {
@@ -434,7 +456,7 @@ max_dropout = 0.2
   EXPECT_EQ(sa.stage_timeout, absl::Milliseconds(12500));
   EXPECT_EQ(sa.max_dropout, 0.2);
   EXPECT_TRUE(c.server.engine.privacy.distributed());
-  EXPECT_FALSE(ServerConfig{}.server.engine.secure_aggregation.enabled);  // off by default
+  EXPECT_FALSE(Defaults().server.engine.secure_aggregation.enabled);  // off by default
 }
 
 TEST_F(ConfigTest, SecureAggregationRefusesWhatCannotWorkTogether) {
@@ -466,7 +488,7 @@ TEST_F(ConfigTest, UpdateEncodingIsReadAndRefusedWithSecureAggregation) {
   absl::Status s = ApplyServerConfig(Write("enc.toml", "[run]\nupdate_encoding = \"int8\"\n"), c);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(c.server.engine.update_encoding, "int8");
-  EXPECT_EQ(ServerConfig{}.server.engine.update_encoding, "float32");
+  EXPECT_EQ(Defaults().server.engine.update_encoding, "float32");
   EXPECT_THAT(ApplyText("[run]\nupdate_encoding = \"int4\"\n").message(),
               HasSubstr("run.update_encoding"));
   EXPECT_THAT(ApplyText("[run]\nmin_clients = 4\nupdate_encoding = \"float16\"\n"
@@ -552,7 +574,7 @@ TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) 
   ServerConfig c;
   absl::Status s = ApplyServerConfig(Write("reference.toml", reference), c);
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(ServerConfigToToml(c), ServerConfigToToml(ServerConfig{}));
+  EXPECT_EQ(ServerConfigToToml(c), ServerConfigToToml(Defaults()));
 }
 
 TEST_F(ConfigTest, CheckedInExampleIsTheReference) {
@@ -736,7 +758,7 @@ TEST_F(ServerCommandTest, StrategyAndModelFlags) {
 
 TEST_F(ServerCommandTest, WithoutAFileTheFlagsDefaultsAreTheConfigDefaults) {
   ServerConfig c = Effective("");
-  EXPECT_EQ(ServerConfigToToml(c), ServerConfigToToml(ServerConfig{}));
+  EXPECT_EQ(ServerConfigToToml(c), ServerConfigToToml(Defaults()));
   c = Effective("--rounds 2 --insecure-plaintext");
   EXPECT_EQ(c.server.engine.num_rounds, 2);
   EXPECT_TRUE(c.server.insecure_plaintext);

@@ -44,9 +44,9 @@ struct ServerOptions {
   // each concurrent upload, so its memory stays flat in the number of uploading sites. One
   // upload's speed is at most window / round-trip time (4 MiB at 100 ms: 40 MB/s), so raise it
   // for sites far away. 0: gRPC's own window, tuned by its bandwidth-delay probe: one upload
-  // ingests faster (measured on loopback: ~1.3x), but every concurrent upload may then hold tens
-  // of MiB of unread chunks (measured: ~44 MiB each with 8 uploading sites), so memory grows
-  // with the sites. Clamped to [0, 1024].
+  // ingests faster (measured on loopback: 1.3-1.6x), but every concurrent upload may then hold tens
+  // of MiB of unread chunks (measured: 45-60 MiB each with 8 uploading sites), so memory grows
+  // with the sites. Negative values count as 1, more than 1024 as 1024.
   int32_t stream_window_mib = 4;
   // host:port of the Prometheus text endpoint (/metrics) and the health check (/healthz), served
   // over plain HTTP; empty: off. Port 0 picks a free port (see metrics_port()).
