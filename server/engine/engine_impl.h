@@ -121,7 +121,7 @@ class UploadImpl final : public Upload {
   std::shared_ptr<RoundState> round_;
   std::shared_ptr<UploadState> state_;
   ChunkAssembler assembler_;
-  std::unique_ptr<float[]> buffer_;  // BufferValues(*round_) values, not zeroed
+  std::unique_ptr<float[]> buffer_;  // BufferValues(...) values, not zeroed
   bool done_ = false;
 };
 

@@ -89,10 +89,12 @@ const ServerConfig& Defaults() {
 TEST(UploadWindowChannelArgsTest, FixedWindowsTurnTheProbeOffAndZeroLeavesGrpcsOwn) {
   using Args = std::vector<std::pair<std::string, int>>;
   EXPECT_EQ(UploadWindowChannelArgs(4),
-            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0}, {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4 << 20}}));
+            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
+                  {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4 << 20}}));
   EXPECT_EQ(UploadWindowChannelArgs(0), Args{});
   EXPECT_EQ(UploadWindowChannelArgs(-3),
-            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0}, {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20}}));
+            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
+                  {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20}}));
   EXPECT_EQ(UploadWindowChannelArgs(5000),
             (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
                   {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024 << 20}}));
