@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -24,6 +25,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "fl/client/client.h"
 #include "fl/client/trainer.h"
 #include "fl/common/model.h"
@@ -134,6 +137,56 @@ inline double ProcStatusMiB(const char* field) {
     return kb / 1024.0;
   }
   return -1;
+}
+
+// N client processes, each waiting for the server's port on a pipe. Client i runs `client(fd, i)`
+// with its end of the pipe, after closing the other clients' pipes and `close_in_child` (a pipe
+// of this process's own; -1: none). Fork before creating any gRPC object or thread.
+struct Clients {
+  std::vector<int> port_fds;
+  std::vector<pid_t> pids;
+};
+template <typename Body>
+Clients ForkClients(int n, int close_in_child, Body client) {
+  Clients out;
+  for (int i = 0; i < n; ++i) {
+    const Child c = ForkWithPipe(/*parent_writes=*/true, [&](int fd) {
+      if (close_in_child >= 0) close(close_in_child);
+      for (int other : out.port_fds) close(other);
+      client(fd, i);
+    });
+    out.port_fds.push_back(c.parent_fd);
+    out.pids.push_back(c.pid);
+  }
+  return out;
+}
+
+// Tells every client the server's port, and closes their pipes.
+inline void HandOutPort(std::vector<int>& port_fds, int port) {
+  for (int fd : port_fds) {
+    if (write(fd, &port, sizeof(port)) != static_cast<ssize_t>(sizeof(port))) Die("write port");
+    close(fd);
+  }
+  port_fds.clear();
+}
+
+// The end of a benchmark's server process: waits for the run (clients hear DONE in a 3 s
+// grace), reaps the clients, records wall time from `t0`, failed clients and VmHWM in `f`
+// (under `mu`, which the engine's hooks also take), and writes `f` to `result_fd` whole.
+template <typename Figures>
+[[noreturn]] void FinishServerProcess(server::Server& server, absl::Time t0,
+                                      const std::vector<pid_t>& pids, const std::string& label,
+                                      std::mutex& mu, Figures& f, int result_fd) {
+  server.WaitUntilFinished(absl::Seconds(3));
+  const double wall_s = absl::ToDoubleSeconds(absl::Now() - t0);
+  const int failed = ReapClients(pids, label);
+  server.Shutdown();
+  std::lock_guard<std::mutex> lock(mu);
+  f.wall_s = wall_s;
+  f.failed_clients = failed;
+  f.peak_mib = ProcStatusMiB("VmHWM");
+  if (write(result_fd, &f, sizeof(f)) != static_cast<ssize_t>(sizeof(f))) _exit(2);
+  _exit(0);
 }
 
 // Returns the global model plus a small pseudo-random change (xorshift; +-0.01 at most), with a

@@ -96,17 +96,8 @@ struct Figures {
 [[noreturn]] void ServerProcess(int result_fd, const fl::ProvisionedFiles& pki,
                                 const std::string& dir, int clients, int64_t params, int rounds,
                                 bool plaintext) {
-  std::vector<int> port_fds;
-  std::vector<pid_t> pids;
-  for (int i = 0; i < clients; ++i) {
-    const Child c = ForkWithPipe(/*parent_writes=*/true, [&](int fd) {
-      close(result_fd);
-      for (int other : port_fds) close(other);
-      ClientProcess(fd, pki, i, params, plaintext);
-    });
-    port_fds.push_back(c.parent_fd);
-    pids.push_back(c.pid);
-  }
+  fl::bench::Clients sites = fl::bench::ForkClients(
+      clients, result_fd, [&](int fd, int i) { ClientProcess(fd, pki, i, params, plaintext); });
 
   std::filesystem::remove_all(dir);
   // Defaults everywhere but what the workload fixes: polling, ticks, timeouts and FedAvg are
@@ -148,20 +139,8 @@ struct Figures {
     std::lock_guard<std::mutex> lock(mu);
     t0 = absl::Now();
   }
-  for (int fd : port_fds) {
-    if (write(fd, &port, sizeof(port)) != static_cast<ssize_t>(sizeof(port))) Die("write port");
-    close(fd);
-  }
-  server->WaitUntilFinished(absl::Seconds(3));  // clients hear DONE in the grace
-  f.wall_s = absl::ToDoubleSeconds(absl::Now() - t0);
-  f.failed_clients = fl::bench::ReapClients(pids, "fl");
-  f.peak_mib = ProcStatusMiB("VmHWM");
-  server->Shutdown();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (write(result_fd, &f, sizeof(f)) != static_cast<ssize_t>(sizeof(f))) _exit(2);
-  }
-  _exit(0);
+  fl::bench::HandOutPort(sites.port_fds, port);
+  fl::bench::FinishServerProcess(*server, t0, sites.pids, "fl", mu, f, result_fd);
 }
 
 }  // namespace

@@ -54,9 +54,7 @@
 namespace {
 
 using fl::bench::Check;
-using fl::bench::Child;
 using fl::bench::Die;
-using fl::bench::ForkWithPipe;
 using fl::bench::Median;
 using fl::bench::MonotonicSeconds;
 using fl::bench::ProcessCpuSeconds;
@@ -307,7 +305,7 @@ struct Run {
 
 // Serves the run with this process's clients on `port_fds` until round R + 1 opens or the run
 // fails (an upload refused, or no round opened for kStallSeconds).
-Run Serve(const fl::ProvisionedFiles& pki, const std::vector<int>& port_fds, int clients,
+Run Serve(const fl::ProvisionedFiles& pki, std::vector<int>& port_fds, int clients,
           int rounds, int64_t params, bool plaintext) {
   std::shared_ptr<grpc::ServerCredentials> creds;
   if (plaintext) {
@@ -331,10 +329,7 @@ Run Serve(const fl::ProvisionedFiles& pki, const std::vector<int>& port_fds, int
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) Die("round floor server: cannot listen");
   service->Start();
-  for (int fd : port_fds) {
-    if (write(fd, &port, sizeof(port)) != static_cast<ssize_t>(sizeof(port))) Die("write port");
-    close(fd);
-  }
+  fl::bench::HandOutPort(port_fds, port);
   const bool ok = service->WaitFinished();
   service->Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -367,19 +362,14 @@ int main(int argc, char** argv) {
   const fl::ProvisionedFiles pki = fl::bench::ProvisionSites(work_dir, clients);
 
   // Every client is forked now, before any gRPC object or thread exists in this process.
-  std::vector<int> port_fds;
-  std::vector<pid_t> pids;
-  for (int i = 0; i < clients; ++i) {
-    const Child c = ForkWithPipe(/*parent_writes=*/true, [&](int fd) {
-      for (int other : port_fds) close(other);
-      ClientProcess(fd, pki, i, params, rounds, plaintext);
-    });
-    port_fds.push_back(c.parent_fd);
-    pids.push_back(c.pid);
-  }
+  fl::bench::Clients sites =
+      fl::bench::ForkClients(clients, /*close_in_child=*/-1, [&](int fd, int i) {
+        ClientProcess(fd, pki, i, params, rounds, plaintext);
+      });
+  const std::vector<pid_t>& pids = sites.pids;
 
   const double launch = MonotonicSeconds();
-  const Run run = Serve(pki, port_fds, clients, rounds, params, plaintext);
+  const Run run = Serve(pki, sites.port_fds, clients, rounds, params, plaintext);
   const bool ok = run.ok;
   RoundFloorService* service = run.service.get();
   if (!ok) {

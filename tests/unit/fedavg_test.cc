@@ -19,11 +19,13 @@
 #include "fl/common/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/proc_status.h"
 
 namespace fl::aggregation {
 namespace {
 
 using ::testing::HasSubstr;
+using fl::testing::ProcStatusMiB;
 
 // The aggregator locks its sum in stripes of 1 MiB (262144 floats); this spec spans three of
 // them, so chunks cross stripe boundaries.
@@ -228,20 +230,6 @@ TEST(FedAvgFiniteTest, AnOverflowingAverageIsRefused) {
       << out.status();
 }
 
-// VmHWM (peak resident memory) and VmRSS of this process, in MiB.
-double ProcStatusMiB(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  while (in >> key) {
-    if (key == field + ":") {
-      double kb = 0;
-      in >> kb;
-      return kb / 1024.0;
-    }
-    std::getline(in, key);
-  }
-  return -1;
-}
 
 // The server holds the global model and one sum during a round; the next model must be built
 // without a further full copy, so the round's peak is the float64 sum (2x the model) and never

@@ -2,7 +2,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -15,11 +14,13 @@
 #include "fl/common/proto_serde.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/unit/proc_status.h"
 
 namespace fl {
 namespace {
 
 using ::testing::HasSubstr;
+using fl::testing::ProcStatusMiB;
 
 // w: 2x3 = 6 floats, b: 3 floats, s: a scalar (1 float).
 ModelSpec SmallSpec() { return ModelSpec({{"w", {2, 3}}, {"b", {3}}, {"s", {}}}); }
@@ -302,34 +303,20 @@ TEST(ProtoSerdeTest, GrpcStatusKeepsCodeAndMessage) {
   EXPECT_EQ(std::string(converted.message()), "server going away");
 }
 
-// This process's anonymous resident memory (RssAnon), in MiB.
-double RssAnonMiB() {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "RssAnon:") {
-      double kb = 0;
-      in >> kb;
-      return kb / 1024.0;
-    }
-    std::getline(in, key);
-  }
-  return -1;
-}
 
 TEST(PageBufferTest, PagesCostMemoryOnlyOnceWrittenAndReleasedOnesReadZero) {
   constexpr size_t kBytes = size_t{64} << 20;
-  const double before = RssAnonMiB();
+  const double before = ProcStatusMiB("RssAnon");
   PageBuffer buf(kBytes);
   ASSERT_NE(buf.data(), nullptr);
   EXPECT_EQ(reinterpret_cast<uintptr_t>(buf.data()) % 4096, 0u);
-  EXPECT_LT(RssAnonMiB() - before, 8) << "an unwritten buffer is not resident";
+  EXPECT_LT(ProcStatusMiB("RssAnon") - before, 8) << "an unwritten buffer is not resident";
   std::memset(buf.data(), 0x5a, kBytes);
-  EXPECT_GT(RssAnonMiB() - before, 56);
+  EXPECT_GT(ProcStatusMiB("RssAnon") - before, 56);
 
   // Release the second half, from an offset inside a page: that page keeps its bytes.
   buf.Release(kBytes / 2 - 100, kBytes);
-  EXPECT_LT(RssAnonMiB() - before, 40);
+  EXPECT_LT(ProcStatusMiB("RssAnon") - before, 40);
   const auto* bytes = static_cast<const unsigned char*>(buf.data());
   EXPECT_EQ(bytes[kBytes / 2 - 1], 0x5a) << "a page partly outside the range is kept";
   EXPECT_EQ(bytes[kBytes / 2 + 4096], 0) << "released pages read as zero";
@@ -347,13 +334,13 @@ TEST(PageBufferTest, PopulateMakesEveryPageResidentAndKeepsTheBytes) {
   auto* bytes = static_cast<unsigned char*>(buf.data());
   bytes[0] = 7;
   bytes[kBytes - 1] = 9;
-  const double before = RssAnonMiB();
+  const double before = ProcStatusMiB("RssAnon");
   buf.Populate(0, kBytes / 2);
-  const double half = RssAnonMiB() - before;
+  const double half = ProcStatusMiB("RssAnon") - before;
   EXPECT_GT(half, 12);
   EXPECT_LT(half, 20);
   buf.Populate(kBytes / 2, kBytes);  // a length past the end stops at the end
-  EXPECT_GT(RssAnonMiB() - before, 28);
+  EXPECT_GT(ProcStatusMiB("RssAnon") - before, 28);
   EXPECT_EQ(bytes[0], 7);
   EXPECT_EQ(bytes[kBytes - 1], 9);
   EXPECT_EQ(bytes[kBytes / 2], 0);
@@ -361,21 +348,21 @@ TEST(PageBufferTest, PopulateMakesEveryPageResidentAndKeepsTheBytes) {
 
 TEST(ModelTest, ALargeModelIsZeroAndResidentOnlyAsItIsWritten) {
   const ModelSpec spec({{"w", {16 << 20}}});  // 64 MiB
-  const double before = RssAnonMiB();
+  const double before = ProcStatusMiB("RssAnon");
   Model m(spec);
-  EXPECT_LT(RssAnonMiB() - before, 8);
+  EXPECT_LT(ProcStatusMiB("RssAnon") - before, 8);
   for (float v : m.data().subspan(0, 1000)) ASSERT_EQ(v, 0.0f);
   EXPECT_EQ(m.data().back(), 0.0f);
   std::span<float> w = m.data();
   for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i % 7);
-  EXPECT_GT(RssAnonMiB() - before, 56);
+  EXPECT_GT(ProcStatusMiB("RssAnon") - before, 56);
   Model copy = m.Clone();
   EXPECT_EQ(copy.Sha256Hex(), m.Sha256Hex());
   {
     Model gone = std::move(copy);
   }
   // Freed models go back to the system at once (no allocator keeps them).
-  EXPECT_LT(RssAnonMiB() - before, 72);
+  EXPECT_LT(ProcStatusMiB("RssAnon") - before, 72);
 }
 
 }  // namespace
