@@ -129,6 +129,7 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
   t.run_id = run_.run_id;
   if (finished_) {
     t.kind = Task::Kind::kDone;
+    t.run_status = run_.status;
     t.message = absl::StrCat("run ", run_.run_id, " is ", ToString(run_.status),
                              run_.reason.empty() ? "" : ": ", run_.reason);
     return t;

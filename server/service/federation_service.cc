@@ -76,6 +76,13 @@ class FederationService final
                     fl::v1::JoinReply* reply) override {
     absl::StatusOr<std::string> id = Identify(ctx);
     if (!id.ok()) return ToGrpcStatus(id.status());
+    if (req->dry_run()) {
+      // Admission only (`fl client --preflight`): Identify checked the certificate and the
+      // enrollment; the engine does not hear of this client. Checks of the request belong above.
+      reply->set_client_id(*id);
+      reply->set_run_id(engine_->run_id());
+      return grpc::Status::OK;
+    }
     absl::StatusOr<int64_t> run = engine_->Join(*id, req->client_name());
     if (!run.ok()) return ToGrpcStatus(run.status());
     reply->set_client_id(*id);
@@ -107,7 +114,10 @@ class FederationService final
     reply->set_kind(ToProtoKind(task.kind));
     switch (task.kind) {
       case Task::Kind::kWait:
+        break;
       case Task::Kind::kDone:
+        reply->set_run_status(task.run_status == RunStatus::kFailed ? fl::v1::Task::RUN_FAILED
+                                                                    : fl::v1::Task::RUN_FINISHED);
         break;
       case Task::Kind::kEvaluate: {
         fl::v1::FitTask* model = reply->mutable_fit();

@@ -202,6 +202,7 @@ struct Task {
   std::string model_sha256;
   std::string message;
   SecAggTaskInfo secagg;  // the kSecAgg* kinds
+  RunStatus run_status = RunStatus::kRunning;  // kDone: how the run ended (finished or failed)
 };
 
 // A client's message for one stage of a secure-aggregation round. The engine sets the `client`
