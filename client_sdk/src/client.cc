@@ -10,10 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client_sdk/src/client_impl.h"
-#include "fl/common/address.h"
 #include "fl/common/chunking.h"
 #include "fl/common/crypto.h"
-#include "fl/common/file_util.h"
 #include "fl/common/logging.h"
 #include "fl/common/proto_serde.h"
 #include "fl/common/update_codec.h"
@@ -357,7 +355,9 @@ absl::Status Client::Impl::Run() {
   absl::Duration backoff = options_.initial_backoff;
   absl::Duration fit_backoff = options_.initial_backoff;
   absl::Time unreachable_since = absl::InfinitePast();
+  int attempt = 0;  // retries in this outage
   bool joined = false;
+  bool live = false;  // a task other than DONE came: the run was not over when this call joined
   // Waits after a retryable failure; an error once the server has been unreachable too long.
   auto retry = [&](const absl::Status& s) -> absl::Status {
     const absl::Time now = absl::Now();
@@ -370,10 +370,13 @@ absl::Status Client::Impl::Run() {
           absl::StrCat("server ", options_.server_address, " unreachable for ",
                        absl::FormatDuration(now - unreachable_since), ": ", s.message(), hint));
     }
-    LogEvent(LogLevel::kDebug, "client_retry",
+    LogEvent(LogLevel::kWarn, "client_retry",
              {{"name", options_.name},
-              {"error", std::string(s.message())},
-              {"backoff", absl::FormatDuration(backoff)}});
+              {"attempt", absl::StrCat(++attempt)},
+              {"delay", absl::FormatDuration(backoff)},
+              {"call", joined ? "poll" : "join"},
+              {"code", absl::StatusCodeToString(s.code())},
+              {"error", std::string(s.message())}});
     if (!WaitForServer(backoff)) return absl::CancelledError("client stopped");
     backoff = std::min(backoff * 2, options_.max_backoff);
     return absl::OkStatus();
@@ -395,9 +398,18 @@ absl::Status Client::Impl::Run() {
       if (absl::Status give_up = retry(s); !give_up.ok()) return give_up;
       continue;
     }
+    if (attempt > 0) {
+      LogEvent(LogLevel::kInfo, "client_reconnected",
+               {{"name", options_.name},
+                {"attempts", absl::StrCat(attempt)},
+                {"after", absl::FormatDuration(absl::Trunc(absl::Now() - unreachable_since,
+                                                           absl::Milliseconds(1)))}});
+    }
+    attempt = 0;
     backoff = options_.initial_backoff;
     unreachable_since = absl::InfinitePast();
     run_id_ = task.run_id();
+    if (task.kind() != fl::v1::Task::DONE) live = true;
     // A task of another run or with another id ends this client's secure-aggregation round, if
     // one was open.
     if (task.kind() == fl::v1::Task::DONE) {
@@ -406,14 +418,26 @@ absl::Status Client::Impl::Run() {
       secagg_.KeepOnly(task.run_id(), task.task_id());
     }
     switch (task.kind()) {
-      case fl::v1::Task::DONE:
-        LogEvent(LogLevel::kInfo, "client_done",
+      case fl::v1::Task::DONE: {
+        std::lock_guard<std::mutex> lock(id_mu_);
+        last_run_ = {.run_id = task.run_id(),
+                     .failed = task.run_status() == fl::v1::Task::RUN_FAILED,
+                     .message = task.message(),
+                     .was_live = live};
+        // A run that was over before this call joined is news only the first time.
+        LogEvent(live ? LogLevel::kInfo : LogLevel::kDebug, "client_done",
                  {{"name", options_.name}, {"why", task.message()}});
         return absl::OkStatus();
+      }
       case fl::v1::Task::EVALUATE: {
         absl::Status s = Evaluate(task);
-        if (!s.ok() && !SleepUnlessStopped(fit_backoff)) {
-          return absl::CancelledError("client stopped");
+        if (!s.ok()) {
+          LogEvent(LogLevel::kWarn, "evaluate_task_failed",
+                   {{"name", options_.name},
+                    {"round", absl::StrCat(task.round())},
+                    {"delay", absl::FormatDuration(fit_backoff)},
+                    {"error", s.ToString()}});
+          if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
         }
         fit_backoff =
             s.ok() ? options_.initial_backoff : std::min(fit_backoff * 2, options_.max_backoff);
@@ -432,6 +456,7 @@ absl::Status Client::Impl::Run() {
         LogEvent(LogLevel::kWarn, "fit_task_failed",
                  {{"name", options_.name},
                   {"round", absl::StrCat(task.round())},
+                  {"delay", absl::FormatDuration(fit_backoff)},
                   {"error", report.status.ToString()}});
         // A declined task is not offered again; anything else (a download or upload cut
         // short) is, so do not hammer the server with it.
@@ -457,6 +482,7 @@ absl::Status Client::Impl::Run() {
                  {{"name", options_.name},
                   {"round", absl::StrCat(task.round())},
                   {"stage", report.stage},
+                  {"delay", absl::FormatDuration(fit_backoff)},
                   {"error", report.status.ToString()}});
         if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
         fit_backoff = std::min(fit_backoff * 2, options_.max_backoff);
@@ -474,58 +500,20 @@ Client::~Client() = default;
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Trainer* trainer) {
   if (trainer == nullptr) return absl::InvalidArgumentError("a client needs a trainer");
-  std::shared_ptr<grpc::ChannelCredentials> creds;
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  // A half-open connection (a server host that vanished) fails calls within ~40 s instead of
-  // hanging a download or upload forever.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-  if (options.insecure_plaintext) {
-    if (!IsLoopbackAddress(options.server_address)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "plaintext is allowed only to a loopback address, not to ", options.server_address));
-    }
-    if (options.name.empty()) options.name = "site";
-    creds = grpc::InsecureChannelCredentials();
-  } else {
-    if (options.ca_cert_path.empty() || options.cert_path.empty() || options.key_path.empty()) {
-      return absl::InvalidArgumentError(
-          "mutual TLS needs the federation CA certificate, this site's certificate and its key");
-    }
-    grpc::SslCredentialsOptions ssl;
-    for (auto [path, out] : {std::pair{&options.ca_cert_path, &ssl.pem_root_certs},
-                             std::pair{&options.cert_path, &ssl.pem_cert_chain},
-                             std::pair{&options.key_path, &ssl.pem_private_key}}) {
-      absl::StatusOr<std::string> text = ReadFile(*path);
-      if (!text.ok()) return text.status();
-      *out = *std::move(text);
-    }
-    if (options.name.empty()) {
-      absl::StatusOr<std::string> cn = CertificateCommonName(ssl.pem_cert_chain);
-      if (!cn.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(options.cert_path, ": ", cn.status().message()));
-      }
-      options.name = *cn;
-    }
-    creds = grpc::SslCredentials(ssl);
-    if (!options.server_name_override.empty()) {
-      args.SetSslTargetNameOverride(options.server_name_override);
-    }
-  }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(options.server_address, creds, args);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = internal::MakeChannel(options);
+  if (!channel.ok()) return channel.status();
   return std::make_unique<Client>(
-      std::make_unique<Impl>(std::move(options), trainer, std::move(channel)));
+      std::make_unique<Impl>(std::move(options), trainer, *std::move(channel)));
 }
 
 absl::Status Client::Run() { return impl_->Run(); }
 void Client::Stop() { impl_->Stop(); }
 void Client::set_on_task(std::function<void(const TaskReport&)> fn) {
   impl_->on_task_ = std::move(fn);
+}
+RunEnd Client::last_run() const {
+  std::lock_guard<std::mutex> lock(impl_->id_mu_);
+  return impl_->last_run_;
 }
 std::string Client::client_id() const {
   std::lock_guard<std::mutex> lock(impl_->id_mu_);

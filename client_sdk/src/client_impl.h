@@ -49,6 +49,13 @@ bool IsSecAgg(fl::v1::Task::Kind kind);
 // How the server asks a FIT or SECAGG_* task to train (secure_aggregation set for SECAGG_*).
 FitConfig FitConfigOf(const fl::v1::Task& task);
 
+// The channel to options.server_address: mutual TLS with the site's files (or plaintext to a
+// loopback address only), the SDK's reconnect backoff and keepalive. Fills an empty
+// options.name (the certificate's common name, "site" in plaintext). INVALID_ARGUMENT for
+// missing TLS paths, plaintext to another host or a certificate without a common name; a
+// ReadFile error for a file that cannot be read. (channel.cc)
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(ClientOptions& options);
+
 }  // namespace internal
 
 class Client::Impl {
@@ -69,6 +76,7 @@ class Client::Impl {
   std::function<void(const TaskReport&)> on_task_;
   mutable std::mutex id_mu_;
   std::string client_id_;
+  RunEnd last_run_;  // guarded by id_mu_
 
  private:
   // A ClientContext registered so that Stop can cancel the call in flight.

@@ -94,6 +94,18 @@ struct TaskReport {
   absl::Duration train_time;
 };
 
+// How the run that ended a Run call ended (the server's DONE task).
+struct RunEnd {
+  int64_t run_id = 0;   // 0: no Run call has ended with DONE yet
+  bool failed = false;  // the server says the run failed; false: it finished (or an older
+                        // server that does not say)
+  std::string message;  // the server's words, e.g. "run 3 is failed: round 2 failed 4 times"
+  // This Run call saw the run before it ended (any task but DONE: it was online in the run).
+  // False when the client joined a run that was already over: a program serving run after run
+  // then waits for the next one instead of taking the old one's end for a new one.
+  bool was_live = false;
+};
+
 class Client {
  public:
   // Reads the certificates and builds the channel; refuses missing files or plaintext to a
@@ -101,10 +113,15 @@ class Client {
   static absl::StatusOr<std::unique_ptr<Client>> Create(ClientOptions options, Trainer* trainer);
   ~Client();
 
-  // Runs until the server ends the run (OK), Stop is called (CANCELLED), the server refuses this
-  // client (UNAUTHENTICATED / PERMISSION_DENIED, with the server's reason), or the server stays
-  // unreachable past reconnect_timeout (UNAVAILABLE).
+  // Runs until the server ends the run (OK; last_run() says how), Stop is called (CANCELLED),
+  // the server refuses this client (UNAUTHENTICATED / PERMISSION_DENIED, with the server's
+  // reason), or the server stays unreachable past reconnect_timeout (UNAVAILABLE). Every retry
+  // is logged (client_retry, at warn: the attempt, the delay and the status message). May be
+  // called again after it returned (but not after Stop): it joins afresh, so a program can serve
+  // run after run; a run already over ends the call at once with OK and was_live false.
   absl::Status Run();
+  // How the run ended that ended the last Run call with OK. Thread-safe.
+  RunEnd last_run() const;
   // Makes Run return soon. Thread-safe.
   void Stop();
   // Called after every fit task and every secure-aggregation stage, from Run's thread. Set before
