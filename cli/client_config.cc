@@ -23,7 +23,7 @@ const std::vector<tk::TableSpec>& Tables() {
        "clip_norm."},
       {"limits",
        "What this site agrees to do, whatever the server asks; other tasks are declined, audited."},
-      {"client", "Liveness and reconnection."},
+      {"client", "Liveness, reconnection, and serving run after run."},
   };
   return *kTables;
 }
@@ -165,11 +165,21 @@ const std::vector<Key>& Keys() {
           Range::kPositive, [](auto& c) -> auto& { return c.client.heartbeat_interval; }),
       tk::SecondsKey<C>(
           "client", "reconnect_timeout_s",
-          "Keep retrying an unreachable server this long, then exit non-zero (seconds).",
+          "Retry an unreachable server this long (seconds); then once exits 5, serving "
+          "logs it and goes on.",
           Range::kPositive, [](auto& c) -> auto& { return c.client.reconnect_timeout; }),
       tk::SecondsKey<C>(
           "client", "poll_wait_s", "How long one poll for a task waits (seconds).",
           Range::kPositive, [](auto& c) -> auto& { return c.client.poll_wait; }),
+      tk::BoolKey<C>(
+          "client", "once",
+          "One run, then exit (0 finished, 4 failed); false: serve run after run until "
+          "stopped.",
+          [](auto& c) -> auto& { return c.service.once; }),
+      tk::SecondsKey<C>(
+          "client", "next_run_poll_s",
+          "Between runs: how often to ask the server whether a new run started (seconds).",
+          Range::kPositive, [](auto& c) -> auto& { return c.service.next_run_poll; }),
   };
   return *kKeys;
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "fl/client/builtin_models.h"
 #include "fl/client/client.h"
 
@@ -60,9 +61,19 @@ struct ClientModelConfig {
   int64_t image_channels = 1;
 };
 
+// How `fl client` serves runs ([client] once and next_run_poll_s; cli/client_daemon.h).
+struct ClientServiceConfig {
+  // Take part in one run, then exit with a code that says how it ended (cli/exit_codes.h);
+  // false: serve run after run until SIGTERM or SIGINT.
+  bool once = false;
+  // Between runs: how often to ask the server whether a new run has started (> 0).
+  absl::Duration next_run_poll = absl::Seconds(10);
+};
+
 // Everything `fl client` runs with.
 struct ClientConfig {
   fl::client::ClientOptions client;  // [server], [client] and [limits]
+  ClientServiceConfig service;       // [client] once, next_run_poll_s
   ClientDataConfig data;
   ClientModelConfig model;
   fl::client::BuiltinTrainerOptions training;

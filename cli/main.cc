@@ -18,7 +18,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "cli/client_config.h"
+#include "cli/client_daemon.h"
 #include "cli/client_site.h"
+#include "cli/exit_codes.h"
+#include "cli/preflight.h"
 #include "fl/aggregation/scaffold.h"
 #include "fl/aggregation/strategies.h"
 #include "fl/client/builtin_models.h"
@@ -185,6 +188,8 @@ struct ClientArgs {
   bool print_config_reference = false;
   bool print_effective_config = false;
   double heartbeat_s = 0, reconnect_timeout_s = 0;
+  double next_run_poll_s = 0;
+  bool preflight = false;
   CLI::Option* format = nullptr;
   CLI::Option* csv = nullptr;
   CLI::Option* images = nullptr;
@@ -196,8 +201,21 @@ CLI::App* AddClientCommand(CLI::App& app, ClientArgs& a) {
   fl::cli::ClientConfig& c = a.config;
   a.heartbeat_s = absl::ToDoubleSeconds(c.client.heartbeat_interval);
   a.reconnect_timeout_s = absl::ToDoubleSeconds(c.client.reconnect_timeout);
+  a.next_run_poll_s = absl::ToDoubleSeconds(c.service.next_run_poll);
   CLI::App* cmd = app.add_subcommand(
-      "client", "Run a site's client with a built-in model (softmax, mlp, simple_cnn)");
+      "client",
+      "Run a site's client with a built-in model (softmax, mlp, simple_cnn): it serves run "
+      "after run until SIGTERM, or one run with --once");
+  cmd->footer(fl::cli::kClientExitCodesHelp);
+  cmd->add_flag("--preflight", a.preflight,
+                "Check the certificates, the way to the server, the enrollment and the data, "
+                "print PASS/FAIL per check, and exit (0: all passed, 6: a check failed)");
+  cmd->add_flag("--once", c.service.once,
+                "Take part in one run, then exit: 0 finished, 4 failed, 5 server unreachable");
+  cmd->add_option("--next-run-poll", a.next_run_poll_s,
+                  "Between runs: seconds between asking the server for a new run")
+      ->check(CLI::Range(0.01, 86400.0))
+      ->capture_default_str();
   cmd->add_option("--config", a.config_path,
                   "TOML configuration file; flags given override its values");
   cmd->add_flag("--print-config-reference", a.print_config_reference,
@@ -255,7 +273,8 @@ CLI::App* AddClientCommand(CLI::App& app, ClientArgs& a) {
   cmd->add_option("--heartbeat", a.heartbeat_s, "Heartbeat period while working (seconds)")
       ->capture_default_str();
   cmd->add_option("--reconnect-timeout", a.reconnect_timeout_s,
-                  "Give up after the server is unreachable this long (seconds)")
+                  "Seconds the server may stay unreachable: then --once exits 5; serving, the "
+                  "client logs server_unreachable and keeps retrying")
       ->capture_default_str();
   return cmd;
 }
@@ -265,6 +284,7 @@ int RunClient(ClientArgs& a) {
   fl::cli::ClientConfig& config = a.config;
   config.client.heartbeat_interval = absl::Seconds(a.heartbeat_s);
   config.client.reconnect_timeout = absl::Seconds(a.reconnect_timeout_s);
+  config.service.next_run_poll = absl::Seconds(a.next_run_poll_s);
   if (a.format->count() == 0) {
     if (a.images->count() > 0) config.data.format = "idx";
     if (a.csv->count() > 0) config.data.format = "csv";
@@ -280,50 +300,14 @@ int RunClient(ClientArgs& a) {
     std::fputs(fl::cli::ClientConfigToToml(config).c_str(), stdout);
     return 0;
   }
-  // Everything about the site is checked before the client connects: nothing is sent from a
-  // site whose configuration or data is wrong.
-  if (absl::Status s = fl::cli::ValidateClientConfig(config); !s.ok()) return Fail(s);
-  absl::StatusOr<fl::cli::SiteData> data = fl::cli::LoadSiteData(config);
-  if (!data.ok()) return Fail(data.status());
-  absl::StatusOr<fl::client::ModelKind> kind = fl::client::ParseModelKind(config.model.kind);
-  if (!kind.ok()) return Fail(kind.status());
-  fl::client::ModelArchitecture arch;
-  arch.kind = *kind;
-  arch.num_features = data->train.num_features;
-  arch.num_classes = data->train.num_classes;
-  arch.hidden = config.model.hidden;
-  arch.image_height = config.model.image_height;
-  arch.image_width = config.model.image_width;
-  arch.image_channels = config.model.image_channels;
-  const int64_t train_examples = data->train.num_examples();
-  const int64_t test_examples = data->test.num_examples();
-  absl::StatusOr<std::unique_ptr<fl::client::Trainer>> trainer = fl::client::MakeBuiltinTrainer(
-      arch, std::move(data->train), std::move(data->test), config.training);
-  if (!trainer.ok()) return Fail(trainer.status());
-  absl::StatusOr<std::unique_ptr<fl::client::Client>> client =
-      fl::client::Client::Create(config.client, trainer->get());
-  if (!client.ok()) return Fail(client.status());
-  fl::LogEvent(fl::LogLevel::kInfo, "client_ready",
-               {{"model", config.model.kind},
-                {"features", absl::StrCat(arch.num_features)},
-                {"classes", absl::StrCat(arch.num_classes)},
-                {"train_examples", absl::StrCat(train_examples)},
-                {"test_examples", absl::StrCat(test_examples)},
-                {"server", config.client.server_address}});
-  fl::client::Client* c = client->get();
-  c->set_on_task([](const fl::client::TaskReport& r) {
-    fl::LogEvent(fl::LogLevel::kInfo, "fit_task",
-                 {{"round", absl::StrCat(r.round)},
-                  {"stage", r.stage},
-                  {"examples", absl::StrCat(r.num_examples)},
-                  {"train_time", absl::FormatDuration(r.train_time)},
-                  {"status", r.status.ok() ? "accepted" : r.status.ToString()}});
-  });
-  std::thread signals = WatchSignals([c](int) { c->Stop(); });
+  if (a.preflight) return fl::cli::RunPreflight(config, stdout);
+  // Everything about the site is checked before the client connects (SiteDaemon::Run): nothing
+  // is sent from a site whose configuration or data is wrong. The daemon is shared with the
+  // signal thread, which outlives this function.
+  auto daemon = std::make_shared<fl::cli::SiteDaemon>(config);
+  std::thread signals = WatchSignals([daemon](int sig) { daemon->Stop(sig); });
   signals.detach();
-  absl::Status s = c->Run();
-  if (!s.ok()) return Fail(s);
-  return 0;
+  return daemon->Run();
 }
 
 // The [secure_aggregation] keys as flags, for `fl server` and `fl sim`; any value flag turns it on.
@@ -721,7 +705,8 @@ int main(int argc, char** argv) {
   ClientArgs client;
   if (const std::string path = ConfigPath(argc, argv, "client"); !path.empty()) {
     if (absl::Status st = fl::cli::ApplyClientConfig(path, client.config); !st.ok()) {
-      return Fail(st);
+      Fail(st);
+      return fl::cli::kExitConfig;
     }
   }
   CLI::App* client_cmd = AddClientCommand(app, client);
@@ -798,7 +783,14 @@ int main(int argc, char** argv) {
   AdminArgs admin;
   CLI::App* admin_cmd = AddAdminCommand(app, admin);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    // `fl client` documents one code for every configuration error (cli/exit_codes.h).
+    const bool client_args = argc > 1 && std::string_view(argv[1]) == "client";
+    return code != 0 && client_args ? fl::cli::kExitConfig : code;
+  }
 
   if (certs_cmd->parsed()) return RunCerts(certs);
   if (server_cmd->parsed()) {

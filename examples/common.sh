@@ -55,12 +55,13 @@ start_server() {
   exit 1
 }
 
-# start_site NAME LOG ARGS...: starts `fl client ARGS...` in the background.
+# start_site NAME LOG ARGS...: starts `fl client --once ARGS...` in the background: the site exits
+# when the run ends (without --once it would wait for the next run).
 declare -A fl_site_pid fl_site_log
 start_site() {
   local name="$1" log="$2"
   shift 2
-  "$FL" client "$@" >"$log" 2>&1 &
+  "$FL" client --once "$@" >"$log" 2>&1 &
   fl_site_pid[$name]=$!
   fl_site_log[$name]="$log"
   fl_example_pids+=("$!")

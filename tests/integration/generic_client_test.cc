@@ -154,7 +154,7 @@ TEST(GenericClientTest, DataThatDoesNotFitTheModelStopsTheClientBeforeItConnects
                                            dir.path(), "/site.csv\"\n[model]\nkind = \"mlp\"\n"))
                   .ok());
   Result r = RunFl({"client", "--config", dir.path() + "/site.toml"}, dir.path());
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2) << "kExitConfig (cli/exit_codes.h)";
   EXPECT_THAT(r.err, HasSubstr(absl::StrCat(dir.path(),
                                             "/site.csv: row 4, column 'label': not a number: "
                                             "'x'")));
@@ -162,12 +162,12 @@ TEST(GenericClientTest, DataThatDoesNotFitTheModelStopsTheClientBeforeItConnects
       WriteFileAtomic(dir.path() + "/site.csv", "age,weight,label\n50,80,0\n61,72,1\n").ok());
   // A flag overrides the file's model.
   r = RunFl({"client", "--config", dir.path() + "/site.toml", "--features", "30"}, dir.path());
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2) << "kExitConfig (cli/exit_codes.h)";
   EXPECT_THAT(r.err, HasSubstr(absl::StrCat(dir.path(),
                                             "/site.csv has 2 feature columns but model mlp "
                                             "expects 30")));
   r = RunFl({"client", "--config", dir.path() + "/site.toml", "--classes", "1"}, dir.path());
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2) << "kExitConfig (cli/exit_codes.h)";
   EXPECT_THAT(r.err, HasSubstr("model.classes (--classes) must be 0 (from the data) or >= 2"));
   EXPECT_FALSE(server.SomeoneConnected()) << "a client with bad data must not connect";
 }
@@ -192,7 +192,7 @@ TEST(GenericClientTest, TheClientPicksItsRunUpAgainAfterTheServerIsKilledAndRest
         "images = \"", FL_FASHION_MNIST_DIR, "/t10k-images-idx3-ubyte.gz\"\nlabels = \"",
         FL_FASHION_MNIST_DIR, "/t10k-labels-idx1-ubyte.gz\"\nnum_shards = 5\nshard = ", i,
         "\n\n[model]\nkind = \"softmax\"\nclasses = 10\n\n[training]\nbackend = \"cpu\"\n",
-        "cpu_threads = 1\n\n[client]\nreconnect_timeout_s = 60\npoll_wait_s = 2\n");
+        "cpu_threads = 1\n\n[client]\nreconnect_timeout_s = 60\npoll_wait_s = 2\nonce = true\n");
     const std::string path = absl::StrCat(dir.path(), "/site-", i, ".toml");
     ASSERT_TRUE(WriteFileAtomic(path, toml).ok());
     clients.push_back(std::make_unique<ChildProcess>(
