@@ -1,9 +1,11 @@
 #include "cli/client_config.h"
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/internal/toml_keys.h"
 
 namespace fl::cli {
@@ -12,6 +14,30 @@ namespace {
 namespace tk = fl::toml_keys;
 using Key = tk::KeySpec<ClientConfig>;
 using tk::Range;
+
+const std::vector<std::string>& MissingValueChoices() {
+  static const auto* const kChoices = new std::vector<std::string>{"refuse", "drop_row", "impute"};
+  return *kChoices;
+}
+
+// data.delimiter: a string key that ParseDelimiter must take; written back as given.
+Key DelimiterKey() {
+  Key k = tk::StringKey<ClientConfig>(
+      "data", "delimiter",
+      "CSV field separator: one character such as \",\", \";\", \"|\" or \"\\t\" (a tab).", false,
+      [](auto& c) -> auto& { return c.data.delimiter; });
+  k.apply = [read = k.apply](const toml::node& node, const std::string& file,
+                             const std::string& full_key, ClientConfig& config) -> absl::Status {
+    if (const toml::value<std::string>* v = node.as_string()) {
+      if (absl::StatusOr<char> c = ParseDelimiter(v->get()); !c.ok()) {
+        return tk::ErrorAt(file, node.source(),
+                           absl::StrCat("key '", full_key, "' ", c.status().message()));
+      }
+    }
+    return read(node, file, full_key, config);
+  };
+  return k;
+}
 
 const std::vector<tk::TableSpec>& Tables() {
   static const auto* const kTables = new std::vector<tk::TableSpec>{
@@ -56,11 +82,30 @@ const std::vector<Key>& Keys() {
                        [](auto& c) -> auto& { return c.data.format; }, {"csv", "idx"}),
       tk::StringKey<C>(
           "data", "path",
-          "Training CSV file with a header row; every column but the label is a feature.", true,
-          [](auto& c) -> auto& { return c.data.path; }),
+          "Training CSV file with a header row; features: feature_columns, else every column "
+          "but the label and drop_columns.",
+          true, [](auto& c) -> auto& { return c.data.path; }),
       tk::StringKey<C>(
           "data", "label_column", "The CSV column of integer class labels 0..classes-1.", false,
           [](auto& c) -> auto& { return c.data.label_column; }),
+      DelimiterKey(),
+      tk::StringArrayKey<C>(
+          "data", "drop_columns",
+          "CSV columns never used as features (patient ids, dates, free text); not read.",
+          [](auto& c) -> auto& { return c.data.drop_columns; }),
+      tk::StringArrayKey<C>(
+          "data", "feature_columns",
+          "Not empty: exactly these CSV columns, in this order, are the features; others are "
+          "ignored.",
+          [](auto& c) -> auto& { return c.data.feature_columns; }),
+      tk::StringKey<C>(
+          "data", "missing_values",
+          "A value that is empty or NA, N/A, NaN, null, ? (any case): \"refuse\" the file, "
+          "\"drop_row\" or \"impute\".",
+          false, [](auto& c) -> auto& { return c.data.missing_values; }, MissingValueChoices()),
+      tk::FloatKey<C>(
+          "data", "impute_value", "missing_values = \"impute\": what a missing feature becomes.",
+          Range::kAny, [](auto& c) -> auto& { return c.data.impute_value; }),
       tk::StringKey<C>(
           "data", "images", "Training IDX image file (optionally .gz).", true,
           [](auto& c) -> auto& { return c.data.images; }),
@@ -203,6 +248,11 @@ absl::Status ValidateClientConfig(const ClientConfig& config) {
           "data.format is \"csv\" but IDX files are given (data.images, data.labels, "
           "data.test_images, data.test_labels); set data.format = \"idx\" (--format idx)");
     }
+    absl::StatusOr<fl::client::CsvOptions> csv = CsvOptionsFromConfig(d, 0);
+    if (!csv.ok()) return csv.status();
+    if (absl::Status s = fl::client::ValidateCsvOptions(*csv); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("data.", s.message()));
+    }
   } else if (d.format == "idx") {
     if (d.images.empty() || d.labels.empty()) {
       return absl::InvalidArgumentError(
@@ -217,6 +267,14 @@ absl::Status ValidateClientConfig(const ClientConfig& config) {
       return absl::InvalidArgumentError(
           "data.format is \"idx\" but CSV files are given (data.path, data.test_path); set "
           "data.format = \"csv\"");
+    }
+    const ClientDataConfig csv_defaults;
+    if (d.delimiter != csv_defaults.delimiter || !d.drop_columns.empty() ||
+        !d.feature_columns.empty() || d.missing_values != csv_defaults.missing_values ||
+        d.impute_value != csv_defaults.impute_value) {
+      return absl::InvalidArgumentError(
+          "data.delimiter, data.drop_columns, data.feature_columns, data.missing_values and "
+          "data.impute_value are for CSV files, but data.format is \"idx\"");
     }
   } else {
     return absl::InvalidArgumentError(
@@ -263,6 +321,52 @@ absl::Status ValidateClientConfig(const ClientConfig& config) {
     return absl::InvalidArgumentError("limits.max_local_epochs must be >= 0");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<char> ParseDelimiter(std::string_view text) {
+  char c = 0;
+  if (text.size() == 1) {
+    c = text[0];
+  } else if (text == "\\t" || text == "tab") {
+    c = '\t';
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "must be one character (\"\\t\" or \"tab\" for a tab), got ", tk::Quote(text)));
+  }
+  fl::client::CsvOptions options;
+  options.delimiter = c;
+  if (absl::Status s = fl::client::ValidateCsvOptions(options); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("must be usable: ", s.message()));
+  }
+  return c;
+}
+
+absl::StatusOr<fl::client::CsvOptions> CsvOptionsFromConfig(const ClientDataConfig& data,
+                                                            int32_t num_classes) {
+  fl::client::CsvOptions o;
+  absl::StatusOr<char> delimiter = ParseDelimiter(data.delimiter);
+  if (!delimiter.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.delimiter (--delimiter) ", delimiter.status().message()));
+  }
+  o.delimiter = *delimiter;
+  if (data.missing_values == "refuse") {
+    o.missing_values = fl::client::MissingValues::kRefuse;
+  } else if (data.missing_values == "drop_row") {
+    o.missing_values = fl::client::MissingValues::kDropRow;
+  } else if (data.missing_values == "impute") {
+    o.missing_values = fl::client::MissingValues::kImpute;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.missing_values (--missing-values) must be one of ",
+        absl::StrJoin(MissingValueChoices(), ", "), ", got ", tk::Quote(data.missing_values)));
+  }
+  o.label_column = data.label_column;
+  o.drop_columns = data.drop_columns;
+  o.feature_columns = data.feature_columns;
+  o.impute_value = data.impute_value;
+  o.num_classes = num_classes;
+  return o;
 }
 
 std::string ClientConfigToToml(const ClientConfig& config) {

@@ -19,12 +19,15 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "fl/client/builtin_models.h"
 #include "fl/client/client.h"
+#include "fl/client/dataset.h"
 
 namespace fl::cli {
 
@@ -36,6 +39,12 @@ struct ClientDataConfig {
   std::string format = "csv";  // "csv" or "idx"
   std::string path;            // training CSV with a header row
   std::string label_column = "label";
+  // How the CSV files are read (fl::client::CsvOptions; CsvOptionsFromConfig converts).
+  std::string delimiter = ",";               // one character; see ParseDelimiter
+  std::vector<std::string> drop_columns;     // never features (ids, dates, free text)
+  std::vector<std::string> feature_columns;  // not empty: exactly these, in order, are features
+  std::string missing_values = "refuse";     // "refuse", "drop_row" or "impute"
+  float impute_value = 0;                    // "impute": what a missing feature value becomes
   std::string images;     // IDX training images (optionally .gz)
   std::string labels;     // IDX training labels
   std::string test_path;  // test CSV, same columns
@@ -86,9 +95,23 @@ struct ClientConfig {
 // been partly written.
 absl::Status ApplyClientConfig(const std::string& path, ClientConfig& config);
 
-// Checks what no single key can: the data files the format needs, a shard in range, the
+// Checks what no single key can: the data files the format needs, CSV options that go together
+// (fl::client::ValidateCsvOptions, and none of them with format "idx"), a shard in range, the
 // server's TLS files unless plaintext. INVALID_ARGUMENT naming the keys (and their flags).
 absl::Status ValidateClientConfig(const ClientConfig& config);
+
+// The CSV delimiter that data.delimiter (--delimiter) names: one character, or "\t" (the two
+// characters backslash and t, as typed on a command line) or "tab" for a tab. INVALID_ARGUMENT
+// with a message that starts "must" (callers prefix the key) for another string or a character
+// that fl::client::ValidateCsvOptions refuses.
+absl::StatusOr<char> ParseDelimiter(std::string_view text);
+
+// The fl::client::CsvOptions of `data` ([data] label_column, delimiter, drop_columns,
+// feature_columns, missing_values, impute_value) with `num_classes`. INVALID_ARGUMENT naming the
+// key (and its flag) for a delimiter ParseDelimiter refuses or a missing_values outside refuse,
+// drop_row, impute; the options are not otherwise checked (ValidateCsvOptions does).
+absl::StatusOr<fl::client::CsvOptions> CsvOptionsFromConfig(const ClientDataConfig& data,
+                                                            int32_t num_classes);
 
 // `config` as a TOML file that ApplyClientConfig reads back to the same values, every key with a
 // one-line comment. Used by `fl client --print-effective-config`.

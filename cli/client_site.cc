@@ -9,6 +9,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "fl/common/logging.h"
 #include "fl/simulation/partition.h"
 
 namespace fl::cli {
@@ -16,12 +18,43 @@ namespace {
 
 using fl::client::Dataset;
 
-// Loads one CSV file or IDX pair in the configured format, labels checked against the model.
+// Loads one CSV file or IDX pair in the configured format, labels checked against the model,
+// and logs what the CSV loader did to the file's rows.
 absl::StatusOr<Dataset> Load(const ClientConfig& config, const std::string& csv,
                              const std::string& images, const std::string& labels,
                              int32_t classes) {
   if (config.data.format == "idx") return fl::client::LoadIdx(images, labels, classes);
-  return fl::client::LoadCsv(csv, config.data.label_column, classes);
+  absl::StatusOr<fl::client::CsvOptions> options = CsvOptionsFromConfig(config.data, classes);
+  if (!options.ok()) return options.status();
+  absl::StatusOr<Dataset> data = fl::client::LoadCsv(csv, *options);
+  if (!data.ok()) return data.status();
+  fl::LogEvent(fl::LogLevel::kInfo, "csv_loaded",
+               {{"file", csv},
+                {"rows", absl::StrCat(data->num_examples())},
+                {"features", absl::StrCat(data->num_features)},
+                {"dropped_rows", absl::StrCat(data->dropped_rows)},
+                {"imputed_values", absl::StrCat(data->imputed_values)},
+                {"feature_schema", fl::client::FeatureSchemaSha256(*data)}});
+  return data;
+}
+
+// Warns when features look unscaled: one learning rate then suits none of them.
+void WarnIfUnscaled(const Dataset& data, const std::string& source) {
+  absl::StatusOr<fl::client::ColumnStats> stats = fl::client::DescribeColumns(data);
+  if (!stats.ok()) return;
+  const std::vector<std::string> unscaled = fl::client::UnscaledFeatures(data, *stats);
+  if (unscaled.empty()) return;
+  constexpr size_t kShown = 5;
+  std::string names =
+      absl::StrJoin(unscaled.begin(), unscaled.begin() + std::min(kShown, unscaled.size()), ",");
+  if (unscaled.size() > kShown) absl::StrAppend(&names, ",...");
+  fl::LogEvent(fl::LogLevel::kWarn, "features_unscaled",
+               {{"file", source},
+                {"count", absl::StrCat(unscaled.size())},
+                {"features", names},
+                {"hint",
+                 "mean or stddev above 10: standardize these columns, with the same mean and "
+                 "stddev at every site"}});
 }
 
 // Refuses `data` (loaded from `source`) when the model does not take its feature count.
@@ -68,6 +101,7 @@ absl::StatusOr<SiteData> LoadSiteData(const ClientConfig& config) {
   if (absl::Status s = CheckFeatures(config, site.train, train_source, expected); !s.ok()) {
     return s;
   }
+  WarnIfUnscaled(site.train, train_source);
 
   if (d.num_shards > 0) {
     absl::StatusOr<std::vector<std::vector<int64_t>>> parts =
@@ -87,6 +121,12 @@ absl::StatusOr<SiteData> LoadSiteData(const ClientConfig& config) {
         Load(config, d.test_path, d.test_images, d.test_labels, site.train.num_classes);
     if (!test.ok()) return test.status();
     if (absl::Status s = CheckFeatures(config, *test, test_source, expected); !s.ok()) return s;
+    if (test->feature_names != site.train.feature_names) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          test_source, "'s feature columns (", absl::StrJoin(test->feature_names, ", "),
+          ") are not those of ", train_source, " (", absl::StrJoin(site.train.feature_names, ", "),
+          "), in the same order"));
+    }
     site.test = *std::move(test);
   } else if (d.test_fraction > 0) {
     const int64_t n = site.train.num_examples();

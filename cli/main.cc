@@ -238,6 +238,19 @@ CLI::App* AddClientCommand(CLI::App& app, ClientArgs& a) {
           ->capture_default_str();
   a.csv = cmd->add_option("--csv", c.data.path, "Training CSV file with a header row");
   cmd->add_option("--label-column", c.data.label_column)->capture_default_str();
+  cmd->add_option("--delimiter", c.data.delimiter,
+                  "CSV field separator: one character; \\t or tab for a tab")
+      ->capture_default_str();
+  cmd->add_option("--drop-column", c.data.drop_columns,
+                  "CSV column never used as a feature, e.g. a patient id (repeatable)");
+  cmd->add_option("--feature-column", c.data.feature_columns,
+                  "Exactly these CSV columns, in this order, are the features (repeatable)");
+  cmd->add_option("--missing-values", c.data.missing_values,
+                  "A missing CSV value (empty, NA, N/A, NaN, null, ?): refuse, drop_row or impute")
+      ->capture_default_str();
+  cmd->add_option("--impute-value", c.data.impute_value,
+                  "With --missing-values impute: what a missing feature value becomes")
+      ->capture_default_str();
   a.images = cmd->add_option("--images", c.data.images, "Training IDX images (optionally .gz)");
   cmd->add_option("--labels", c.data.labels, "Training IDX labels (optionally .gz)");
   cmd->add_option("--test-csv", c.data.test_path, "Test CSV file");

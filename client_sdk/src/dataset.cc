@@ -4,19 +4,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstring>
-#include <fstream>
-#include <limits>
 #include <memory>
-#include <optional>
-#include <system_error>
-#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace fl::client {
 
@@ -24,6 +16,7 @@ Dataset Dataset::Subset(const std::vector<int64_t>& indices) const {
   Dataset out;
   out.num_features = num_features;
   out.num_classes = num_classes;
+  out.feature_names = feature_names;
   out.features.resize(indices.size() * static_cast<size_t>(num_features));
   out.labels.reserve(indices.size());
   float* dst = out.features.data();
@@ -36,9 +29,6 @@ Dataset Dataset::Subset(const std::vector<int64_t>& indices) const {
 }
 
 namespace {
-
-// ---------------------------------------------------------------------------------------------
-// IDX
 
 struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose(f); }
@@ -121,52 +111,6 @@ absl::StatusOr<std::vector<uint8_t>> ReadIdx(const std::string& path, uint32_t m
   return data;
 }
 
-// ---------------------------------------------------------------------------------------------
-// CSV
-
-// This abseil build has its own string_view type, which StrCat takes but std::string_view is not.
-absl::string_view Sv(std::string_view s) { return {s.data(), s.size()}; }
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) {
-    s.remove_suffix(1);
-  }
-  return s;
-}
-
-// Splits on commas and trims each field; a header name may also be wrapped in double quotes.
-std::vector<std::string_view> SplitFields(std::string_view line, bool unquote) {
-  std::vector<std::string_view> fields;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = line.find(',', start);
-    std::string_view f = Trim(line.substr(
-        start, comma == std::string_view::npos ? std::string_view::npos : comma - start));
-    if (unquote && f.size() >= 2 && f.front() == '"' && f.back() == '"') {
-      f = f.substr(1, f.size() - 2);
-    }
-    fields.push_back(f);
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
-  }
-  return fields;
-}
-
-// Parses the whole of `text` as a finite double into `out`: nullopt on success, else the reason.
-std::optional<std::string> ParseFinite(std::string_view text, double* out) {
-  if (text.empty()) return "empty value";
-  std::string_view digits = text;
-  if (digits.front() == '+') digits.remove_prefix(1);
-  const char* end = digits.data() + digits.size();
-  auto [ptr, ec] = std::from_chars(digits.data(), end, *out);
-  if (ec == std::errc::result_out_of_range) return absl::StrCat("out of range: '", Sv(text), "'");
-  if (ec != std::errc() || ptr != end) return absl::StrCat("not a number: '", Sv(text), "'");
-  if (std::isnan(*out)) return absl::StrCat("NaN is not allowed: '", Sv(text), "'");
-  if (std::isinf(*out)) return absl::StrCat("infinity is not allowed: '", Sv(text), "'");
-  return std::nullopt;
-}
-
 }  // namespace
 
 absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::string& labels_path,
@@ -200,89 +144,6 @@ absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::strin
     return d;
   }
   d.num_classes = 1 + *std::max_element(d.labels.begin(), d.labels.end());
-  return d;
-}
-
-absl::StatusOr<Dataset> LoadCsv(const std::string& path, std::string_view label_column,
-                                int32_t num_classes) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  std::string line;
-  if (!std::getline(in, line)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": empty file, expected a header row"));
-  }
-  // Copies: the header line's buffer is reused for the data rows.
-  std::vector<std::string> names;
-  for (std::string_view f : SplitFields(line, /*unquote=*/true)) names.emplace_back(f);
-  const size_t num_fields = names.size();
-  const auto label_it = std::find(names.begin(), names.end(), label_column);
-  if (label_it == names.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": row 1: no label column named '", Sv(label_column),
-                     "' (columns: ", absl::StrJoin(names, ", "), ")"));
-  }
-  if (std::find(label_it + 1, names.end(), label_column) != names.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": row 1: label column '", Sv(label_column), "' appears twice"));
-  }
-  const size_t label_index = static_cast<size_t>(label_it - names.begin());
-  if (num_fields < 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": row 1: no feature columns besides '", Sv(label_column), "'"));
-  }
-
-  Dataset d;
-  d.num_features = static_cast<int64_t>(num_fields - 1);
-  int64_t max_label = -1;
-  for (int64_t row = 2; std::getline(in, line); ++row) {
-    if (Trim(line).empty()) continue;  // blank lines (e.g. at the end) carry no data
-    const std::vector<std::string_view> fields = SplitFields(line, /*unquote=*/false);
-    if (fields.size() != num_fields) {
-      // Name the first column without a value, or the first value without a column.
-      const std::string where =
-          fields.size() < num_fields
-              ? absl::StrCat("column '", names[fields.size()], "' and after are missing")
-              : absl::StrCat("value ", num_fields + 1, " ('", Sv(fields[num_fields]),
-                             "') is past the last column '", names.back(), "'");
-      return absl::InvalidArgumentError(absl::StrCat(path, ": row ", row, ": expected ", num_fields,
-                                                     " fields, found ", fields.size(), ": ",
-                                                     where));
-    }
-    for (size_t c = 0; c < num_fields; ++c) {
-      double value = 0;
-      std::optional<std::string> error = ParseFinite(fields[c], &value);
-      if (!error && c == label_index) {
-        if (value < 0 || value != std::floor(value)) {
-          error = absl::StrCat("label must be a non-negative integer: '", Sv(fields[c]), "'");
-        } else if (value >= std::numeric_limits<int32_t>::max()) {
-          error = absl::StrCat("label is too large: '", Sv(fields[c]), "'");
-        } else if (num_classes > 0 && value >= num_classes) {
-          error = absl::StrCat("label ", Sv(fields[c]), " is outside the model's ", num_classes,
-                               " classes [0, ", num_classes, ")");
-        }
-      }
-      if (!error && c != label_index && std::abs(value) > std::numeric_limits<float>::max()) {
-        error = absl::StrCat("out of range for float32: '", Sv(fields[c]), "'");
-      }
-      if (error) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(path, ": row ", row, ", column '", names[c], "': ", *error));
-      }
-      if (c == label_index) {
-        d.labels.push_back(static_cast<int32_t>(value));
-        max_label = std::max(max_label, static_cast<int64_t>(value));
-      } else {
-        d.features.push_back(static_cast<float>(value));
-      }
-    }
-  }
-  if (in.bad()) return absl::DataLossError(absl::StrCat(path, ": read error"));
-  if (d.labels.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": no data rows after the header"));
-  }
-  d.num_classes = num_classes > 0 ? num_classes : static_cast<int32_t>(max_label + 1);
   return d;
 }
 

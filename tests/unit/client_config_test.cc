@@ -41,6 +41,11 @@ insecure_plaintext = true
 format = "idx"
 path = "train.csv"
 label_column = "outcome"
+delimiter = ";"
+drop_columns = ["patient_id", "admitted"]
+feature_columns = ["age", "bmi"]
+missing_values = "impute"
+impute_value = -1
 images = "train-images.gz"
 labels = "train-labels.gz"
 test_path = "test.csv"
@@ -95,6 +100,11 @@ TEST_F(ClientConfigTest, FullFileSetsEveryKey) {
   EXPECT_EQ(c.data.format, "idx");
   EXPECT_EQ(c.data.path, "train.csv");
   EXPECT_EQ(c.data.label_column, "outcome");
+  EXPECT_EQ(c.data.delimiter, ";");
+  EXPECT_THAT(c.data.drop_columns, ElementsAre("patient_id", "admitted"));
+  EXPECT_THAT(c.data.feature_columns, ElementsAre("age", "bmi"));
+  EXPECT_EQ(c.data.missing_values, "impute");
+  EXPECT_EQ(c.data.impute_value, -1.0f);
   EXPECT_EQ(c.data.images, "train-images.gz");
   EXPECT_EQ(c.data.labels, "train-labels.gz");
   EXPECT_EQ(c.data.test_path, "test.csv");
@@ -140,6 +150,9 @@ TEST_F(ClientConfigTest, DefaultsAndAbsentKeys) {
   EXPECT_EQ(c.client.server_address, "127.0.0.1:7443");
   EXPECT_EQ(c.data.format, "csv");
   EXPECT_EQ(c.data.label_column, "label");
+  EXPECT_EQ(c.data.delimiter, ",");
+  EXPECT_TRUE(c.data.drop_columns.empty() && c.data.feature_columns.empty());
+  EXPECT_EQ(c.data.missing_values, "refuse");
   EXPECT_EQ(c.model.kind, "softmax");
   EXPECT_EQ(c.model.classes, 0);
   EXPECT_EQ(c.training.backend, "auto");
@@ -203,6 +216,40 @@ TEST_F(ClientConfigTest, WrongTypesAndValuesNameFileLineAndKey) {
          "2: key 'limits.allowed_models[1]' must be a string, got an integer");
   expect("[client]\nheartbeat_s = 0\n", "2: key 'client.heartbeat_s' must be > 0, got 0.0");
   expect("[server]\naddress = \"\"\n", "2: key 'server.address' must not be empty");
+  expect("[data]\ndelimiter = \";;\"\n",
+         "2: key 'data.delimiter' must be one character (\"\\t\" or \"tab\" for a tab), got "
+         "\";;\"");
+  expect("[data]\ndelimiter = \"\\\"\"\n",
+         "2: key 'data.delimiter' must be usable: delimiter '\"' cannot separate CSV fields (not "
+         "a quote, line break, space, digit, letter, '.', '+', '-' or non-ASCII byte): use ',', "
+         "';', '\\t' or '|'");
+  expect("[data]\ndelimiter = 59\n", "2: key 'data.delimiter' must be a string, got an integer");
+  expect("[data]\nmissing_values = \"zero\"\n",
+         "2: key 'data.missing_values' must be one of refuse, drop_row, impute, got \"zero\"");
+  expect("[data]\ndrop_columns = \"id\"\n",
+         "2: key 'data.drop_columns' must be an array of strings, got a string");
+  expect("[data]\nfeature_columns = [\"a\", 1]\n",
+         "2: key 'data.feature_columns[1]' must be a string, got an integer");
+  expect("[data]\nimpute_value = \"0\"\n",
+         "2: key 'data.impute_value' must be a number, got a string");
+}
+
+TEST_F(ClientConfigTest, ATabDelimiterReadsAndWritesBack) {
+  ClientConfig c;
+  ASSERT_TRUE(ApplyClientConfig(Write("tab.toml", "[data]\ndelimiter = \"\\t\"\n"), c).ok());
+  EXPECT_EQ(c.data.delimiter, "\t");
+  EXPECT_THAT(ClientConfigToToml(c), HasSubstr("delimiter = \"\\t\"\n"));
+  ClientConfig again;
+  ASSERT_TRUE(ApplyClientConfig(Write("again.toml", ClientConfigToToml(c)), again).ok());
+  EXPECT_EQ(again.data.delimiter, "\t");
+  // As typed on a command line: backslash-t or "tab".
+  for (const char* text : {"\t", "\\t", "tab"}) {
+    absl::StatusOr<char> d = ParseDelimiter(text);
+    ASSERT_TRUE(d.ok()) << text;
+    EXPECT_EQ(*d, '\t');
+  }
+  EXPECT_EQ(*ParseDelimiter(";"), ';');
+  for (const char* bad : {"", "5", ";;"}) EXPECT_FALSE(ParseDelimiter(bad).ok()) << bad;
 }
 
 TEST_F(ClientConfigTest, SyntaxErrorAndMissingFile) {
@@ -257,6 +304,42 @@ TEST_F(ClientConfigTest, ValidationNamesTheKeysThatDoNotGoTogether) {
   c.client.insecure_plaintext = false;
   EXPECT_THAT(std::string(ValidateClientConfig(c).message()),
               HasSubstr("mutual TLS needs server.ca, server.cert and server.key"));
+}
+
+TEST_F(ClientConfigTest, ValidationChecksTheCsvOptionsAsFlagsSetThem) {
+  ClientConfig c;
+  c.client.insecure_plaintext = true;
+  c.data.path = "site.csv";
+  auto message = [&c] { return std::string(ValidateClientConfig(c).message()); };
+  c.data.delimiter = "ab";
+  EXPECT_EQ(message(),
+            "data.delimiter (--delimiter) must be one character (\"\\t\" or \"tab\" for a tab), "
+            "got \"ab\"");
+  c.data.delimiter = "\\t";
+  EXPECT_TRUE(ValidateClientConfig(c).ok());
+  c.data.missing_values = "zero";
+  EXPECT_EQ(message(),
+            "data.missing_values (--missing-values) must be one of refuse, drop_row, impute, got "
+            "\"zero\"");
+  c.data.missing_values = "drop_row";
+  c.data.drop_columns = {"label"};
+  EXPECT_EQ(message(),
+            "data.drop_columns names the label column 'label' (the label is never a feature)");
+  c.data.drop_columns = {"id"};
+  c.data.feature_columns = {"id"};
+  EXPECT_EQ(message(), "data.feature_columns and drop_columns both name 'id'");
+  c.data.feature_columns.clear();
+  EXPECT_TRUE(ValidateClientConfig(c).ok());
+
+  c.data.format = "idx";
+  c.data.path.clear();
+  c.data.images = "i";
+  c.data.labels = "l";
+  EXPECT_THAT(message(), HasSubstr("are for CSV files, but data.format is \"idx\""));
+  c.data.delimiter = ",";
+  c.data.drop_columns.clear();
+  c.data.missing_values = "refuse";
+  EXPECT_TRUE(ValidateClientConfig(c).ok());
 }
 
 TEST_F(ClientConfigTest, TheExampleFileIsTheReference) {
@@ -373,7 +456,9 @@ TEST_F(SiteDataTest, CsvErrorsNameFileRowAndColumn) {
   EXPECT_EQ(refused("a,b,label\n1,2,0\n1,x,1\n"),
             absl::StrCat(file, ": row 3, column 'b': not a number: 'x'"));
   EXPECT_EQ(refused("a,b,label\n1,nan,0\n"),
-            absl::StrCat(file, ": row 2, column 'b': NaN is not allowed: 'nan'"));
+            absl::StrCat(file,
+                         ": row 2, column 'b': missing value 'nan' is refused: missing_values = "
+                         "drop_row skips such rows, impute replaces the value"));
   EXPECT_EQ(refused("a,b,label\n-inf,1,0\n"),
             absl::StrCat(file, ": row 2, column 'a': infinity is not allowed: '-inf'"));
   EXPECT_EQ(refused("a,b,label\n1,2,0\n1,2\n"),
@@ -387,6 +472,50 @@ TEST_F(SiteDataTest, CsvErrorsNameFileRowAndColumn) {
   EXPECT_EQ(
       refused("a,b,label\n1,2,0.5\n"),
       absl::StrCat(file, ": row 2, column 'label': label must be a non-negative integer: '0.5'"));
+}
+
+TEST_F(SiteDataTest, CsvOptionsReachTheLoader) {
+  const std::string text =
+      "patient_id;age;bmi;label\nP1;51;22;0\nP2;NA;30;1\nP3;60;;2\nP4;70;25;1\n";
+  ClientConfig c = CsvConfig(Write("site.csv", text));
+  absl::StatusOr<SiteData> data = LoadSiteData(c);
+  EXPECT_EQ(data.status().message(),
+            absl::StrCat(Path("site.csv"),
+                         ": row 1: the header has 1 column; it looks ';'-separated: set "
+                         "data.delimiter (CsvOptions::delimiter)"));
+  c.data.delimiter = ";";
+  c.data.drop_columns = {"patient_id"};
+  c.data.missing_values = "drop_row";
+  data = LoadSiteData(c);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->train.dropped_rows, 2);
+  EXPECT_THAT(data->train.feature_names, ElementsAre("age", "bmi"));
+  EXPECT_THAT(data->train.features, ElementsAre(51, 22, 70, 25));
+
+  c.data.missing_values = "impute";
+  c.data.impute_value = 40;
+  c.data.feature_columns = {"bmi", "age"};
+  c.data.drop_columns.clear();
+  data = LoadSiteData(c);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_EQ(data->train.imputed_values, 2);
+  EXPECT_THAT(data->train.feature_names, ElementsAre("bmi", "age"));
+  EXPECT_THAT(data->train.features, ElementsAre(22, 51, 30, 40, 40, 60, 25, 70));
+}
+
+TEST_F(SiteDataTest, TestColumnsMustBeTheTrainingColumnsInOrder) {
+  ClientConfig c = CsvConfig(Write("train.csv", "a,b,label\n1,2,0\n3,4,1\n"));
+  c.data.test_path = Write("test.csv", "b,a,label\n2,1,0\n");
+  absl::StatusOr<SiteData> data = LoadSiteData(c);
+  EXPECT_EQ(data.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(data.status().message(),
+            absl::StrCat(Path("test.csv"), "'s feature columns (b, a) are not those of ",
+                         Path("train.csv"), " (a, b), in the same order"));
+  // Naming the features puts both files' columns in one order.
+  c.data.feature_columns = {"a", "b"};
+  data = LoadSiteData(c);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_THAT(data->test.features, ElementsAre(1, 2));
 }
 
 TEST_F(SiteDataTest, AMissingFileIsNotFoundAndNamed) {

@@ -80,6 +80,13 @@ TEST(DatasetTest, SubsetKeepsOrderAndShape) {
   EXPECT_EQ(s.num_classes, 5);
   EXPECT_THAT(s.features, ElementsAre(20, 21, 0, 1));
   EXPECT_THAT(s.labels, ElementsAre(2, 0));
+  EXPECT_TRUE(s.feature_names.empty());
+
+  d.feature_names = {"age", "bmi"};
+  d.dropped_rows = 4;
+  const Dataset named = d.Subset({1});
+  EXPECT_THAT(named.feature_names, ElementsAre("age", "bmi"));
+  EXPECT_EQ(named.dropped_rows, 0);  // a count of the file loaded, not of the subset
 }
 
 TEST(DatasetTest, LoadIdxReadsPlainAndGzipFiles) {
@@ -186,6 +193,9 @@ TEST(DatasetTest, LoadCsvReadsFeaturesAroundTheLabelColumn) {
   EXPECT_EQ(d->num_classes, 3);
   EXPECT_THAT(d->labels, ElementsAre(0, 2, 1));
   EXPECT_THAT(d->features, ElementsAre(1.5f, 2.0f, -300.0f, 4.0f, 0.0f, -0.25f));
+  EXPECT_THAT(d->feature_names, ElementsAre("age", "height"));
+  EXPECT_EQ(d->dropped_rows, 0);
+  EXPECT_EQ(d->imputed_values, 0);
 }
 
 // Loads `contents` as data.csv with label column "label" and expects INVALID_ARGUMENT whose
@@ -209,7 +219,9 @@ TEST(DatasetTest, LoadCsvRefusesNonNumericValue) {
 }
 
 TEST(DatasetTest, LoadCsvRefusesNanInfinityAndEmptyFields) {
-  ExpectCsvRefused("age,height,label\n1,2,0\n1,nan,0\n", {"row 3, column 'height'", "NaN"});
+  ExpectCsvRefused("age,height,label\n1,2,0\n1,nan,0\n",
+                   {"row 3, column 'height'", "missing value 'nan' is refused"});
+  ExpectCsvRefused("age,height,label\n1,-nan,0\n", {"row 2, column 'height'", "NaN"});
   ExpectCsvRefused("age,height,label\n-inf,2,0\n", {"row 2, column 'age'", "infinity"});
   ExpectCsvRefused("age,height,label\n1,,0\n", {"row 2, column 'height'", "empty"});
   ExpectCsvRefused("age,height,label\n1,1e999,0\n", {"row 2, column 'height'", "range"});
