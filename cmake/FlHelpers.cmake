@@ -11,6 +11,9 @@ function(fl_library NAME)
   endif()
   target_include_directories(fl_${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(fl_${NAME} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  # The public headers are C++20 (std::span, designated initialisers): a usage requirement, so a
+  # consumer of the installed package compiles them without setting a standard of its own.
+  target_compile_features(fl_${NAME} PUBLIC cxx_std_20)
   target_compile_options(fl_${NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   set_target_properties(fl_${NAME} PROPERTIES POSITION_INDEPENDENT_CODE ON)
   if(ARG_INSTALL)
