@@ -20,11 +20,17 @@ int Exit(int code, const std::string& cause, const std::string& fix) {
   return code;
 }
 
+// FAILED_PRECONDITION comes from Join only: a model or data columns that are not the run's.
 bool IsRefusal(const absl::Status& s) {
-  return absl::IsUnauthenticated(s) || absl::IsPermissionDenied(s);
+  return absl::IsUnauthenticated(s) || absl::IsPermissionDenied(s) ||
+         absl::IsFailedPrecondition(s);
 }
 
 std::string RefusalFix(const absl::Status& s) {
+  if (absl::IsFailedPrecondition(s)) {
+    return "train the run's model on the run's columns (the server names what differs); fl "
+           "client --preflight checks it";
+  }
   return absl::IsPermissionDenied(s)
              ? "ask the federation's operator to enroll this site's certificate (fl admin "
                "enroll); fl client --preflight checks it"
@@ -67,8 +73,10 @@ int SiteDaemon::Stopped() {
 int SiteDaemon::Run() {
   absl::StatusOr<SiteTrainer> site = BuildSiteTrainer(config_);
   if (!site.ok()) return Exit(kExitConfig, site.status().ToString(), "");
+  fl::client::ClientOptions options = config_.client;
+  options.feature_columns = site->feature_columns;
   absl::StatusOr<std::unique_ptr<fl::client::Client>> client =
-      fl::client::Client::Create(config_.client, site->trainer.get());
+      fl::client::Client::Create(options, site->trainer.get());
   if (!client.ok()) return Exit(kExitConfig, client.status().ToString(), "");
   LogEvent(LogLevel::kInfo, "client_ready",
            {{"model", config_.model.kind},

@@ -19,7 +19,8 @@ inline constexpr int kExitError = 1;
 // help: fix the configuration.
 inline constexpr int kExitConfig = 2;
 // The server refused this site (UNAUTHENTICATED or PERMISSION_DENIED: not enrolled, revoked, a
-// certificate of another CA), at Join or later. Stops a serving client too: retrying cannot help
+// certificate of another CA; FAILED_PRECONDITION at Join: a model or data columns that are not
+// the run's), at Join or later. Stops a serving client too: retrying cannot help
 // until the federation's operator enrolls the site.
 inline constexpr int kExitRefused = 3;
 // --once: the run ended, and the server says it failed.
@@ -36,7 +37,8 @@ inline constexpr char kClientExitCodesHelp[] =
     "  0  stopped by SIGTERM/SIGINT; --once: the run finished; --preflight: all checks passed\n"
     "  1  an unexpected error\n"
     "  2  configuration or data error (flags, TOML, TLS files, data that does not fit the model)\n"
-    "  3  the server refused this site (not enrolled, revoked, another CA): not retried\n"
+    "  3  the server refused this site (not enrolled, revoked, another CA, another model or\n"
+    "     columns than the run's): not retried\n"
     "  4  --once: the run failed\n"
     "  5  --once: the server stayed unreachable past --reconnect-timeout\n"
     "  6  --preflight: a check failed\n";

@@ -31,11 +31,13 @@
 #include "fl/common/file_util.h"
 #include "fl/common/logging.h"
 #include "fl/common/provision.h"
+#include "fl/common/safetensors.h"
 #include "fl/server/server.h"
 #include "fl/server/store.h"
 #include "fl/simulation/evaluation.h"
 #include "fl/simulation/simulation.h"
 #include "server/admin/admin.h"
+#include "server/admin/export.h"
 #include "server/daemon/config.h"
 
 namespace {
@@ -137,15 +139,28 @@ absl::StatusOr<fl::client::ModelArchitecture> ServerModelArchitecture(
 int RunServer(fl::server::ServerConfig config) {
   BlockTerminationSignals();
   if (absl::Status s = fl::server::CheckServerConfig(config); !s.ok()) return Fail(s);
-  absl::StatusOr<fl::client::ModelArchitecture> arch = ServerModelArchitecture(config.model);
-  if (!arch.ok()) return Fail(arch.status());
-  absl::StatusOr<fl::Model> weights =
-      fl::client::InitialBuiltinModel(*arch, config.model.init_seed);
-  if (!weights.ok()) return Fail(weights.status());
-  config.server.engine.fit.model_name = std::string(fl::client::ModelKindName(arch->kind));
+  absl::StatusOr<fl::client::ModelArchitecture> arch;
+  absl::StatusOr<fl::Model> weights;
+  if (!config.model.initial.empty()) {
+    // The sites' own model, from a file: no built-in architecture, so no model name in tasks.
+    weights = fl::ReadSafetensors(config.model.initial);
+    if (!weights.ok()) return Fail(weights.status());
+    config.server.engine.fit.model_name.clear();
+    fl::LogEvent(fl::LogLevel::kInfo, "initial_model",
+                 {{"file", config.model.initial},
+                  {"tensors", absl::StrCat(weights->spec().tensors().size())},
+                  {"parameters", absl::StrCat(weights->spec().NumFloats())},
+                  {"sha256", weights->Sha256Hex()}});
+  } else {
+    arch = ServerModelArchitecture(config.model);
+    if (!arch.ok()) return Fail(arch.status());
+    weights = fl::client::InitialBuiltinModel(*arch, config.model.init_seed);
+    if (!weights.ok()) return Fail(weights.status());
+    config.server.engine.fit.model_name = std::string(fl::client::ModelKindName(arch->kind));
+  }
   fl::server::EngineHooks hooks;
   std::shared_ptr<fl::client::Dataset> eval_set;
-  if (!config.model.eval_images.empty() || !config.model.eval_labels.empty()) {
+  if (arch.ok() && (!config.model.eval_images.empty() || !config.model.eval_labels.empty())) {
     absl::StatusOr<fl::client::Dataset> data =
         fl::client::LoadIdx(config.model.eval_images, config.model.eval_labels);
     if (!data.ok()) return Fail(data.status());
@@ -358,7 +373,7 @@ void AddSecAggFlags(CLI::App* cmd, fl::server::SecureAggregationOptions& sa) {
                   "SecAgg: seconds for the key, sharing and unmasking stages");
 }
 
-int RunSim(fl::simulation::SimulationOptions options) {
+int RunSim(fl::simulation::SimulationOptions options, const std::string& export_path) {
   // Refuse bad choices before printing the run's header.
   if (absl::Status s = options.strategy.Validate(); !s.ok()) return Fail(s);
   if (absl::Status s = fl::client::ParseModelKind(options.model).status(); !s.ok()) return Fail(s);
@@ -419,6 +434,19 @@ int RunSim(fl::simulation::SimulationOptions options) {
   }
   std::printf("\n");
   std::printf("SQLite file with the run: %s\n", result->db_path.c_str());
+  if (!export_path.empty()) {
+    // The committed global model, read back from the run's own store as `fl admin export` does.
+    const std::string data_dir = result->db_path.substr(0, result->db_path.rfind('/'));
+    absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
+        fl::server::Store::OpenReadOnly(data_dir);
+    if (!store.ok()) return Fail(store.status());
+    fl::server::admin::ExportRequest request;
+    request.run_id = result->run_id;
+    absl::StatusOr<fl::server::admin::ExportedModel> exported =
+        fl::server::admin::ExportModel(**store, request, export_path);
+    if (!exported.ok()) return Fail(exported.status());
+    std::printf("Global model of round %d: %s\n", exported->round, export_path.c_str());
+  }
   return 0;
 }
 
@@ -433,12 +461,15 @@ struct AdminArgs {
   int limit = 50;
   std::string cert, ca, name;  // enroll
   std::string client;          // revoke
+  int32_t round = -1;          // export: -1 the last committed round, 0 the initial model
+  bool with_server_state = false;
   CLI::App* status = nullptr;
   CLI::App* rounds = nullptr;
   CLI::App* clients = nullptr;
   CLI::App* audit = nullptr;
   CLI::App* enroll = nullptr;
   CLI::App* revoke = nullptr;
+  CLI::App* export_model = nullptr;
 };
 
 CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
@@ -475,6 +506,17 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
       ->add_option("client", a.client,
                    "The client's fingerprint, or a unique prefix of at least 8 hex digits")
       ->required();
+  a.export_model = cmd->add_subcommand(
+      "export", "Write a committed round's global model as a safetensors file");
+  a.export_model->add_option("--run", a.run_id, "Run id (default: the newest run)")
+      ->check(CLI::PositiveNumber);
+  a.export_model
+      ->add_option("--round", a.round,
+                   "Round (default: the last committed one; 0: the run's initial model)")
+      ->check(CLI::NonNegativeNumber);
+  a.export_model->add_option("--out", a.out, "The safetensors file to write")->required();
+  a.export_model->add_flag("--with-server-state", a.with_server_state,
+                           "Keep SCAFFOLD's control variates (scaffold.c.* tensors)");
   return cmd;
 }
 
@@ -541,6 +583,23 @@ int RunAdminRevoke(fl::server::Store& store, const AdminArgs& a, int64_t now_ms)
   return 0;
 }
 
+int RunAdminExport(fl::server::Store& store, const AdminArgs& a) {
+  fl::server::admin::ExportRequest request;
+  if (a.run_id > 0) request.run_id = a.run_id;
+  if (a.round >= 0) request.round = a.round;
+  request.with_server_state = a.with_server_state;
+  absl::StatusOr<fl::server::admin::ExportedModel> exported =
+      fl::server::admin::ExportModel(store, request, a.out);
+  if (!exported.ok()) return Fail(exported.status());
+  std::printf("wrote %s: run %lld %s, %zu tensors, %lld parameters\n", a.out.c_str(),
+              static_cast<long long>(exported->run_id),
+              exported->round == 0 ? "initial model"
+                                   : absl::StrCat("round ", exported->round).c_str(),
+              exported->model.spec().tensors().size(),
+              static_cast<long long>(exported->model.spec().NumFloats()));
+  return 0;
+}
+
 int RunAdmin(const AdminArgs& a) {
   namespace admin = fl::server::admin;
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
@@ -558,6 +617,7 @@ int RunAdmin(const AdminArgs& a) {
     return a.enroll->parsed() ? RunAdminEnroll(**store, a, now_ms)
                               : RunAdminRevoke(**store, a, now_ms);
   }
+  if (a.export_model->parsed()) return RunAdminExport(**store, a);
   if (a.status->parsed()) return PrintReport(admin::StatusReport(**store, now_ms), "");
   if (a.rounds->parsed()) {
     std::optional<int64_t> run;
@@ -642,6 +702,9 @@ int main(int argc, char** argv) {
       ->add_option("--eval-every", server.engine.eval_every,
                    "Federated evaluation after every N committed rounds (0: never)")
       ->capture_default_str();
+  server_cmd->add_flag("--federated-standardization", server.engine.federated_standardization,
+                       "Before round 1, aggregate the sites' feature statistics; every site "
+                       "standardises its features with them");
   server_cmd
       ->add_option("--stop-metric", server.engine.stop_metric,
                    "Stopping rule: end the run when this round metric reaches "
@@ -656,6 +719,9 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--local-epochs", server.engine.fit.local_epochs)->capture_default_str();
   server_cmd->add_option("--batch-size", server.engine.fit.batch_size)->capture_default_str();
   server_cmd->add_option("--lr", server.engine.fit.learning_rate)->capture_default_str();
+  server_cmd->add_option("--initial-model", server_model.initial,
+                         "Start a new run from this safetensors file (the sites' own model); "
+                         "instead of --model");
   server_cmd->add_option("--model", server_model.kind, "softmax, mlp or simple_cnn")
       ->capture_default_str();
   server_cmd->add_option("--features", server_model.features, "Model: input features")
@@ -725,6 +791,7 @@ int main(int argc, char** argv) {
   CLI::App* client_cmd = AddClientCommand(app, client);
 
   fl::simulation::SimulationOptions sim;
+  std::string sim_export;
   double sim_timeout_s = 300;
   CLI::App* sim_cmd = app.add_subcommand(
       "sim", "Simulate a federation on this machine: real server, real clients, real TLS");
@@ -733,6 +800,8 @@ int main(int argc, char** argv) {
   sim_cmd->add_option("--dataset-dir", sim.dataset_dir, "Fashion-MNIST IDX files")
       ->capture_default_str();
   sim_cmd->add_option("--clients", sim.num_clients)->capture_default_str();
+  sim_cmd->add_option("--export", sim_export,
+                      "Write the final global model to this safetensors file");
   sim_cmd
       ->add_option("--examples-per-client", sim.max_examples_per_client,
                    "Each client keeps at most this many of its examples (0: all)")
@@ -829,7 +898,7 @@ int main(int argc, char** argv) {
         sim.privacy.mode = sim.secure_aggregation.enabled ? "distributed" : "central";
       }
     }
-    return RunSim(sim);
+    return RunSim(sim, sim_export);
   }
   if (admin_cmd->parsed()) return RunAdmin(admin);
   return 1;

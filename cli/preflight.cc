@@ -105,6 +105,10 @@ std::string HandshakeFix(const absl::Status& s) {
 }
 
 std::string EnrollmentFix(const absl::Status& s, const fl::client::ClientOptions& o) {
+  if (absl::IsFailedPrecondition(s)) {
+    return "train the model the server's run was started with, on the run's columns "
+           "(data.feature_columns, data.drop_columns); the message names what differs";
+  }
   if (absl::IsPermissionDenied(s)) {
     return absl::StrCat(
         "ask the federation's operator to enroll this site: fl admin --data-dir "
@@ -201,11 +205,18 @@ std::vector<PreflightCheck> RunPreflightChecks(
     }
   }
 
+  // The data and the model are checked before the enrollment, so that the dry-run Join also
+  // asks whether the server's run takes this site's model and columns; the line comes last.
+  absl::StatusOr<SiteTrainer> site = BuildSiteTrainer(config);
+  fl::client::ClientOptions admission_options = o;
+  if (site.ok()) admission_options.feature_columns = site->feature_columns;
   if (tls ? !handshake : !reachable) {
     add(Check(kEnrollment, Result::kSkip,
               tls ? "needs the TLS handshake" : "needs the server reachable"));
   } else if (absl::StatusOr<fl::client::Admission> admitted =
-                 fl::client::CheckAdmission(o, kCallTimeout);
+                 fl::client::CheckAdmission(admission_options,
+                                            site.ok() ? site->trainer.get() : nullptr,
+                                            kCallTimeout);
              !admitted.ok()) {
     add(Check(kEnrollment, Result::kFail, admitted.status().ToString(),
               EnrollmentFix(admitted.status(), o)));
@@ -215,7 +226,7 @@ std::vector<PreflightCheck> RunPreflightChecks(
                            " (run ", admitted->run_id, "); nothing was registered")));
   }
 
-  if (absl::StatusOr<SiteTrainer> site = BuildSiteTrainer(config); !site.ok()) {
+  if (!site.ok()) {
     add(Check(kData, Result::kFail, std::string(site.status().message()),
               "fix the data, or [model] (--model, --features, --classes), so that they agree"));
   } else {

@@ -22,6 +22,7 @@ absl::StatusOr<SiteTrainer> BuildSiteTrainer(const ClientConfig& config) {
   site.arch.image_channels = config.model.image_channels;
   site.train_examples = data->train.num_examples();
   site.test_examples = data->test.num_examples();
+  site.feature_columns = data->train.feature_names;
   absl::StatusOr<std::unique_ptr<fl::client::Trainer>> trainer = fl::client::MakeBuiltinTrainer(
       site.arch, std::move(data->train), std::move(data->test), config.training);
   if (!trainer.ok()) return trainer.status();

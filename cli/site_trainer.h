@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cli/client_config.h"
@@ -18,6 +20,7 @@ struct SiteTrainer {
   fl::client::ModelArchitecture arch;            // features and classes as the data gave them
   int64_t train_examples = 0;
   int64_t test_examples = 0;
+  std::vector<std::string> feature_columns;  // the CSV's feature columns in order; IDX: none
 };
 
 // ValidateClientConfig, then LoadSiteData, then the built-in trainer of config.model on that

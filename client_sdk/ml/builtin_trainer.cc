@@ -160,6 +160,33 @@ class BuiltinTrainer final : public Trainer {
     return Measure(*net_, test_, *labels_);
   }
 
+  // The training rows' sums, as this site's share of the federation's statistics.
+  absl::StatusOr<FeatureSums> FeatureSumsForStatistics() override {
+    const Dataset& train = raw_train_.has_value() ? *raw_train_ : train_;
+    if (train.num_examples() == 0) {
+      return absl::FailedPreconditionError("this trainer has no training data");
+    }
+    return ComputeFeatureSums(train);
+  }
+
+  // Standardises both sets from the raw data kept at the first call (empty stats: the raw data).
+  absl::Status ApplyFeatureStatistics(const ColumnStats& stats) override {
+    if (!raw_train_.has_value()) {
+      raw_train_ = train_;
+      raw_test_ = test_;
+    }
+    Dataset train = *raw_train_, test = *raw_test_;
+    if (!stats.mean.empty()) {
+      if (absl::Status s = Standardize(train, stats.mean, stats.stddev); !s.ok()) return s;
+      if (test.num_examples() > 0) {
+        if (absl::Status s = Standardize(test, stats.mean, stats.stddev); !s.ok()) return s;
+      }
+    }
+    train_ = std::move(train);
+    test_ = std::move(test);
+    return absl::OkStatus();
+  }
+
  private:
   absl::Status EnsureNetwork() {
     if (net_ != nullptr) return absl::OkStatus();
@@ -173,6 +200,9 @@ class BuiltinTrainer final : public Trainer {
   ModelArchitecture arch_;
   Dataset train_;
   Dataset test_;
+  // The data as loaded, kept once federated statistics first standardise train_ and test_.
+  std::optional<Dataset> raw_train_;
+  std::optional<Dataset> raw_test_;
   BuiltinTrainerOptions options_;
   std::unique_ptr<ml::Backend> backend_;
   ModelSpec weights_spec_;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "client_sdk/src/client_impl.h"
 #include "fl/client/admission.h"
+#include "fl/client/dataset.h"
 #include "fl/common/address.h"
 #include "fl/common/chunking.h"
 #include "fl/common/crypto.h"
@@ -65,7 +66,19 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(ClientOptions& option
 
 }  // namespace internal
 
-absl::StatusOr<Admission> CheckAdmission(ClientOptions options, absl::Duration timeout) {
+namespace internal {
+
+void DescribeSite(const ClientOptions& options, const Trainer* trainer, fl::v1::JoinRequest& req) {
+  if (trainer != nullptr) ToProto(trainer->spec(), req.mutable_model_spec());
+  if (options.feature_columns.empty()) return;
+  for (const std::string& column : options.feature_columns) req.add_feature_columns(column);
+  req.set_feature_schema_sha256(FeatureSchemaSha256(options.feature_columns));
+}
+
+}  // namespace internal
+
+absl::StatusOr<Admission> CheckAdmission(ClientOptions options, const Trainer* trainer,
+                                         absl::Duration timeout) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = internal::MakeChannel(options);
   if (!channel.ok()) return channel.status();
   std::unique_ptr<fl::v1::Federation::Stub> stub = fl::v1::Federation::NewStub(*channel);
@@ -76,6 +89,7 @@ absl::StatusOr<Admission> CheckAdmission(ClientOptions options, absl::Duration t
   req.set_client_name(options.name);
   req.set_sdk_version("0.1.0");
   req.set_dry_run(true);
+  internal::DescribeSite(options, trainer, req);
   fl::v1::JoinReply reply;
   if (absl::Status s = FromGrpcStatus(stub->Join(&ctx, req, &reply)); !s.ok()) return s;
   return Admission{.client_id = reply.client_id(), .run_id = reply.run_id()};

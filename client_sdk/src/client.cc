@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client_sdk/src/client_impl.h"
+#include "fl/client/dataset.h"
 #include "fl/common/chunking.h"
 #include "fl/common/crypto.h"
 #include "fl/common/logging.h"
@@ -96,6 +97,7 @@ absl::Status Client::Impl::Join() {
   req.add_capabilities("fp32");
   req.add_capabilities("fp16");
   req.add_capabilities("int8");
+  internal::DescribeSite(options_, trainer_, req);
   fl::v1::JoinReply reply;
   absl::Status s = FromGrpcStatus(stub_->Join(&call.ctx, req, &reply));
   if (!s.ok()) return s;
@@ -276,6 +278,10 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
     Decline(task, spec.status());
     return spec.status();
   }
+  if (absl::Status s = ApplyStatistics(task); !s.ok()) {
+    Decline(task, s);
+    return s;
+  }
   absl::StatusOr<Model> global = Download(task, *spec);
   if (!global.ok()) return global.status();
   const absl::Time start = absl::Now();
@@ -321,6 +327,8 @@ absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
     failure = spec.status();
   } else if (!(*spec == trainer_->spec())) {
     failure = absl::FailedPreconditionError("the server's model is not the model this site trains");
+  } else {
+    failure = ApplyStatistics(task);
   }
   if (failure.ok()) {
     absl::StatusOr<Model> global = Download(task, *spec);
@@ -428,6 +436,14 @@ absl::Status Client::Impl::Run() {
         LogEvent(live ? LogLevel::kInfo : LogLevel::kDebug, "client_done",
                  {{"name", options_.name}, {"why", task.message()}});
         return absl::OkStatus();
+      }
+      case fl::v1::Task::STATISTICS: {
+        if (absl::Status s = Statistics(task); !s.ok()) {
+          LogEvent(LogLevel::kWarn, "statistics_task_failed",
+                   {{"name", options_.name}, {"error", s.ToString()}});
+          if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
+        }
+        break;
       }
       case fl::v1::Task::EVALUATE: {
         absl::Status s = Evaluate(task);

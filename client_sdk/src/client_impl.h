@@ -56,6 +56,10 @@ FitConfig FitConfigOf(const fl::v1::Task& task);
 // ReadFile error for a file that cannot be read. (channel.cc)
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(ClientOptions& options);
 
+// What a Join says about the site, for the server's admission checks: the trainer's model spec
+// (none when `trainer` is null) and options.feature_columns with their SHA-256.
+void DescribeSite(const ClientOptions& options, const Trainer* trainer, fl::v1::JoinRequest& req);
+
 }  // namespace internal
 
 class Client::Impl {
@@ -103,6 +107,8 @@ class Client::Impl {
     Impl* impl_;
   };
 
+  // The federation's feature statistics the trainer was last given (empty: none yet).
+  ColumnStats applied_stats_;
   absl::Status Join();
   absl::Status Poll(fl::v1::Task* task);
   class HeartbeatThread;
@@ -122,6 +128,11 @@ class Client::Impl {
   void DeclineSecAgg(const fl::v1::Task& task, const absl::Status& why);
   // Evaluates the task's model with the trainer and reports the result (or why it could not).
   absl::Status Evaluate(const fl::v1::Task& task);
+  // Federated standardisation (client_statistics.cc): answers a STATISTICS task with the
+  // trainer's FeatureSumsForStatistics (or its decline); hands the task's feature statistics, if
+  // any and not already applied, to the trainer's ApplyFeatureStatistics.
+  absl::Status Statistics(const fl::v1::Task& task);
+  absl::Status ApplyStatistics(const fl::v1::Task& task);
   absl::StatusOr<Model> Download(const fl::v1::Task& task, const ModelSpec& spec);
   // Sends the trained model in the encoding the task asks for: FLOAT32 (or unset) the weights,
   // FLOAT16 / INT8 the change from `global` (fl/common/update_codec.h). An update that cannot be

@@ -2,12 +2,14 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "fl/common/crypto.h"
 #include "fl/common/page_buffer.h"
 #include "nlohmann/json.hpp"
@@ -154,5 +156,39 @@ ModelSpec ScaffoldSpec(const ModelSpec& weights) {
 }
 
 bool IsScaffoldTensor(std::string_view name) { return name.starts_with(kScaffoldPrefix); }
+
+std::string ShapeToString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+std::string DescribeSpecDifference(const ModelSpec& ours, const ModelSpec& theirs,
+                                   std::string_view ours_view, std::string_view theirs_view) {
+  // absl::StrCat here takes absl::string_view, which Debian's Abseil does not alias to std's.
+  const std::string ours_name(ours_view), theirs_name(theirs_view);
+  const std::vector<TensorSpec>& a = ours.tensors();
+  const std::vector<TensorSpec>& b = theirs.tensors();
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (a[i] == b[i]) continue;
+    if (a[i].name == b[i].name) {
+      return absl::StrCat("tensor ", i, " '", a[i].name, "' is ", ShapeToString(a[i].shape),
+                          " in ", ours_name, " but ", ShapeToString(b[i].shape), " in ",
+                          theirs_name);
+    }
+    return absl::StrCat("tensor ", i, " is '", a[i].name, "' ", ShapeToString(a[i].shape), " in ",
+                        ours_name, " but '", b[i].name, "' ", ShapeToString(b[i].shape), " in ",
+                        theirs_name);
+  }
+  if (a.size() > b.size()) {
+    return absl::StrCat(theirs_name, " lacks tensor ", b.size(), " '", a[b.size()].name, "' ",
+                        ShapeToString(a[b.size()].shape), " of ", ours_name, " (", a.size(),
+                        " tensors there, ", b.size(), " here)");
+  }
+  if (b.size() > a.size()) {
+    return absl::StrCat(theirs_name, " has tensor ", a.size(), " '", b[a.size()].name, "' ",
+                        ShapeToString(b[a.size()].shape), " that ", ours_name, " lacks (",
+                        a.size(), " tensors there, ", b.size(), " here)");
+  }
+  return "";
+}
 
 }  // namespace fl

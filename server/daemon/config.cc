@@ -149,6 +149,11 @@ const std::vector<Key>& Keys() {
       tk::SecondsKey<C>(
           "run", "eval_timeout_s", "Deadline of a federated evaluation (seconds).",
           Range::kPositive, [](auto& c) -> auto& { return c.server.engine.eval_timeout; }),
+      tk::BoolKey<C>(
+          "run", "federated_standardization",
+          "Before round 1, add up the sites' per-feature sums into the federation's means and "
+          "standard deviations, which every site then standardises its features with.",
+          [](auto& c) -> auto& { return c.server.engine.federated_standardization; }),
 
       tk::IntKey<C, int32_t>(
           "fit", "local_epochs", "Epochs each client trains per round.", 1,
@@ -190,6 +195,11 @@ const std::vector<Key>& Keys() {
           "clients.",
           0, [](auto& c) -> auto& { return c.server.strategy.num_parties; }),
 
+      tk::StringKey<C>(
+          "model", "initial",
+          "A safetensors file the run starts from (tensor names, shapes and values; sites bring "
+          "their own model code); empty: the built-in kind below.",
+          true, [](auto& c) -> auto& { return c.model.initial; }),
       tk::StringKey<C>("model", "kind",
                        "softmax (regression; \"logistic\" is the same), mlp or simple_cnn.", true,
                        [](auto& c) -> auto& { return c.model.kind; },
@@ -372,7 +382,13 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
         {{"run", "stop_metric"}, {"secure_aggregation", "enabled"}}};
   }
   const ServerModelOptions& m = c.model;
-  if (m.kind == "simple_cnn" && m.features != m.image_height * m.image_width * m.image_channels) {
+  if (!m.initial.empty() && (!m.eval_images.empty() || !m.eval_labels.empty())) {
+    return CrossKeyProblem{
+        "model.eval_images and eval_labels score a built-in model; a model from model.initial "
+        "is evaluated by the sites (run.eval_every)",
+        {{"model", "eval_images"}, {"model", "eval_labels"}, {"model", "initial"}}};
+  }
+  if (m.initial.empty() && m.kind == "simple_cnn" && m.features != m.image_height * m.image_width * m.image_channels) {
     return CrossKeyProblem{
         absl::StrCat("key 'model.features' must be image_height * image_width * image_channels = ",
                      m.image_height * m.image_width * m.image_channels,

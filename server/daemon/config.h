@@ -34,6 +34,11 @@ namespace fl::server {
 // and the seed of its initial weights. With strategy "scaffold" the model also carries the
 // server's control variates (zero at the start).
 struct ServerModelOptions {
+  // A safetensors file the new run starts from: its tensors' names, shapes and values (float32;
+  // F16, BF16 and F64 are converted) are the global model, and the sites train it with their own
+  // Trainer. When set, kind and the architecture keys below are not used. Empty: the built-in
+  // `kind`. A resumed run continues from its last committed round either way.
+  std::string initial;
   std::string kind = "softmax";  // "softmax", "mlp" or "simple_cnn"
   int64_t features = 784;        // for simple_cnn: image_height * image_width * image_channels
   int32_t classes = 10;

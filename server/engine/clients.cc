@@ -138,11 +138,19 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
     t.round = eval_->round;
     auto task = eval_->task_of.find(client_id);
     if (task == eval_->task_of.end() || eval_->reports.count(client_id) != 0) {
-      t.message = absl::StrCat("waiting for the federated evaluation of round ", eval_->round);
+      t.message = eval_->statistics
+                      ? std::string("waiting for the federated feature statistics")
+                      : absl::StrCat("waiting for the federated evaluation of round ",
+                                     eval_->round);
+      return t;
+    }
+    t.task_id = task->second;
+    if (eval_->statistics) {
+      t.kind = Task::Kind::kStatistics;
       return t;
     }
     t.kind = Task::Kind::kEvaluate;
-    t.task_id = task->second;
+    t.feature_statistics = feature_stats_;
     t.spec = global_->spec();
     t.model_bytes = global_->NumBytes();
     t.model_sha256 = global_sha_;
@@ -178,6 +186,7 @@ void EngineImpl::FillFitLocked(const std::string& client_id, Task& t) const {
   t.spec = global_->spec();
   t.model_bytes = global_->NumBytes();
   t.model_sha256 = global_sha_;
+  t.feature_statistics = feature_stats_;
 }
 
 std::vector<std::string> EngineImpl::OnlineLocked(absl::Time now) const {

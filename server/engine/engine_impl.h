@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -138,6 +139,8 @@ class EngineImpl final : public RoundEngine {
   absl::Status Init(Model initial_model);
 
   absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) override;
+  absl::Status Admit(const std::string& client_id, const SiteProfile& profile,
+                     bool dry_run) override;
   Task Poll(const std::string& client_id) override;
   absl::StatusOr<GlobalModel> ModelForTask(const std::string& client_id, int64_t run_id,
                                            int32_t round, const std::string& task_id) override;
@@ -155,6 +158,12 @@ class EngineImpl final : public RoundEngine {
                     const absl::Status& status) override;
   // AuditRefusal for a refusal within round `round` (recorded with the round). A declined task's
   // detail is the client's reason alone: it is not an error of the server's.
+  // Warns once per run (log and audit_log "evaluation_loss_diverging") when a federated
+  // evaluation's mean loss is above kDivergedLoss, or more than kLossGrowthFactor times the
+  // run's lowest so far: the signs of unscaled features or too high a learning rate.
+  static constexpr double kDivergedLoss = 100;
+  static constexpr double kLossGrowthFactor = 100;
+  void WarnIfLossDivergesLocked(int32_t round, double loss);
   void AuditRoundRefusal(const std::string& client_id, const std::string& event,
                          const absl::Status& status, int32_t round);
 
@@ -315,13 +324,28 @@ class EngineImpl final : public RoundEngine {
   // A federated evaluation in progress (between rounds), if any.
   struct EvalState {
     int32_t round = 0;
+    bool statistics = false;  // a statistics collection before round 1, not an evaluation
     absl::Time deadline;
     std::vector<std::string> sampled;
     std::map<std::string, std::string> task_of;  // client id -> task id
     std::map<std::string, EvaluationReport> reports;
   };
   std::unique_ptr<EvalState> eval_;
+  // Federated standardisation (statistics.cc): whether the run still needs its statistics
+  // before round 1; sending the statistics task to every online client; adding up their sums
+  // when all reported or eval_timeout passed; checking one report; loading them on resume.
+  bool NeedsStatisticsLocked() const;
+  void StartStatisticsLocked(std::vector<std::string> online, absl::Time now);
+  void FinishStatisticsLocked(std::unique_ptr<EvalState> stats, absl::Time now);
+  absl::Status CheckFeatureSumsLocked(const EvaluationReport& report) const;
+  absl::Status LoadFeatureStatistics();
   std::optional<std::string> finish_after_eval_;  // the run ends when the evaluation does
+  // The lowest federated evaluation loss of the run so far (this process), and whether the run
+  // was already warned that its loss diverges (see WarnIfLossDivergesLocked).
+  double lowest_eval_loss_ = std::numeric_limits<double>::infinity();
+  // The run's federated feature statistics, once aggregated (federated_standardization).
+  std::shared_ptr<const FeatureStatistics> feature_stats_;
+  bool warned_eval_loss_ = false;
   bool aborted_ = false;  // Abort was called: no more rounds in this process
   std::shared_ptr<RoundState> current_;
   std::map<std::string, ClientState> clients_;

@@ -148,6 +148,7 @@ std::string EngineOptions::ToJson() const {
       {"eval_every", eval_every},
       {"eval_fraction", eval_fraction},
       {"eval_timeout_ms", absl::ToInt64Milliseconds(eval_timeout)},
+      {"federated_standardization", federated_standardization},
       {"local_epochs", fit.local_epochs},
       {"batch_size", fit.batch_size},
       {"learning_rate", fit.learning_rate},
@@ -208,6 +209,8 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.eval_fraction = j.value("eval_fraction", o.eval_fraction);
     o.eval_timeout =
         absl::Milliseconds(j.value("eval_timeout_ms", absl::ToInt64Milliseconds(o.eval_timeout)));
+    o.federated_standardization =
+        j.value("federated_standardization", o.federated_standardization);
     if (j.contains("privacy")) {
       const nlohmann::json& p = j.at("privacy");
       o.privacy.mode = p.value("mode", o.privacy.mode);

@@ -51,6 +51,11 @@ void EngineImpl::StartEvaluationLocked(absl::Time now) {
 
 void EngineImpl::FinishEvaluationLocked(absl::Time now) {
   std::unique_ptr<EvalState> eval = std::move(eval_);
+  if (eval->statistics) {
+    FinishStatisticsLocked(std::move(eval), now);
+    BumpLocked();
+    return;
+  }
   double examples = 0, loss = 0;
   // Each metric is the example-weighted mean over the sites that reported it: a metric only some
   // sites report (e.g. "auc", which only binary models compute) is divided by the examples of
@@ -105,6 +110,7 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
          {"accuracy", absl::StrCat(accuracy)},
          {"metrics", metrics.empty() ? std::string("-")
                                      : absl::StrJoin(metrics, " ", absl::PairFormatter("="))}});
+    WarnIfLossDivergesLocked(eval->round, loss);
     // The stopping rule sees the federated results as "eval_loss" and "eval_<metric>"; a run
     // already ending (its last round) ends with its own reason.
     if (!finish_after_eval_.has_value()) {
@@ -123,6 +129,35 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
   if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);
   finish_after_eval_.reset();
   BumpLocked();
+}
+
+void EngineImpl::WarnIfLossDivergesLocked(int32_t round, double loss) {
+  if (!std::isfinite(loss)) return;
+  const double lowest = lowest_eval_loss_;
+  lowest_eval_loss_ = std::min(lowest_eval_loss_, loss);
+  if (warned_eval_loss_) return;
+  std::string why;
+  if (loss > kDivergedLoss) {
+    why = absl::StrCat("evaluation loss ", loss, " is above ", kDivergedLoss);
+  } else if (std::isfinite(lowest) && lowest > 0 && loss > kLossGrowthFactor * lowest) {
+    why = absl::StrCat("evaluation loss ", loss, " is ", static_cast<int64_t>(loss / lowest),
+                       " times the run's lowest, ", lowest);
+  }
+  if (why.empty()) return;
+  warned_eval_loss_ = true;
+  absl::StrAppend(&why,
+                  ": the model is diverging or the features are on very different scales; "
+                  "standardise the sites' features (run.federated_standardization) or lower "
+                  "fit.learning_rate");
+  LogEvent(LogLevel::kWarn, "evaluation_loss_diverging",
+           {{"round", absl::StrCat(round)}, {"reason", why}});
+  AuditRecord rec;
+  rec.at_ms = ToMs(clock_->Now());
+  rec.event = "evaluation_loss_diverging";
+  rec.run_id = run_.run_id;
+  rec.round = round;
+  rec.detail = why;
+  (void)store_->Audit(rec);
 }
 
 absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
@@ -144,6 +179,8 @@ absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
     } else if (eval_->reports.count(client_id) != 0) {
       refusal = absl::AlreadyExistsError(
           absl::StrCat("an evaluation for task '", report.task_id, "' was already received"));
+    } else if (eval_->statistics && report.error.empty()) {
+      refusal = CheckFeatureSumsLocked(report);
     } else if (report.error.empty() &&
                (report.num_examples <= 0 || report.num_examples > kMaxExamples)) {
       refusal = absl::InvalidArgumentError(absl::StrCat("evaluation claims ", report.num_examples,

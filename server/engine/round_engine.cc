@@ -49,6 +49,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
     options_ = *stored;
     options_.spill_dir = spill_dir;
     if (absl::Status s = SetUpPrivacy(); !s.ok()) return s;
+    if (absl::Status s = LoadFeatureStatistics(); !s.ok()) return s;
     if (run_.model_spec_json != initial_model.spec().ToJson()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the unfinished run ", run_.run_id, " in this data directory trains a model of spec ",
@@ -230,7 +231,11 @@ void EngineImpl::MaybeAdvanceLocked() {
   if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_) {
     std::vector<std::string> online = OnlineLocked(now);
     if (static_cast<int32_t>(online.size()) >= options_.min_clients) {
-      StartRoundLocked(std::move(online));
+      if (NeedsStatisticsLocked()) {
+        StartStatisticsLocked(std::move(online), now);
+      } else {
+        StartRoundLocked(std::move(online));
+      }
     } else if (now - waiting_since_ > options_.wait_timeout) {
       FailRunLocked(absl::StrCat("only ", online.size(), " of the ", options_.min_clients,
                                  " clients needed (min_clients) came online within ",

@@ -93,6 +93,11 @@ std::string SecAggJson(const SecAggRound& s) {
 absl::Status EngineImpl::CheckSecureAggregation() const {
   const SecureAggregationOptions& sa = options_.secure_aggregation;
   const PrivacyOptions& p = options_.privacy;
+  if (options_.federated_standardization && sa.enabled) {
+    return absl::InvalidArgumentError(
+        "run.federated_standardization cannot run with secure aggregation: each site's feature "
+        "sums would reach the server in the clear; standardise at the sites or turn one off");
+  }
   if (p.distributed() && !sa.enabled) {
     return absl::InvalidArgumentError(
         "privacy.mode distributed needs secure aggregation (secure_aggregation.enabled); "

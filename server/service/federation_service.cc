@@ -15,6 +15,7 @@
 #include "fl/common/proto_serde.h"
 #include "grpcpp/grpcpp.h"
 #include "server/service/model_chunks.h"
+#include "server/store/checkpoint_file.h"
 #include "server/service/secagg_serde.h"
 
 namespace fl::server {
@@ -66,6 +67,37 @@ class ModelDownload final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   size_t next_ = 0;
 };
 
+// What a site says about itself at join, bounded: INVALID_ARGUMENT naming what is too large.
+absl::StatusOr<SiteProfile> SiteProfileFromProto(const fl::v1::JoinRequest& req) {
+  constexpr int kMaxColumns = 65536;
+  constexpr size_t kMaxColumnName = 256;
+  SiteProfile profile;
+  if (req.has_model_spec()) {
+    absl::StatusOr<ModelSpec> spec = FromProto(req.model_spec());
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the join's model spec is malformed: ", spec.status().message()));
+    }
+    profile.model_spec = *std::move(spec);
+  }
+  if (req.feature_columns_size() > kMaxColumns) {
+    return absl::InvalidArgumentError(absl::StrCat("the join names ", req.feature_columns_size(),
+                                                   " feature columns; at most ", kMaxColumns));
+  }
+  for (const std::string& column : req.feature_columns()) {
+    if (column.size() > kMaxColumnName) {
+      return absl::InvalidArgumentError(absl::StrCat("a feature column name of ", column.size(),
+                                                     " bytes; at most ", kMaxColumnName));
+    }
+    profile.feature_columns.push_back(column);
+  }
+  if (!req.feature_schema_sha256().empty() && !IsSha256Hex(req.feature_schema_sha256())) {
+    return absl::InvalidArgumentError("feature_schema_sha256 is not 64 hex digits");
+  }
+  profile.feature_schema_sha256 = req.feature_schema_sha256();
+  return profile;
+}
+
 class FederationService final
     : public fl::v1::Federation::WithRawCallbackMethod_DownloadModel<fl::v1::Federation::Service> {
  public:
@@ -76,6 +108,14 @@ class FederationService final
                     fl::v1::JoinReply* reply) override {
     absl::StatusOr<std::string> id = Identify(ctx);
     if (!id.ok()) return ToGrpcStatus(id.status());
+    absl::StatusOr<SiteProfile> profile = SiteProfileFromProto(*req);
+    if (!profile.ok()) {
+      engine_->AuditRefusal(*id, "join_refused", profile.status());
+      return ToGrpcStatus(profile.status());
+    }
+    if (absl::Status s = engine_->Admit(*id, *profile, req->dry_run()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     if (req->dry_run()) {
       // Admission only (`fl client --preflight`): Identify checked the certificate and the
       // enrollment; the engine does not hear of this client. Checks of the request belong above.
@@ -112,8 +152,17 @@ class FederationService final
     reply->set_task_id(task.task_id);
     reply->set_message(task.message);
     reply->set_kind(ToProtoKind(task.kind));
+    if (task.feature_statistics != nullptr) {
+      fl::v1::FeatureStatistics* stats = reply->mutable_feature_statistics();
+      stats->mutable_mean()->Add(task.feature_statistics->mean.begin(),
+                                 task.feature_statistics->mean.end());
+      stats->mutable_stddev()->Add(task.feature_statistics->stddev.begin(),
+                                   task.feature_statistics->stddev.end());
+      stats->set_count(task.feature_statistics->count);
+    }
     switch (task.kind) {
       case Task::Kind::kWait:
+      case Task::Kind::kStatistics:
         break;
       case Task::Kind::kDone:
         reply->set_run_status(task.run_status == RunStatus::kFailed ? fl::v1::Task::RUN_FAILED
@@ -215,6 +264,14 @@ class FederationService final
     report.loss = req->loss();
     report.metrics.insert(req->metrics().begin(), req->metrics().end());
     report.error = req->error();
+    if (req->has_feature_sums()) {
+      // Bounded by the engine (CheckFeatureSums); the gRPC message limit bounds the copy.
+      const fl::v1::FeatureSums& f = req->feature_sums();
+      report.feature_sums.count = f.count();
+      report.feature_sums.sum.assign(f.sum().begin(), f.sum().end());
+      report.feature_sums.sum_squares.assign(f.sum_squares().begin(), f.sum_squares().end());
+      report.num_examples = f.count();
+    }
     absl::Status s = engine_->SubmitEvaluation(*id, report);
     if (!s.ok()) return ToGrpcStatus(s);
     reply->set_accepted(report.error.empty());

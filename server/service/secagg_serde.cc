@@ -64,6 +64,8 @@ fl::v1::Task::Kind ToProtoKind(Task::Kind kind) {
       return fl::v1::Task::SECAGG_MASKED_INPUT;
     case Task::Kind::kSecAggUnmask:
       return fl::v1::Task::SECAGG_UNMASK;
+    case Task::Kind::kStatistics:
+      return fl::v1::Task::STATISTICS;
   }
   return fl::v1::Task::WAIT;
 }

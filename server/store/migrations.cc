@@ -11,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 4> kMigrations = {
+constexpr std::array<const char*, 5> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -109,6 +109,13 @@ ALTER TABLE rounds ADD COLUMN dp_sampling_rate REAL NOT NULL DEFAULT 0;
     // stage, the relayed bytes and their SHA-256 (a JSON object); '' for rounds without it.
     R"sql(
 ALTER TABLE rounds ADD COLUMN secagg_json TEXT NOT NULL DEFAULT '';
+)sql",
+    // 5: the data columns of the run's first site (a JSON object: sha256, columns, client), that
+    // every later site's must equal, '' until a site that sends its columns joins; and the run's
+    // federated feature statistics (mean, stddev, count, sites), '' until they are aggregated.
+    R"sql(
+ALTER TABLE runs ADD COLUMN feature_schema_json TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN feature_stats_json TEXT NOT NULL DEFAULT '';
 )sql",
 };
 

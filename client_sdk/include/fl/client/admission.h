@@ -24,11 +24,13 @@ struct Admission {
 // Dials options.server_address as Client::Create would (the same TLS files and checks) and sends
 // one dry-run Join with `timeout` as its deadline (one connection attempt, no retries). Returns
 // the server's answer; UNAUTHENTICATED or PERMISSION_DENIED with the server's reason when it
-// refuses the site (a certificate of another CA, not enrolled, revoked); UNAVAILABLE or
+// refuses the site (a certificate of another CA, not enrolled, revoked); FAILED_PRECONDITION
+// naming the difference when `trainer` (if given) trains another model than the run's, or
+// options.feature_columns are not the run's columns (a dry run never fixes the run's columns); UNAVAILABLE or
 // DEADLINE_EXCEEDED (with gRPC's message) when it cannot be reached; Client::Create's errors for
 // the options. A server older than the dry_run field would register the site as a Join does.
 // Thread-safe.
-absl::StatusOr<Admission> CheckAdmission(ClientOptions options,
+absl::StatusOr<Admission> CheckAdmission(ClientOptions options, const Trainer* trainer = nullptr,
                                          absl::Duration timeout = absl::Seconds(10));
 
 }  // namespace fl::client

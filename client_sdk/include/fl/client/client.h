@@ -75,6 +75,12 @@ struct ClientOptions {
   absl::Duration reconnect_timeout = absl::Minutes(2);
   absl::Duration initial_backoff = absl::Milliseconds(100);
   absl::Duration max_backoff = absl::Seconds(5);
+  // The site's data columns, in the order its model reads them (e.g. Dataset::feature_names of a
+  // CSV). Sent at join with their SHA-256 (FeatureSchemaSha256): the server fixes the run's
+  // columns from the first site that sends them and refuses a site whose columns differ, naming
+  // the first difference. Empty: none sent (data without named columns). The trainer's spec()
+  // is always sent, and a site whose spec is not the global model's is refused at join.
+  std::vector<std::string> feature_columns;
   // Enforced on every FIT task before anything is downloaded, and in a secure-aggregation round
   // before its model is downloaded (already at its first stage when that task names the model);
   // see SiteLimits.

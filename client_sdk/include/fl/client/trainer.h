@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "fl/client/dataset.h"
 #include "fl/common/model.h"
 
 namespace fl::client {
@@ -48,6 +49,21 @@ class Trainer {
   virtual ModelSpec spec() const = 0;
   virtual absl::StatusOr<FitResult> Fit(const Model& global, const FitConfig& config) = 0;
   virtual absl::StatusOr<EvalResult> Evaluate(const Model& model) = 0;
+
+  // Federated standardisation (a run with [run] federated_standardization): before round 1 the
+  // server asks every site for the per-feature sums of its training rows (ComputeFeatureSums in
+  // fl/client/dataset.h makes them from a Dataset), adds them up into each feature's mean and
+  // standard deviation, and hands those to ApplyFeatureStatistics before the site's first fit
+  // or evaluation (and again only if they change), for the trainer to standardise its training
+  // and test features with (Standardize), always from the raw data: empty stats (a later run
+  // without statistics) mean the raw data again. By default a trainer declines the statistics
+  // (UNIMPLEMENTED) and ignores what the server sends.
+  virtual absl::StatusOr<FeatureSums> FeatureSumsForStatistics() {
+    return absl::UnimplementedError("this trainer does not report feature statistics");
+  }
+  virtual absl::Status ApplyFeatureStatistics(const ColumnStats& stats) {
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace fl::client

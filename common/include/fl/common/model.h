@@ -92,6 +92,17 @@ class Model {
   std::unique_ptr<float[], FreeDeleter> data_;
 };
 
+// "" when `ours` equals `theirs`; otherwise one sentence naming the first tensor that differs and
+// both shapes, from the point of view of whoever holds `theirs`, e.g.
+//   "tensor 1 'fc1.bias' is [32] in the server's model but [64] in this site's"
+//   "this site's model lacks tensor 'fc2.bias' [10] of the server's model"
+// `ours_name` and `theirs_name` name the two sides ("the server's model", "this site's").
+std::string DescribeSpecDifference(const ModelSpec& ours, const ModelSpec& theirs,
+                                   std::string_view ours_name, std::string_view theirs_name);
+
+// "[10, 784]" ("[]" for a scalar).
+std::string ShapeToString(const std::vector<int64_t>& shape);
+
 // Largest number of parameters a model may have: 2^38 floats (1 TiB), far beyond any model this
 // system trains, and small enough that sizes in bytes never overflow.
 inline constexpr int64_t kMaxModelFloats = int64_t{1} << 38;

@@ -25,6 +25,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -143,6 +144,13 @@ struct EngineOptions {
   int32_t eval_every = 0;
   double eval_fraction = 1.0;
   absl::Duration eval_timeout = absl::Minutes(5);
+  // Federated standardisation: before round 1, every online client reports the per-feature
+  // sums and sums of squares of its training rows (a STATISTICS task, at most `eval_timeout`);
+  // the server adds them up into each feature's mean and standard deviation, stores them with
+  // the run, and sends them with every later fit and evaluation task, so that every site scales
+  // its features by the same statistics. Not with secure aggregation (the sums would reach the
+  // server per site).
+  bool federated_standardization = false;
   PrivacyOptions privacy;
   SecureAggregationOptions secure_aggregation;
   // How clients encode their updates ([run] update_encoding): "float32" (the weights), "float16"
@@ -175,6 +183,21 @@ struct SecAggTaskInfo {
   secagg::UnmaskRequest unmask;    // kSecAggUnmask
 };
 
+// One site's answer to a statistics task: the sums over its `count` training rows.
+struct FeatureSumsReport {
+  int64_t count = 0;
+  std::vector<double> sum;          // per feature
+  std::vector<double> sum_squares;  // per feature
+};
+
+// The federation's per-feature statistics (EngineOptions::federated_standardization).
+struct FeatureStatistics {
+  std::vector<double> mean;
+  std::vector<double> stddev;
+  int64_t count = 0;  // rows behind them
+  bool empty() const { return mean.empty(); }
+};
+
 struct Task {
   enum class Kind {
     kWait,
@@ -185,6 +208,7 @@ struct Task {
     kSecAggShare,
     kSecAggMaskedInput,  // `fit`, `spec`, `model_*` as for kFit
     kSecAggUnmask,
+    kStatistics,  // report FeatureSumsReport through SubmitEvaluation (round 0)
   };
   Kind kind = Kind::kWait;
   int64_t run_id = 0;
@@ -203,6 +227,8 @@ struct Task {
   std::string message;
   SecAggTaskInfo secagg;  // the kSecAgg* kinds
   RunStatus run_status = RunStatus::kRunning;  // kDone: how the run ended (finished or failed)
+  // kFit, kEvaluate, kSecAggMaskedInput: the run's federated statistics (empty without them).
+  std::shared_ptr<const FeatureStatistics> feature_statistics;
 };
 
 // A client's message for one stage of a secure-aggregation round. The engine sets the `client`
@@ -226,6 +252,7 @@ struct EvaluationReport {
   double loss = 0;
   std::map<std::string, double> metrics;
   std::string error;  // non-empty: the client could not evaluate
+  FeatureSumsReport feature_sums;  // the answer to a kStatistics task
 };
 
 struct UpdateMeta {
@@ -291,6 +318,13 @@ struct GlobalModel {
   std::string sha256;  // of the payload
 };
 
+// What a joining site says about itself, checked against the run before it is admitted.
+struct SiteProfile {
+  std::optional<ModelSpec> model_spec;       // its trainer's spec; nullopt: not sent
+  std::vector<std::string> feature_columns;  // its data columns, in order (for messages)
+  std::string feature_schema_sha256;         // over those columns; empty: not sent
+};
+
 class RoundEngine {
  public:
   // Opens the engine over `store`, resuming its unfinished run (from the last committed round,
@@ -305,6 +339,14 @@ class RoundEngine {
   // A client announces itself (the service already checked its certificate and enrollment).
   // Returns the run id.
   virtual absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) = 0;
+  // Whether a site that presents `profile` may join this run (for Join and for a dry run): OK, or
+  // FAILED_PRECONDITION when its model spec is not the global model's (naming the first tensor
+  // that differs, with both shapes) or its feature columns are not those of the run's first site
+  // to send columns (naming the first column that differs). The first site's columns are stored
+  // with the run, so they hold across restarts. A refusal goes to the audit log (join_refused).
+  // `dry_run` (preflight): the same checks, but a first site's columns are not stored.
+  virtual absl::Status Admit(const std::string& client_id, const SiteProfile& profile,
+                             bool dry_run) = 0;
   // The client's next task; kWait when there is none yet. Marks the client as seen.
   virtual Task Poll(const std::string& client_id) = 0;
   // The global model a fit task trains from. FAILED_PRECONDITION for a task that is not this

@@ -168,6 +168,16 @@ class Store {
   // unknown run, FAILED_PRECONDITION for one already ended.
   virtual absl::Status FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
                                  int64_t now_ms) = 0;
+  // The run's feature schema (the data columns every site must have, as a JSON text): sets it to
+  // `schema_json` when the run has none yet, in one statement (the first caller wins), and
+  // returns the run's schema after the call ('' when it has none). An empty `schema_json` only
+  // reads. NOT_FOUND for an unknown run.
+  virtual absl::StatusOr<std::string> ClaimFeatureSchema(int64_t run_id,
+                                                         const std::string& schema_json) = 0;
+  // The run's federated feature statistics (EngineOptions::federated_standardization) as a JSON
+  // text, '' before they are set. NOT_FOUND for an unknown run.
+  virtual absl::StatusOr<std::string> FeatureStatistics(int64_t run_id) = 0;
+  virtual absl::Status SetFeatureStatistics(int64_t run_id, const std::string& stats_json) = 0;
 
   // --- rounds
   // Inserts the row of a new attempt with status running. ALREADY_EXISTS if it exists,
