@@ -20,26 +20,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/internal/openssl_ptr.h"
 #include "fl/common/file_util.h"
 
 namespace fl::cli::preflight {
 namespace {
 
-template <auto Free>
-struct Deleter {
-  template <typename T>
-  void operator()(T* p) const {
-    Free(p);
-  }
-};
-using BioPtr = std::unique_ptr<BIO, Deleter<BIO_free_all>>;
-using EvpPkeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY_free>>;
-using GeneralNamesPtr = std::unique_ptr<GENERAL_NAMES, Deleter<GENERAL_NAMES_free>>;
-using SslCtxPtr = std::unique_ptr<SSL_CTX, Deleter<SSL_CTX_free>>;
-using SslPtr = std::unique_ptr<SSL, Deleter<SSL_free>>;
-using X509Ptr = std::unique_ptr<X509, Deleter<X509_free>>;
-using X509StorePtr = std::unique_ptr<X509_STORE, Deleter<X509_STORE_free>>;
-using X509StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, Deleter<X509_STORE_CTX_free>>;
+using fl::internal::BioPtr;
+using fl::internal::EvpPkeyPtr;
+using fl::internal::GeneralNamesPtr;
+using fl::internal::SslCtxPtr;
+using fl::internal::SslPtr;
+using fl::internal::X509Ptr;
+using fl::internal::X509StoreCtxPtr;
+using fl::internal::X509StorePtr;
 
 // A socket closed on destruction.
 class Fd {
@@ -161,7 +155,8 @@ absl::StatusOr<Fd> Connect(const std::string& host, const std::string& port, abs
   if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
     return absl::NotFoundError(absl::StrCat("cannot resolve '", host, "': ", gai_strerror(rc)));
   }
-  std::unique_ptr<addrinfo, Deleter<freeaddrinfo>> list(found);
+  // The deleter takes any C free function, not only OpenSSL's.
+  std::unique_ptr<addrinfo, fl::internal::OpenSslDeleter<freeaddrinfo>> list(found);
   std::string why;
   for (const addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
     char numeric[NI_MAXHOST] = {};

@@ -20,29 +20,22 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/internal/openssl_ptr.h"
 
 namespace fl {
 namespace {
 
-template <auto kFree>
-struct Deleter {
-  template <typename T>
-  void operator()(T* p) const {
-    kFree(p);
-  }
-};
-
-using Asn1OctetStringPtr = std::unique_ptr<ASN1_OCTET_STRING, Deleter<ASN1_OCTET_STRING_free>>;
-using BigNumPtr = std::unique_ptr<BIGNUM, Deleter<BN_free>>;
-using BioPtr = std::unique_ptr<BIO, Deleter<BIO_free_all>>;
-using EvpMdCtxPtr = std::unique_ptr<EVP_MD_CTX, Deleter<EVP_MD_CTX_free>>;
-using EvpPkeyPtr = std::unique_ptr<EVP_PKEY, Deleter<EVP_PKEY_free>>;
-using GeneralNamePtr = std::unique_ptr<GENERAL_NAME, Deleter<GENERAL_NAME_free>>;
-using GeneralNamesPtr = std::unique_ptr<GENERAL_NAMES, Deleter<GENERAL_NAMES_free>>;
-using X509ExtensionPtr = std::unique_ptr<X509_EXTENSION, Deleter<X509_EXTENSION_free>>;
-using X509Ptr = std::unique_ptr<X509, Deleter<X509_free>>;
-using X509StoreCtxPtr = std::unique_ptr<X509_STORE_CTX, Deleter<X509_STORE_CTX_free>>;
-using X509StorePtr = std::unique_ptr<X509_STORE, Deleter<X509_STORE_free>>;
+using internal::Asn1OctetStringPtr;
+using internal::BigNumPtr;
+using internal::BioPtr;
+using internal::EvpMdCtxPtr;
+using internal::EvpPkeyPtr;
+using internal::GeneralNamePtr;
+using internal::GeneralNamesPtr;
+using internal::X509ExtensionPtr;
+using internal::X509Ptr;
+using internal::X509StoreCtxPtr;
+using internal::X509StorePtr;
 
 // Drains this thread's OpenSSL error queue into one line.
 std::string OpenSslErrors() {
