@@ -1,6 +1,5 @@
 // fl: the one command-line program of the federation: provisioning, the server, a generic client
 // and simulation.
-#include <pwd.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "cli/admin_command.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -36,7 +36,6 @@
 #include "fl/server/store.h"
 #include "fl/simulation/evaluation.h"
 #include "fl/simulation/simulation.h"
-#include "server/admin/admin.h"
 #include "server/admin/export.h"
 #include "server/daemon/config.h"
 
@@ -144,7 +143,13 @@ int RunServer(fl::server::ServerConfig config) {
   if (!config.model.initial.empty()) {
     // The sites' own model, from a file: no built-in architecture, so no model name in tasks.
     weights = fl::ReadSafetensors(config.model.initial);
-    if (!weights.ok()) return Fail(weights.status());
+    if (!weights.ok()) {
+      return Fail(absl::Status(
+          weights.status().code(),
+          absl::StrCat("model.initial (--initial-model): ", weights.status().message(),
+                       "; give a safetensors file of float tensors (e.g. written by "
+                       "fl::WriteSafetensors or Python's safetensors.torch.save_file)")));
+    }
     config.server.engine.fit.model_name.clear();
     fl::LogEvent(fl::LogLevel::kInfo, "initial_model",
                  {{"file", config.model.initial},
@@ -450,185 +455,6 @@ int RunSim(fl::simulation::SimulationOptions options, const std::string& export_
   return 0;
 }
 
-// `fl admin`: reports and client administration on a server's data directory, also while the
-// server runs. Reports open the store read-only; enroll and revoke open it for writing (beside the
-// server, so they leave its in-progress checkpoint files alone).
-struct AdminArgs {
-  std::string data_dir = "fl-data";
-  std::string format = "table";
-  std::string out;
-  int64_t run_id = 0;  // 0: the newest run
-  int limit = 50;
-  std::string cert, ca, name;  // enroll
-  std::string client;          // revoke
-  int32_t round = -1;          // export: -1 the last committed round, 0 the initial model
-  bool with_server_state = false;
-  CLI::App* status = nullptr;
-  CLI::App* rounds = nullptr;
-  CLI::App* clients = nullptr;
-  CLI::App* audit = nullptr;
-  CLI::App* enroll = nullptr;
-  CLI::App* revoke = nullptr;
-  CLI::App* export_model = nullptr;
-};
-
-CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
-  CLI::App* cmd = app.add_subcommand(
-      "admin", "Operator reports and client enrollment on a server's data directory");
-  cmd->require_subcommand(1);
-  cmd->fallthrough();  // --data-dir may also follow the subcommand
-  cmd->add_option("--data-dir", a.data_dir, "The server's data directory (federation.db)")
-      ->capture_default_str();
-  auto add_report = [&a](CLI::App* sub, bool with_out) {
-    sub->add_option("--format", a.format, "table, csv or json")->capture_default_str();
-    if (with_out) sub->add_option("--out", a.out, "Write to this file instead of stdout");
-  };
-  a.status = cmd->add_subcommand(
-      "status", "Runs, their rounds and last metrics, and how many clients are enrolled and seen");
-  a.rounds = cmd->add_subcommand("rounds", "Every round attempt of a run");
-  a.rounds->add_option("--run", a.run_id, "Run id (default: the newest run)")
-      ->check(CLI::PositiveNumber);
-  add_report(a.rounds, true);
-  a.clients = cmd->add_subcommand("clients", "Clients with their participations");
-  add_report(a.clients, true);
-  a.audit = cmd->add_subcommand("audit", "The newest audit log records, oldest first");
-  a.audit->add_option("--limit", a.limit, "How many records")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  add_report(a.audit, true);
-  a.enroll = cmd->add_subcommand(
-      "enroll", "Check a client certificate against the federation CA and enroll it");
-  a.enroll->add_option("cert", a.cert, "The client's certificate (PEM)")->required();
-  a.enroll->add_option("--ca", a.ca, "The federation CA certificate (PEM)")->required();
-  a.enroll->add_option("--name", a.name, "Site name (default: the certificate's common name)");
-  a.revoke = cmd->add_subcommand("revoke", "Revoke a client; the server refuses its next call");
-  a.revoke
-      ->add_option("client", a.client,
-                   "The client's fingerprint, or a unique prefix of at least 8 hex digits")
-      ->required();
-  a.export_model = cmd->add_subcommand(
-      "export", "Write a committed round's global model as a safetensors file");
-  a.export_model->add_option("--run", a.run_id, "Run id (default: the newest run)")
-      ->check(CLI::PositiveNumber);
-  a.export_model
-      ->add_option("--round", a.round,
-                   "Round (default: the last committed one; 0: the run's initial model)")
-      ->check(CLI::NonNegativeNumber);
-  a.export_model->add_option("--out", a.out, "The safetensors file to write")->required();
-  a.export_model->add_flag("--with-server-state", a.with_server_state,
-                           "Keep SCAFFOLD's control variates (scaffold.c.* tensors)");
-  return cmd;
-}
-
-// "user@host" of whoever runs the command, for the audit log.
-std::string OperatorName() {
-  std::string user;
-  if (const passwd* pw = getpwuid(geteuid()); pw != nullptr && pw->pw_name != nullptr) {
-    user = pw->pw_name;
-  } else if (const char* env = std::getenv("USER"); env != nullptr) {
-    user = env;
-  } else {
-    user = absl::StrCat("uid ", geteuid());
-  }
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0') {
-    absl::StrAppend(&user, "@", host);
-  }
-  return user;
-}
-
-int PrintReport(const absl::StatusOr<std::string>& report, const std::string& out) {
-  if (!report.ok()) return Fail(report.status());
-  if (out.empty()) {
-    std::fwrite(report->data(), 1, report->size(), stdout);
-    return 0;
-  }
-  if (absl::Status s = fl::WriteFileAtomic(out, *report); !s.ok()) return Fail(s);
-  std::printf("wrote %s (%zu bytes)\n", out.c_str(), report->size());
-  return 0;
-}
-
-int RunAdminEnroll(fl::server::Store& store, const AdminArgs& a, int64_t now_ms) {
-  absl::StatusOr<std::string> cert = fl::ReadFile(a.cert);
-  if (!cert.ok()) return Fail(cert.status());
-  absl::StatusOr<std::string> ca = fl::ReadFile(a.ca);
-  if (!ca.ok()) return Fail(ca.status());
-  absl::StatusOr<fl::server::admin::Enrollment> enrolled =
-      fl::server::admin::EnrollCertificate(store, *cert, *ca, a.name, OperatorName(), now_ms);
-  if (!enrolled.ok()) {
-    return Fail(absl::Status(enrolled.status().code(),
-                             absl::StrCat(a.cert, ": ", std::string(enrolled.status().message()))));
-  }
-  std::printf("%s client '%s'\nfingerprint %s\n",
-              enrolled->changed ? "enrolled" : "already enrolled:", enrolled->name.c_str(),
-              enrolled->client_id.c_str());
-  return 0;
-}
-
-int RunAdminRevoke(fl::server::Store& store, const AdminArgs& a, int64_t now_ms) {
-  absl::StatusOr<fl::server::admin::Revocation> revoked =
-      fl::server::admin::RevokeClient(store, a.client, OperatorName(), now_ms);
-  if (!revoked.ok()) return Fail(revoked.status());
-  const fl::server::ClientRecord& c = revoked->client;
-  if (revoked->already_revoked) {
-    std::printf("client '%s' was already revoked at %s\nfingerprint %s\n", c.name.c_str(),
-                absl::FormatTime("%Y-%m-%d %H:%M:%SZ", absl::FromUnixMillis(c.revoked_at_ms),
-                                 absl::UTCTimeZone())
-                    .c_str(),
-                c.client_id.c_str());
-    return 0;
-  }
-  std::printf("revoked client '%s'; the server refuses its next call\nfingerprint %s\n",
-              c.name.c_str(), c.client_id.c_str());
-  return 0;
-}
-
-int RunAdminExport(fl::server::Store& store, const AdminArgs& a) {
-  fl::server::admin::ExportRequest request;
-  if (a.run_id > 0) request.run_id = a.run_id;
-  if (a.round >= 0) request.round = a.round;
-  request.with_server_state = a.with_server_state;
-  absl::StatusOr<fl::server::admin::ExportedModel> exported =
-      fl::server::admin::ExportModel(store, request, a.out);
-  if (!exported.ok()) return Fail(exported.status());
-  std::printf("wrote %s: run %lld %s, %zu tensors, %lld parameters\n", a.out.c_str(),
-              static_cast<long long>(exported->run_id),
-              exported->round == 0 ? "initial model"
-                                   : absl::StrCat("round ", exported->round).c_str(),
-              exported->model.spec().tensors().size(),
-              static_cast<long long>(exported->model.spec().NumFloats()));
-  return 0;
-}
-
-int RunAdmin(const AdminArgs& a) {
-  namespace admin = fl::server::admin;
-  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-  absl::StatusOr<admin::Format> format = admin::ParseFormat(a.format);
-  if (!format.ok()) return Fail(format.status());
-  // Even enroll and revoke need an existing database: a mistyped --data-dir must not start a new
-  // federation.
-  absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
-      fl::server::Store::OpenReadOnly(a.data_dir);
-  if (!store.ok()) return Fail(store.status());
-  if (a.enroll->parsed() || a.revoke->parsed()) {
-    store->reset();
-    store = fl::server::Store::Open(a.data_dir, {.remove_stale_temp_files = false});
-    if (!store.ok()) return Fail(store.status());
-    return a.enroll->parsed() ? RunAdminEnroll(**store, a, now_ms)
-                              : RunAdminRevoke(**store, a, now_ms);
-  }
-  if (a.export_model->parsed()) return RunAdminExport(**store, a);
-  if (a.status->parsed()) return PrintReport(admin::StatusReport(**store, now_ms), "");
-  if (a.rounds->parsed()) {
-    std::optional<int64_t> run;
-    if (a.run_id > 0) run = a.run_id;
-    return PrintReport(admin::RoundsReport(**store, run, *format), a.out);
-  }
-  if (a.clients->parsed()) return PrintReport(admin::ClientsReport(**store, *format), a.out);
-  if (a.audit->parsed()) return PrintReport(admin::AuditReport(**store, a.limit, *format), a.out);
-  return 1;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -862,8 +688,8 @@ int main(int argc, char** argv) {
   sim_cmd->add_flag("--insecure-plaintext", sim_plaintext, "Loopback plaintext instead of TLS");
   sim_cmd->add_flag("--verbose", sim_verbose, "Log every server and client event to stderr");
 
-  AdminArgs admin;
-  CLI::App* admin_cmd = AddAdminCommand(app, admin);
+  fl::cli::AdminArgs admin;
+  CLI::App* admin_cmd = fl::cli::AddAdminCommand(app, admin);
 
   try {
     app.parse(argc, argv);
@@ -900,6 +726,6 @@ int main(int argc, char** argv) {
     }
     return RunSim(sim, sim_export);
   }
-  if (admin_cmd->parsed()) return RunAdmin(admin);
+  if (admin_cmd->parsed()) return fl::cli::RunAdmin(admin);
   return 1;
 }

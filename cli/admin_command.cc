@@ -1,0 +1,189 @@
+#include "cli/admin_command.h"
+
+#include <pwd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "fl/common/file_util.h"
+#include "fl/server/store.h"
+#include "server/admin/admin.h"
+#include "server/admin/export.h"
+
+namespace fl::cli {
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+// "user@host" of whoever runs the command, for the audit log.
+std::string OperatorName() {
+  std::string user;
+  if (const passwd* pw = getpwuid(geteuid()); pw != nullptr && pw->pw_name != nullptr) {
+    user = pw->pw_name;
+  } else if (const char* env = std::getenv("USER"); env != nullptr) {
+    user = env;
+  } else {
+    user = absl::StrCat("uid ", geteuid());
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) == 0 && host[0] != '\0') {
+    absl::StrAppend(&user, "@", host);
+  }
+  return user;
+}
+
+int PrintReport(const absl::StatusOr<std::string>& report, const std::string& out) {
+  if (!report.ok()) return Fail(report.status());
+  if (out.empty()) {
+    std::fwrite(report->data(), 1, report->size(), stdout);
+    return 0;
+  }
+  if (absl::Status s = fl::WriteFileAtomic(out, *report); !s.ok()) return Fail(s);
+  std::printf("wrote %s (%zu bytes)\n", out.c_str(), report->size());
+  return 0;
+}
+
+int RunAdminEnroll(fl::server::Store& store, const AdminArgs& a, int64_t now_ms) {
+  absl::StatusOr<std::string> cert = fl::ReadFile(a.cert);
+  if (!cert.ok()) return Fail(cert.status());
+  absl::StatusOr<std::string> ca = fl::ReadFile(a.ca);
+  if (!ca.ok()) return Fail(ca.status());
+  absl::StatusOr<fl::server::admin::Enrollment> enrolled =
+      fl::server::admin::EnrollCertificate(store, *cert, *ca, a.name, OperatorName(), now_ms);
+  if (!enrolled.ok()) {
+    return Fail(absl::Status(enrolled.status().code(),
+                             absl::StrCat(a.cert, ": ", std::string(enrolled.status().message()))));
+  }
+  std::printf("%s client '%s'\nfingerprint %s\n",
+              enrolled->changed ? "enrolled" : "already enrolled:", enrolled->name.c_str(),
+              enrolled->client_id.c_str());
+  return 0;
+}
+
+int RunAdminRevoke(fl::server::Store& store, const AdminArgs& a, int64_t now_ms) {
+  absl::StatusOr<fl::server::admin::Revocation> revoked =
+      fl::server::admin::RevokeClient(store, a.client, OperatorName(), now_ms);
+  if (!revoked.ok()) return Fail(revoked.status());
+  const fl::server::ClientRecord& c = revoked->client;
+  if (revoked->already_revoked) {
+    std::printf("client '%s' was already revoked at %s\nfingerprint %s\n", c.name.c_str(),
+                absl::FormatTime("%Y-%m-%d %H:%M:%SZ", absl::FromUnixMillis(c.revoked_at_ms),
+                                 absl::UTCTimeZone())
+                    .c_str(),
+                c.client_id.c_str());
+    return 0;
+  }
+  std::printf("revoked client '%s'; the server refuses its next call\nfingerprint %s\n",
+              c.name.c_str(), c.client_id.c_str());
+  return 0;
+}
+
+int RunAdminExport(fl::server::Store& store, const AdminArgs& a) {
+  fl::server::admin::ExportRequest request;
+  if (a.run_id > 0) request.run_id = a.run_id;
+  if (a.round >= 0) request.round = a.round;
+  request.with_server_state = a.with_server_state;
+  absl::StatusOr<fl::server::admin::ExportedModel> exported =
+      fl::server::admin::ExportModel(store, request, a.out);
+  if (!exported.ok()) return Fail(exported.status());
+  std::printf("wrote %s: run %lld %s, %zu tensors, %lld parameters\n", a.out.c_str(),
+              static_cast<long long>(exported->run_id),
+              exported->round == 0 ? "initial model"
+                                   : absl::StrCat("round ", exported->round).c_str(),
+              exported->model.spec().tensors().size(),
+              static_cast<long long>(exported->model.spec().NumFloats()));
+  return 0;
+}
+
+}  // namespace
+
+CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
+  CLI::App* cmd = app.add_subcommand(
+      "admin", "Operator reports and client enrollment on a server's data directory");
+  cmd->require_subcommand(1);
+  cmd->fallthrough();  // --data-dir may also follow the subcommand
+  cmd->add_option("--data-dir", a.data_dir, "The server's data directory (federation.db)")
+      ->capture_default_str();
+  auto add_report = [&a](CLI::App* sub, bool with_out) {
+    sub->add_option("--format", a.format, "table, csv or json")->capture_default_str();
+    if (with_out) sub->add_option("--out", a.out, "Write to this file instead of stdout");
+  };
+  a.status = cmd->add_subcommand(
+      "status", "Runs, their rounds and last metrics, and how many clients are enrolled and seen");
+  a.rounds = cmd->add_subcommand("rounds", "Every round attempt of a run");
+  a.rounds->add_option("--run", a.run_id, "Run id (default: the newest run)")
+      ->check(CLI::PositiveNumber);
+  add_report(a.rounds, true);
+  a.clients = cmd->add_subcommand("clients", "Clients with their participations");
+  add_report(a.clients, true);
+  a.audit = cmd->add_subcommand("audit", "The newest audit log records, oldest first");
+  a.audit->add_option("--limit", a.limit, "How many records")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  add_report(a.audit, true);
+  a.enroll = cmd->add_subcommand(
+      "enroll", "Check a client certificate against the federation CA and enroll it");
+  a.enroll->add_option("cert", a.cert, "The client's certificate (PEM)")->required();
+  a.enroll->add_option("--ca", a.ca, "The federation CA certificate (PEM)")->required();
+  a.enroll->add_option("--name", a.name, "Site name (default: the certificate's common name)");
+  a.revoke = cmd->add_subcommand("revoke", "Revoke a client; the server refuses its next call");
+  a.revoke
+      ->add_option("client", a.client,
+                   "The client's fingerprint, or a unique prefix of at least 8 hex digits")
+      ->required();
+  a.export_model = cmd->add_subcommand(
+      "export", "Write a committed round's global model as a safetensors file");
+  a.export_model->add_option("--run", a.run_id, "Run id (default: the newest run)")
+      ->check(CLI::PositiveNumber);
+  a.export_model
+      ->add_option("--round", a.round,
+                   "Round (default: the last committed one; 0: the run's initial model)")
+      ->check(CLI::NonNegativeNumber);
+  a.export_model->add_option("--out", a.out, "The safetensors file to write")->required();
+  a.export_model->add_flag("--with-server-state", a.with_server_state,
+                           "Keep SCAFFOLD's control variates (scaffold.c.* tensors)");
+  return cmd;
+}
+
+int RunAdmin(const AdminArgs& a) {
+  namespace admin = fl::server::admin;
+  const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+  absl::StatusOr<admin::Format> format = admin::ParseFormat(a.format);
+  if (!format.ok()) return Fail(format.status());
+  // Even enroll and revoke need an existing database: a mistyped --data-dir must not start a new
+  // federation.
+  absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
+      fl::server::Store::OpenReadOnly(a.data_dir);
+  if (!store.ok()) return Fail(store.status());
+  if (a.enroll->parsed() || a.revoke->parsed()) {
+    store->reset();
+    store = fl::server::Store::Open(a.data_dir, {.remove_stale_temp_files = false});
+    if (!store.ok()) return Fail(store.status());
+    return a.enroll->parsed() ? RunAdminEnroll(**store, a, now_ms)
+                              : RunAdminRevoke(**store, a, now_ms);
+  }
+  if (a.export_model->parsed()) return RunAdminExport(**store, a);
+  if (a.status->parsed()) return PrintReport(admin::StatusReport(**store, now_ms), "");
+  if (a.rounds->parsed()) {
+    std::optional<int64_t> run;
+    if (a.run_id > 0) run = a.run_id;
+    return PrintReport(admin::RoundsReport(**store, run, *format), a.out);
+  }
+  if (a.clients->parsed()) return PrintReport(admin::ClientsReport(**store, *format), a.out);
+  if (a.audit->parsed()) return PrintReport(admin::AuditReport(**store, a.limit, *format), a.out);
+  return 1;
+}
+
+
+}  // namespace fl::cli
