@@ -147,8 +147,8 @@ int RunServer(fl::server::ServerConfig config) {
       return Fail(absl::Status(
           weights.status().code(),
           absl::StrCat("model.initial (--initial-model): ", weights.status().message(),
-                       "; give a safetensors file of float tensors (e.g. written by "
-                       "fl::WriteSafetensors or Python's safetensors.torch.save_file)")));
+                       "; give a safetensors file of float tensors, e.g. one written by "
+                       "fl::WriteSafetensors in the order the sites' Trainer::spec() lists them")));
     }
     config.server.engine.fit.model_name.clear();
     fl::LogEvent(fl::LogLevel::kInfo, "initial_model",

@@ -87,6 +87,7 @@ CudaPlugin LoadCudaPlugin() {
     } else {
       return plugin;
     }
+    dlclose(handle);  // nothing of it was used
     plugin = CudaPlugin{};
   }
 #ifdef FL_CUDA_PLUGIN_BUILD_PATH
@@ -94,9 +95,12 @@ CudaPlugin LoadCudaPlugin() {
 #else
   const char* built = "this build has no CUDA backend (nvcc was not found at configure time); ";
 #endif
-  plugin.load_error = absl::StrCat(built, "the CUDA plugin ", kCudaPluginFileName,
-                                   " could not be loaded (set FL_CUDA_PLUGIN to its path): ",
-                                   absl::StrJoin(errors, "; "));
+  const char* env = std::getenv("FL_CUDA_PLUGIN");
+  const bool chosen = env != nullptr && *env != '\0';
+  plugin.load_error = absl::StrCat(
+      built, "the CUDA plugin ", kCudaPluginFileName, " could not be loaded",
+      chosen ? " from FL_CUDA_PLUGIN" : " (set FL_CUDA_PLUGIN to its path)", ": ",
+      absl::StrJoin(errors, "; "));
   return plugin;
 }
 

@@ -172,19 +172,20 @@ class BuiltinTrainer final : public Trainer {
   // Standardises both sets from the raw data kept at the first call (empty stats: the raw data).
   absl::Status ApplyFeatureStatistics(const ColumnStats& stats) override {
     if (!raw_train_.has_value()) {
-      raw_train_ = train_;
-      raw_test_ = test_;
+      raw_train_ = std::move(train_);
+      raw_test_ = std::move(test_);
     }
-    Dataset train = *raw_train_, test = *raw_test_;
-    if (!stats.mean.empty()) {
-      if (absl::Status s = Standardize(train, stats.mean, stats.stddev); !s.ok()) return s;
-      if (test.num_examples() > 0) {
-        if (absl::Status s = Standardize(test, stats.mean, stats.stddev); !s.ok()) return s;
-      }
+    // At most two copies of the data: the raw one and the one trained on.
+    train_ = *raw_train_;
+    test_ = *raw_test_;
+    if (stats.mean.empty()) return absl::OkStatus();
+    absl::Status s = Standardize(train_, stats.mean, stats.stddev);
+    if (s.ok() && test_.num_examples() > 0) s = Standardize(test_, stats.mean, stats.stddev);
+    if (!s.ok()) {
+      train_ = *raw_train_;
+      test_ = *raw_test_;
     }
-    train_ = std::move(train);
-    test_ = std::move(test);
-    return absl::OkStatus();
+    return s;
   }
 
  private:

@@ -438,11 +438,16 @@ absl::Status Client::Impl::Run() {
         return absl::OkStatus();
       }
       case fl::v1::Task::STATISTICS: {
-        if (absl::Status s = Statistics(task); !s.ok()) {
+        absl::Status s = Statistics(task);
+        if (!s.ok()) {
           LogEvent(LogLevel::kWarn, "statistics_task_failed",
-                   {{"name", options_.name}, {"error", s.ToString()}});
+                   {{"name", options_.name},
+                    {"delay", absl::FormatDuration(fit_backoff)},
+                    {"error", s.ToString()}});
           if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
         }
+        fit_backoff =
+            s.ok() ? options_.initial_backoff : std::min(fit_backoff * 2, options_.max_backoff);
         break;
       }
       case fl::v1::Task::EVALUATE: {

@@ -13,24 +13,9 @@
 #include "fl/common/crypto.h"
 
 namespace fl::client {
-namespace {
-
-void UpdateBigEndian64(Sha256& hash, uint64_t v) {
-  char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (56 - 8 * i)) & 0xff);
-  hash.Update(std::string_view(bytes, sizeof(bytes)));
-}
-
-}  // namespace
 
 std::string FeatureSchemaSha256(const std::vector<std::string>& feature_names) {
-  Sha256 hash;
-  UpdateBigEndian64(hash, feature_names.size());
-  for (const std::string& name : feature_names) {
-    UpdateBigEndian64(hash, name.size());
-    hash.Update(std::string_view(name));
-  }
-  return hash.FinishHex();
+  return NameListSha256(feature_names);
 }
 
 absl::Status FeatureSums::Add(const FeatureSums& other) {

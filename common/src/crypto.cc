@@ -416,4 +416,19 @@ absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view
   }
 }
 
+std::string NameListSha256(const std::vector<std::string>& names) {
+  auto big_endian = [](Sha256& hash, uint64_t v) {
+    char bytes[8];
+    for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (56 - 8 * i)) & 0xff);
+    hash.Update(std::string_view(bytes, sizeof(bytes)));
+  };
+  Sha256 hash;
+  big_endian(hash, names.size());
+  for (const std::string& name : names) {
+    big_endian(hash, name.size());
+    hash.Update(std::string_view(name));
+  }
+  return hash.FinishHex();
+}
+
 }  // namespace fl

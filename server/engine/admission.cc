@@ -57,12 +57,20 @@ absl::Status EngineImpl::Admit(const std::string& client_id, const SiteProfile& 
   absl::Status refusal;
   if (profile.model_spec.has_value() && global != nullptr) {
     std::string diff = DescribeSpecDifference(global->spec(), *profile.model_spec,
-                                              "the server's model", "this site's");
+                                              "the server's model", "this site's model");
     if (!diff.empty()) {
+      std::vector<TensorSpec> ours = global->spec().tensors(), theirs = profile.model_spec->tensors();
+      auto by_name = [](const TensorSpec& a, const TensorSpec& b) { return a.name < b.name; };
+      std::sort(ours.begin(), ours.end(), by_name);
+      std::sort(theirs.begin(), theirs.end(), by_name);
+      const bool reordered = ours == theirs;
       refusal = absl::FailedPreconditionError(absl::StrCat(
           "this site's model is not the run's: ", diff,
-          "; train the model the server was started with (its initial safetensors file or "
-          "built-in kind)"));
+          reordered ? "; it has the same tensors in another order: write the initial file in the "
+                      "trainer's order (fl::WriteSafetensors keeps a Model's order; Python's "
+                      "safetensors sorts tensors by dtype and name)"
+                    : "; train the model the server was started with (its initial safetensors "
+                      "file or built-in kind)"));
     }
   }
   if (refusal.ok() && !profile.feature_schema_sha256.empty()) {

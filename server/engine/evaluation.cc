@@ -181,6 +181,9 @@ absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
           absl::StrCat("an evaluation for task '", report.task_id, "' was already received"));
     } else if (eval_->statistics && report.error.empty()) {
       refusal = CheckFeatureSumsLocked(report);
+    } else if (!eval_->statistics && !report.feature_sums.sum.empty()) {
+      refusal = absl::InvalidArgumentError(
+          "feature sums answer a statistics task, not an evaluation");
     } else if (report.error.empty() &&
                (report.num_examples <= 0 || report.num_examples > kMaxExamples)) {
       refusal = absl::InvalidArgumentError(absl::StrCat("evaluation claims ", report.num_examples,
@@ -198,6 +201,15 @@ absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
     }
     if (refusal.ok()) {
       eval_->reports[client_id] = report;
+      MaybeAdvanceLocked();
+      BumpLocked();
+    } else if (eval_ != nullptr && eval_->statistics && eval_->task_of.count(client_id) != 0 &&
+               eval_->reports.count(client_id) == 0 && report.run_id == run_.run_id &&
+               report.round == eval_->round) {
+      // A refused statistics report counts as the site's decline: the task is not offered again.
+      EvaluationReport declined;
+      declined.error = std::string(refusal.message());
+      eval_->reports[client_id] = declined;
       MaybeAdvanceLocked();
       BumpLocked();
     }

@@ -6,6 +6,7 @@
 // report RPC.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,10 +56,25 @@ absl::Status EngineImpl::CheckFeatureSumsLocked(const EvaluationReport& report) 
         "feature statistics need one sum and one sum of squares per feature (1 to ",
         kMaxStatisticsFeatures, " features), got ", f.sum.size(), " and ", f.sum_squares.size()));
   }
+  // What float32 features can sum to, and what only real data can: sum^2 <= count * sum_sq
+  // (Cauchy-Schwarz), up to rounding. Anything else would let one site set the federation's
+  // means and deviations (or overflow them).
+  const double n = static_cast<double>(f.count);
+  const double max_value = std::numeric_limits<float>::max();
   for (size_t j = 0; j < f.sum.size(); ++j) {
-    if (!std::isfinite(f.sum[j]) || !std::isfinite(f.sum_squares[j]) || f.sum_squares[j] < 0) {
+    const double s = f.sum[j], q = f.sum_squares[j];
+    if (!std::isfinite(s) || !std::isfinite(q) || q < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("feature statistics of feature ", j, " are not finite (or negative)"));
+    }
+    if (std::abs(s) > n * max_value || q > n * max_value * max_value) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature statistics of feature ", j, " exceed what ", f.count, " float values can sum to"));
+    }
+    if (s * s > n * q * (1 + 1e-9) + 1e-300) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "feature statistics of feature ", j, " are inconsistent: sum^2 ", s * s,
+          " exceeds count x sum of squares ", n * q));
     }
   }
   for (const auto& [id, other] : eval_->reports) {
@@ -102,8 +118,16 @@ void EngineImpl::FinishStatisticsLocked(std::unique_ptr<EvalState> stats, absl::
   result->count = static_cast<int64_t>(count);
   for (size_t j = 0; j < sum.size(); ++j) {
     const double mean = sum[j] / count;
+    const double stddev = std::sqrt(std::max(0.0, sum_squares[j] / count - mean * mean));
+    if (!std::isfinite(mean) || !std::isfinite(stddev) ||
+        std::abs(mean) > std::numeric_limits<float>::max() ||
+        stddev > std::numeric_limits<float>::max()) {
+      FailRunLocked(absl::StrCat("federated standardisation: feature ", j,
+                                 " has no finite float mean and deviation over the sites' sums"));
+      return;
+    }
     result->mean.push_back(mean);
-    result->stddev.push_back(std::sqrt(std::max(0.0, sum_squares[j] / count - mean * mean)));
+    result->stddev.push_back(stddev);
   }
   const nlohmann::json j = {{"mean", result->mean},
                             {"stddev", result->stddev},

@@ -91,8 +91,16 @@ absl::StatusOr<SiteProfile> SiteProfileFromProto(const fl::v1::JoinRequest& req)
     }
     profile.feature_columns.push_back(column);
   }
-  if (!req.feature_schema_sha256().empty() && !IsSha256Hex(req.feature_schema_sha256())) {
-    return absl::InvalidArgumentError("feature_schema_sha256 is not 64 hex digits");
+  // The server recomputes the hash: a site cannot fix the run's columns with a hash that is not
+  // that of the names it shows, nor send one without the other.
+  if (req.feature_schema_sha256().empty() != profile.feature_columns.empty()) {
+    return absl::InvalidArgumentError(
+        "the join sends feature columns without their SHA-256, or a SHA-256 without columns");
+  }
+  if (!req.feature_schema_sha256().empty() &&
+      req.feature_schema_sha256() != NameListSha256(profile.feature_columns)) {
+    return absl::InvalidArgumentError(
+        "feature_schema_sha256 is not the SHA-256 of the feature columns the join names");
   }
   profile.feature_schema_sha256 = req.feature_schema_sha256();
   return profile;

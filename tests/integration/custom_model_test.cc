@@ -83,7 +83,7 @@ TEST(CustomModelTest, ExportedRoundsAreTheFedAvgOfTheSitesOwnModel) {
     EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
     EXPECT_THAT(refused.message(),
                 HasSubstr("tensor 0 'fc1.weight' is [16, 784] in the server's model but "
-                          "[32, 784] in this site's"));
+                          "[32, 784] in this site's model"));
   }
 
   std::vector<std::unique_ptr<ClientThread>> clients;

@@ -2,16 +2,20 @@
 // sites' feature sums become the run's statistics (equal to those of the union of the sites'
 // rows, computed here), the server stores them, every site standardises with them before it
 // trains, and the run commits its rounds.
+#include <chrono>
 #include <cmath>
+#include <csignal>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "fl/client/builtin_models.h"
 #include "fl/client/dataset.h"
+#include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
 #include "fl/server/store.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "sqlite3.h"
@@ -124,6 +128,36 @@ TEST(StandardizationTest, TheSitesStatisticsAreThoseOfTheirUnionAndEverySiteTrai
   absl::StatusOr<std::optional<server::RoundRecord>> last = (*store)->LastCommittedRound(1);
   ASSERT_TRUE(last.ok() && last->has_value());
   EXPECT_EQ((*last)->round, 2);
+}
+
+// The server recomputes the columns' hash: a join cannot fix the run's columns with a hash that
+// is not that of the names it shows, nor send one without the other.
+TEST(StandardizationTest, AJoinWhoseColumnHashIsNotItsColumnsIsRefused) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});
+  const int port = FreeLoopbackPort();
+  ChildProcess server(ServerCommand(pki, dir.path() + "/server", port, {"--rounds", "1"}),
+                      dir.path() + "/server.log");
+  RawClient raw(pki, 0, port);
+  auto join = [&](const std::vector<std::string>& columns, const std::string& sha) {
+    v1::JoinRequest req;
+    for (const std::string& c : columns) req.add_feature_columns(c);
+    req.set_feature_schema_sha256(sha);
+    v1::JoinReply reply;
+    grpc::ClientContext ctx;
+    ctx.set_wait_for_ready(true);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return raw.stub().Join(&ctx, req, &reply);
+  };
+  grpc::Status lying = join({"age", "bmi"}, NameListSha256({"x"}));
+  EXPECT_EQ(lying.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(lying.error_message(), HasSubstr("is not the SHA-256 of the feature columns"));
+  grpc::Status no_hash = join({"age"}, "");
+  EXPECT_EQ(no_hash.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(no_hash.error_message(), HasSubstr("without their SHA-256"));
+  EXPECT_TRUE(join({"age", "bmi"}, NameListSha256({"age", "bmi"})).ok());
+  server.Kill(SIGTERM);
+  server.Wait();
 }
 
 }  // namespace

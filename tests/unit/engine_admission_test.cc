@@ -44,7 +44,7 @@ TEST_F(EngineTest, RefusesASiteWhoseTensorShapeDiffersNamingTheTensorAndBothShap
       engine_->Admit("client-a", WithSpec(ModelSpec({{"w", {1000, 299}}, {"b", {999}}})), false);
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("tensor 1 'b' is [1000] in the server's model but [999] in "
-                                     "this site's"));
+                                     "this site's model"));
   absl::StatusOr<std::vector<AuditRecord>> log = store_->AuditLog(10);
   ASSERT_TRUE(log.ok()) << log.status();
   ASSERT_FALSE(log->empty());
@@ -57,12 +57,21 @@ TEST_F(EngineTest, RefusesASiteWithAnotherTensorOrderOrCount) {
   absl::Status renamed =
       engine_->Admit("c", WithSpec(ModelSpec({{"weight", {1000, 299}}, {"b", {1000}}})), false);
   EXPECT_THAT(renamed.message(), HasSubstr("tensor 0 is 'w' [1000, 299] in the server's model but "
-                                           "'weight' [1000, 299] in this site's"));
+                                           "'weight' [1000, 299] in this site's model"));
   absl::Status fewer = engine_->Admit("c", WithSpec(ModelSpec({{"w", {1000, 299}}})), false);
-  EXPECT_THAT(fewer.message(), HasSubstr("this site's lacks tensor 1 'b' [1000]"));
+  EXPECT_THAT(fewer.message(), HasSubstr("this site's model lacks tensor 1 'b' [1000]"));
   absl::Status more = engine_->Admit(
       "c", WithSpec(ModelSpec({{"w", {1000, 299}}, {"b", {1000}}, {"extra", {3}}})), false);
-  EXPECT_THAT(more.message(), HasSubstr("this site's has tensor 2 'extra' [3]"));
+  EXPECT_THAT(more.message(), HasSubstr("this site's model has tensor 2 'extra' [3]"));
+}
+
+TEST_F(EngineTest, ASiteWithTheSameTensorsInAnotherOrderIsToldSo) {
+  StartEngine();
+  absl::Status s =
+      engine_->Admit("c", WithSpec(ModelSpec({{"b", {1000}}, {"w", {1000, 299}}})), false);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("the same tensors in another order"));
+  EXPECT_THAT(s.message(), HasSubstr("Python's safetensors sorts tensors by dtype and name"));
 }
 
 TEST_F(EngineTest, TheFirstSitesColumnsBindEveryLaterSite) {

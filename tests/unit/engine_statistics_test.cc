@@ -2,6 +2,7 @@
 // up into means and standard deviations, sent with every fit task, kept across a restart, and
 // the refusals of a malformed report.
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -68,19 +69,39 @@ TEST_F(EngineTest, StatisticsComeBeforeRoundOneAndRideOnEveryFitTask) {
 
 TEST_F(EngineTest, AMalformedStatisticsReportIsRefusedNamingTheProblem) {
   options_.federated_standardization = true;
+  clients_ = {"client-a", "client-b", "client-c", "client-d", "client-e"};
+  options_.min_clients = 5;  // all five are asked
+  StartEngine();
+  JoinAll();
+  std::map<std::string, Task> t;
+  for (const std::string& c : clients_) t[c] = engine_->Poll(c);
+  absl::Status ragged = engine_->SubmitEvaluation("client-a", Sums(t["client-a"], 2, {1, 2}, {1}));
+  EXPECT_EQ(ragged.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ragged.message(), HasSubstr("one sum and one sum of squares per feature"));
+  absl::Status nan =
+      engine_->SubmitEvaluation("client-b", Sums(t["client-b"], 2, {std::nan("")}, {1}));
+  EXPECT_THAT(nan.message(), HasSubstr("feature 0 are not finite"));
+  absl::Status rows = engine_->SubmitEvaluation("client-c", Sums(t["client-c"], 0, {1}, {1}));
+  EXPECT_THAT(rows.message(), HasSubstr("over 0 rows"));
+  ASSERT_TRUE(engine_->SubmitEvaluation("client-d", Sums(t["client-d"], 2, {1, 2}, {1, 4})).ok());
+  absl::Status other = engine_->SubmitEvaluation("client-e", Sums(t["client-e"], 2, {1}, {1}));
+  EXPECT_THAT(other.message(), HasSubstr("this site has 1 features but another site reported 2"));
+  // Each refused site counted as declined, so the phase ended at once, with one report of five.
+  EXPECT_TRUE(engine_->finished());
+}
+
+TEST_F(EngineTest, SumsNoRealDataCouldGiveAreRefusedAndTheSiteIsNotAskedAgain) {
+  options_.federated_standardization = true;
   StartEngine();
   JoinAll();
   Task a = engine_->Poll("client-a"), b = engine_->Poll("client-b");
-  absl::Status ragged = engine_->SubmitEvaluation("client-a", Sums(a, 2, {1, 2}, {1}));
-  EXPECT_EQ(ragged.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(ragged.message(), HasSubstr("one sum and one sum of squares per feature"));
-  absl::Status nan = engine_->SubmitEvaluation("client-a", Sums(a, 2, {std::nan("")}, {1}));
-  EXPECT_THAT(nan.message(), HasSubstr("feature 0 are not finite"));
-  absl::Status rows = engine_->SubmitEvaluation("client-a", Sums(a, 0, {1}, {1}));
-  EXPECT_THAT(rows.message(), HasSubstr("over 0 rows"));
-  ASSERT_TRUE(engine_->SubmitEvaluation("client-a", Sums(a, 2, {1, 2}, {1, 4})).ok());
-  absl::Status other = engine_->SubmitEvaluation("client-b", Sums(b, 2, {1}, {1}));
-  EXPECT_THAT(other.message(), HasSubstr("this site has 1 features but another site reported 2"));
+  // sum^2 = 100 > count x sum_sq = 2: a site trying to shrink a deviation to 0 or below.
+  absl::Status inconsistent = engine_->SubmitEvaluation("client-a", Sums(a, 2, {10}, {1}));
+  EXPECT_EQ(inconsistent.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(inconsistent.message(), HasSubstr("feature 0 are inconsistent"));
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait);  // counted as its decline
+  absl::Status huge = engine_->SubmitEvaluation("client-b", Sums(b, 1, {1e300}, {1e300}));
+  EXPECT_THAT(huge.message(), HasSubstr("exceed what 1 float values can sum to"));
 }
 
 TEST_F(EngineTest, TooFewStatisticsReportsFailTheRunSayingWhy) {

@@ -57,12 +57,16 @@ class Trainer {
   // or evaluation (and again only if they change), for the trainer to standardise its training
   // and test features with (Standardize), always from the raw data: empty stats (a later run
   // without statistics) mean the raw data again. By default a trainer declines the statistics
-  // (UNIMPLEMENTED) and ignores what the server sends.
+  // (UNIMPLEMENTED), and refuses non-empty ones, so that its fit and evaluation tasks are
+  // declined with the reason rather than trained on unscaled features.
   virtual absl::StatusOr<FeatureSums> FeatureSumsForStatistics() {
     return absl::UnimplementedError("this trainer does not report feature statistics");
   }
   virtual absl::Status ApplyFeatureStatistics(const ColumnStats& stats) {
-    return absl::OkStatus();
+    if (stats.mean.empty()) return absl::OkStatus();
+    return absl::UnimplementedError(
+        "the run standardises features with federated statistics, which this trainer does not "
+        "apply (implement Trainer::ApplyFeatureStatistics)");
   }
 };
 

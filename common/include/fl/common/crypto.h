@@ -21,6 +21,12 @@
 namespace fl {
 
 // Incremental SHA-256. Not thread-safe; one object per stream.
+// Hex SHA-256 of a list of names in order: the number of names as an 8-byte big-endian integer,
+// then for each name its byte length (8-byte big-endian) and its bytes, so that no two lists
+// share an encoding. What sites send as their feature schema (fl::client::FeatureSchemaSha256)
+// and the server recomputes to check it.
+std::string NameListSha256(const std::vector<std::string>& names);
+
 class Sha256 {
  public:
   Sha256();

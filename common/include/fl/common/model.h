@@ -94,8 +94,10 @@ class Model {
 
 // "" when `ours` equals `theirs`; otherwise one sentence naming the first tensor that differs and
 // both shapes, from the point of view of whoever holds `theirs`, e.g.
-//   "tensor 1 'fc1.bias' is [32] in the server's model but [64] in this site's"
-//   "this site's model lacks tensor 'fc2.bias' [10] of the server's model"
+//   "tensor 1 'fc1.bias' is [32] in the server's model but [64] in this site's model"
+//   "this site's model lacks tensor 3 'fc2.bias' [10] of the server's model (4 tensors there,
+//    3 here)"
+// Tensors are numbered from 0.
 // `ours_name` and `theirs_name` name the two sides ("the server's model", "this site's").
 std::string DescribeSpecDifference(const ModelSpec& ours, const ModelSpec& theirs,
                                    std::string_view ours_name, std::string_view theirs_name);
