@@ -153,8 +153,49 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
   a.export_model->add_option("--out", a.out, "The safetensors file to write")->required();
   a.export_model->add_flag("--with-server-state", a.with_server_state,
                            "Keep SCAFFOLD's control variates (scaffold.c.* tensors)");
+  a.columns = cmd->add_subcommand(
+      "columns", "The data columns a run's sites must have (fixed by the first site to join)");
+  a.columns->add_option("--run", a.run_id, "Run id (default: the newest run)")
+      ->check(CLI::PositiveNumber);
+  a.columns->add_flag("--reset", a.reset,
+                      "Forget them: the next site to join fixes them anew (after a "
+                      "misconfigured first site)");
   return cmd;
 }
+
+namespace {
+
+// `fl admin columns [--reset]`: shows, or forgets, the run's feature schema.
+int RunAdminColumns(const AdminArgs& a, int64_t now_ms) {
+  absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
+      a.reset ? fl::server::Store::Open(a.data_dir, {.remove_stale_temp_files = false})
+              : fl::server::Store::OpenReadOnly(a.data_dir);
+  if (!store.ok()) return Fail(store.status());
+  std::optional<int64_t> run_id;
+  if (a.run_id > 0) run_id = a.run_id;
+  absl::StatusOr<fl::server::RunRecord> run = fl::server::admin::ResolveRun(**store, run_id);
+  if (!run.ok()) return Fail(run.status());
+  absl::StatusOr<std::string> schema = (*store)->ClaimFeatureSchema(run->run_id, "");
+  if (!schema.ok()) return Fail(schema.status());
+  if (!a.reset) {
+    std::printf("run %lld: %s\n", static_cast<long long>(run->run_id),
+                schema->empty() ? "no columns yet (the first site to join with columns fixes them)"
+                                : schema->c_str());
+    return 0;
+  }
+  if (absl::Status s = (*store)->ResetFeatureSchema(run->run_id); !s.ok()) return Fail(s);
+  fl::server::AuditRecord rec;
+  rec.at_ms = now_ms;
+  rec.event = "feature_schema_reset";
+  rec.run_id = run->run_id;
+  rec.detail = absl::StrCat("by ", OperatorName(), "; was ", schema->empty() ? "none" : *schema);
+  if (absl::Status s = (*store)->Audit(rec); !s.ok()) return Fail(s);
+  std::printf("run %lld: columns forgotten; the next site to join fixes them\n",
+              static_cast<long long>(run->run_id));
+  return 0;
+}
+
+}  // namespace
 
 int RunAdmin(const AdminArgs& a) {
   namespace admin = fl::server::admin;
@@ -166,6 +207,7 @@ int RunAdmin(const AdminArgs& a) {
   absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
       fl::server::Store::OpenReadOnly(a.data_dir);
   if (!store.ok()) return Fail(store.status());
+  if (a.columns->parsed()) return RunAdminColumns(a, now_ms);
   if (a.enroll->parsed() || a.revoke->parsed()) {
     store->reset();
     store = fl::server::Store::Open(a.data_dir, {.remove_stale_temp_files = false});

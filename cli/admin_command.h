@@ -23,6 +23,7 @@ struct AdminArgs {
   std::string client;          // revoke
   int32_t round = -1;          // export: -1 the last committed round, 0 the initial model
   bool with_server_state = false;
+  bool reset = false;  // columns
   CLI::App* status = nullptr;
   CLI::App* rounds = nullptr;
   CLI::App* clients = nullptr;
@@ -30,6 +31,7 @@ struct AdminArgs {
   CLI::App* enroll = nullptr;
   CLI::App* revoke = nullptr;
   CLI::App* export_model = nullptr;
+  CLI::App* columns = nullptr;
 };
 
 // Adds `fl admin` and its subcommands to `app`, filling `a` when parsed.

@@ -94,7 +94,8 @@ absl::Status EngineImpl::Admit(const std::string& client_id, const SiteProfile& 
       refusal = absl::FailedPreconditionError(absl::StrCat(
           "this site's data columns are not the run's (fixed by the first site, client ",
           run.value("client", "?"), "): ", diff, "; the run's columns: ", ListColumns(columns),
-          "; select and order them with data.feature_columns / data.drop_columns"));
+          "; select and order them with data.feature_columns / data.drop_columns (if the first "
+          "site was wrong, the operator runs `fl admin columns --reset`)"));
     }
   }
   if (!refusal.ok()) AuditRefusal(client_id, "join_refused", refusal);

@@ -75,6 +75,7 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::string> ClaimFeatureSchema(int64_t run_id,
                                                  const std::string& schema_json) override;
   absl::StatusOr<std::string> FeatureStatistics(int64_t run_id) override;
+  absl::Status ResetFeatureSchema(int64_t run_id) override;
   absl::Status SetFeatureStatistics(int64_t run_id, const std::string& stats_json) override;
   absl::Status BeginRound(const RoundRecord& round) override;
   absl::Status CommitRound(const RoundRecord& round,
@@ -180,13 +181,17 @@ absl::StatusOr<std::vector<RunRecord>> SqliteStore::Runs() {
 
 absl::StatusOr<std::string> SqliteStore::ClaimFeatureSchema(int64_t run_id,
                                                              const std::string& schema_json) {
-  if (absl::Status s = CheckWritable("record a run's feature schema"); !s.ok()) return s;
+  if (!schema_json.empty()) {
+    if (absl::Status s = CheckWritable("record a run's feature schema"); !s.ok()) return s;
+  }
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> claim = Prepare(
       "UPDATE runs SET feature_schema_json = ? WHERE run_id = ? AND feature_schema_json = ''",
       "update runs");
   if (!claim.ok()) return claim.status();
-  if (absl::Status s = claim->Bind(schema_json, run_id).Run(); !s.ok()) return s;
+  if (!schema_json.empty()) {
+    if (absl::Status s = claim->Bind(schema_json, run_id).Run(); !s.ok()) return s;
+  }
   absl::StatusOr<Statement> read =
       Prepare("SELECT feature_schema_json FROM runs WHERE run_id = ?", "select from runs");
   if (!read.ok()) return read.status();
@@ -205,6 +210,19 @@ absl::StatusOr<std::string> SqliteStore::FeatureStatistics(int64_t run_id) {
   if (!row.ok()) return row.status();
   if (!*row) return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
   return read->Text(0);
+}
+
+absl::Status SqliteStore::ResetFeatureSchema(int64_t run_id) {
+  if (absl::Status s = CheckWritable("reset a run's feature schema"); !s.ok()) return s;
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare("UPDATE runs SET feature_schema_json = '' WHERE run_id = ?", "update runs");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(run_id).Run(); !s.ok()) return s;
+  if (sqlite3_changes(db_.get()) != 1) {
+    return absl::NotFoundError(absl::StrCat("run ", run_id, " not found"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SqliteStore::SetFeatureStatistics(int64_t run_id, const std::string& stats_json) {

@@ -24,6 +24,7 @@
 #include "fl/common/crypto.h"
 #include "fl/common/model.h"
 #include "fl/server/store.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -685,6 +686,26 @@ TEST_F(AdminTest, ReadOnlyReportsWhileAnotherStoreWrites) {
   EXPECT_EQ(Lines(*RoundsReport(*ro, run_, Format::kCsv)).size(), 2u + 3u + 38u);
   nlohmann::json clients = nlohmann::json::parse(*ClientsReport(*ro, Format::kJson));
   EXPECT_EQ(clients[1]["accepted"], 1 + 38);
+}
+
+TEST_F(AdminTest, FlAdminColumnsShowsAndResetsTheRunsColumnsWithAnAuditRecord) {
+  Populate();
+  ASSERT_TRUE(store_->ClaimFeatureSchema(run_, R"({"sha256":"ab","columns":["age","bmi"]})").ok());
+  auto [code, out] =
+      RunCommand(absl::StrCat("'", FL_BINARY, "' admin --data-dir '", dir_, "' columns"));
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr(R"("columns":["age","bmi"])"));
+  std::tie(code, out) =
+      RunCommand(absl::StrCat("'", FL_BINARY, "' admin --data-dir '", dir_, "' columns --reset"));
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("columns forgotten"));
+  absl::StatusOr<std::string> after = store_->ClaimFeatureSchema(run_, "");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(*after, "");
+  absl::StatusOr<std::vector<AuditRecord>> log = store_->AuditLog(1);
+  ASSERT_TRUE(log.ok() && !log->empty());
+  EXPECT_EQ(log->back().event, "feature_schema_reset");
+  EXPECT_THAT(log->back().detail, ::testing::HasSubstr("age"));
 }
 
 TEST_F(AdminTest, FlAdminRoundsCsvPrintsTheReport) {

@@ -177,6 +177,9 @@ class Store {
   // The run's federated feature statistics (EngineOptions::federated_standardization) as a JSON
   // text, '' before they are set. NOT_FOUND for an unknown run.
   virtual absl::StatusOr<std::string> FeatureStatistics(int64_t run_id) = 0;
+  // Forgets the run's feature schema, so that the next site to join fixes it anew (`fl admin
+  // columns --reset`, after a misconfigured first site). NOT_FOUND for an unknown run.
+  virtual absl::Status ResetFeatureSchema(int64_t run_id) = 0;
   virtual absl::Status SetFeatureStatistics(int64_t run_id, const std::string& stats_json) = 0;
 
   // --- rounds
