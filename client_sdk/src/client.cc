@@ -437,23 +437,12 @@ absl::Status Client::Impl::Run() {
                  {{"name", options_.name}, {"why", task.message()}});
         return absl::OkStatus();
       }
-      case fl::v1::Task::STATISTICS: {
-        absl::Status s = Statistics(task);
-        if (!s.ok()) {
-          LogEvent(LogLevel::kWarn, "statistics_task_failed",
-                   {{"name", options_.name},
-                    {"delay", absl::FormatDuration(fit_backoff)},
-                    {"error", s.ToString()}});
-          if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
-        }
-        fit_backoff =
-            s.ok() ? options_.initial_backoff : std::min(fit_backoff * 2, options_.max_backoff);
-        break;
-      }
+      case fl::v1::Task::STATISTICS:
       case fl::v1::Task::EVALUATE: {
-        absl::Status s = Evaluate(task);
+        const bool statistics = task.kind() == fl::v1::Task::STATISTICS;
+        absl::Status s = statistics ? Statistics(task) : Evaluate(task);
         if (!s.ok()) {
-          LogEvent(LogLevel::kWarn, "evaluate_task_failed",
+          LogEvent(LogLevel::kWarn, statistics ? "statistics_task_failed" : "evaluate_task_failed",
                    {{"name", options_.name},
                     {"round", absl::StrCat(task.round())},
                     {"delay", absl::FormatDuration(fit_backoff)},
