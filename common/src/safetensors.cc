@@ -24,8 +24,6 @@ static_assert(std::endian::native == std::endian::little,
 
 using Json = nlohmann::json;
 
-constexpr absl::string_view kMetadataKey = "__metadata__";
-constexpr size_t kSizeBytes = 8;  // the u64 header size before the JSON
 // The format needs three levels (root, entry, shape); deeper nesting can only sit in ignored keys.
 constexpr int kMaxJsonDepth = 64;
 
@@ -104,7 +102,7 @@ class HeaderChecker final : public nlohmann::json_sax<Json> {
     if (!keys_.back().insert(key).second) {
       return Fail(absl::StrCat("header has a duplicate key ", Quote(key)));
     }
-    if (depth_ == 1 && key != kMetadataKey && ++tensors_ > max_tensors_) {
+    if (depth_ == 1 && key != kSafetensorsMetadataKey && ++tensors_ > max_tensors_) {
       return Fail(absl::StrCat("too many tensors: the header lists more than ", max_tensors_,
                                " (SafetensorsReadOptions::max_tensors)"));
     }
@@ -352,7 +350,7 @@ absl::StatusOr<std::map<std::string, std::string>> ParseMetadata(const Json& j) 
 
 absl::StatusOr<SafetensorsFile> Parse(std::span<const std::byte> bytes,
                                       const SafetensorsReadOptions& options) {
-  if (bytes.size() < kSizeBytes) {
+  if (bytes.size() < kSafetensorsSizeBytes) {
     return Refuse(
         absl::StrCat("the file is ", bytes.size(), " bytes, shorter than the 8-byte header size"));
   }
@@ -362,20 +360,20 @@ absl::StatusOr<SafetensorsFile> Parse(std::span<const std::byte> bytes,
     return Refuse(absl::StrCat("header size ", header_size, " is over the limit of ",
                                kSafetensorsMaxHeaderBytes, " bytes"));
   }
-  if (header_size > bytes.size() - kSizeBytes) {
+  if (header_size > bytes.size() - kSafetensorsSizeBytes) {
     return Refuse(absl::StrCat("header size ", header_size, " runs past the end of the file (",
                                bytes.size(), " bytes)"));
   }
-  const absl::string_view text(reinterpret_cast<const char*>(bytes.data()) + kSizeBytes,
+  const absl::string_view text(reinterpret_cast<const char*>(bytes.data()) + kSafetensorsSizeBytes,
                                static_cast<size_t>(header_size));
-  const std::span<const std::byte> data = bytes.subspan(kSizeBytes + header_size);
+  const std::span<const std::byte> data = bytes.subspan(kSafetensorsSizeBytes + header_size);
   absl::StatusOr<Json> header = ParseHeader(text, options.max_tensors);
   if (!header.ok()) return header.status();
 
   std::map<std::string, std::string> metadata;
   std::vector<Entry> entries;
   for (const auto& [name, value] : header->items()) {
-    if (name == kMetadataKey) {
+    if (name == kSafetensorsMetadataKey) {
       absl::StatusOr<std::map<std::string, std::string>> m = ParseMetadata(value);
       if (!m.ok()) return m.status();
       metadata = *std::move(m);

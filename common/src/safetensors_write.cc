@@ -18,8 +18,6 @@ static_assert(std::endian::native == std::endian::little,
 
 using Json = nlohmann::json;
 
-constexpr absl::string_view kMetadataKey = "__metadata__";
-constexpr size_t kSizeBytes = 8;  // the u64 header size before the JSON
 
 absl::Status Refuse(absl::string_view message) { return absl::InvalidArgumentError(message); }
 
@@ -35,16 +33,16 @@ absl::StatusOr<std::string> SerializeSafetensors(
     constexpr int kCompact = -1;
     constexpr bool kEnsureAscii = false;
     if (!metadata.empty()) {
-      absl::StrAppend(&header, "\"", kMetadataKey,
+      absl::StrAppend(&header, "\"", kSafetensorsMetadataKey,
                       "\":", Json(metadata).dump(kCompact, ' ', kEnsureAscii), ",");
     }
     std::unordered_set<std::string> names;
     uint64_t offset = 0;
     for (const TensorSpec& t : tensors) {
-      if (t.name == kMetadataKey || !names.insert(t.name).second) {
+      if (t.name == kSafetensorsMetadataKey || !names.insert(t.name).second) {
         return Refuse(absl::StrCat("cannot write a safetensors file with tensor ",
                                    absl::StrCat("'", t.name, "'"),
-                                   t.name == kMetadataKey ? ": the name is reserved" : " twice"));
+                                   t.name == kSafetensorsMetadataKey ? ": the name is reserved" : " twice"));
       }
       const uint64_t end = offset + static_cast<uint64_t>(t.NumElements()) * sizeof(float);
       absl::StrAppend(&header, Json(t.name).dump(kCompact, ' ', kEnsureAscii),
@@ -56,7 +54,7 @@ absl::StatusOr<std::string> SerializeSafetensors(
     return Refuse("cannot write a safetensors file: a tensor name or metadata string is not UTF-8");
   }
   header.back() = '}';
-  header.append((kSizeBytes - header.size() % kSizeBytes) % kSizeBytes, ' ');
+  header.append((kSafetensorsSizeBytes - header.size() % kSafetensorsSizeBytes) % kSafetensorsSizeBytes, ' ');
   if (header.size() > kSafetensorsMaxHeaderBytes) {
     return Refuse(absl::StrCat("cannot write a safetensors file: its header would be ",
                                header.size(), " bytes, over the limit of ",
@@ -65,7 +63,7 @@ absl::StatusOr<std::string> SerializeSafetensors(
   const uint64_t header_size = header.size();
   const std::span<const std::byte> payload = model.bytes();
   std::string out;
-  out.reserve(kSizeBytes + header.size() + payload.size());
+  out.reserve(kSafetensorsSizeBytes + header.size() + payload.size());
   out.append(reinterpret_cast<const char*>(&header_size), sizeof(header_size));
   out.append(header);
   out.append(reinterpret_cast<const char*>(payload.data()), payload.size());

@@ -64,6 +64,10 @@ namespace fl {
 
 // Largest JSON header accepted, in bytes: the reference implementation's limit.
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+// The file's layout: this many bytes of little-endian u64 header size, then the JSON header,
+// whose optional string-to-string object under this key is the file's metadata.
+inline constexpr size_t kSafetensorsSizeBytes = 8;
+inline constexpr char kSafetensorsMetadataKey[] = "__metadata__";
 
 // Default for SafetensorsReadOptions::max_tensors.
 inline constexpr int64_t kSafetensorsDefaultMaxTensors = int64_t{1} << 16;
