@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "client_sdk/src/client_impl.h"
+#include "client_sdk/src/grpc_wire.h"
 #include "fl/client/admission.h"
 #include "fl/client/dataset.h"
 #include "fl/common/address.h"

@@ -12,36 +12,11 @@
 #include "client_sdk/src/client_impl.h"
 #include "fl/client/dataset.h"
 #include "fl/common/chunking.h"
-#include "fl/common/crypto.h"
 #include "fl/common/logging.h"
-#include "fl/common/proto_serde.h"
 #include "fl/common/update_codec.h"
-#include "fl/v1/federation.grpc.pb.h"
-#include "grpcpp/grpcpp.h"
 #include "openssl/rand.h"
 
 namespace fl::client {
-namespace internal {
-
-absl::Duration TransferTimeout(int64_t bytes) {
-  return absl::Seconds(60) + absl::Microseconds(bytes);
-}
-
-FitConfig FitConfigOf(const fl::v1::Task& task) {
-  FitConfig config;
-  config.round = task.round();
-  config.local_epochs = task.fit().local_epochs();
-  config.batch_size = task.fit().batch_size();
-  config.learning_rate = task.fit().learning_rate();
-  config.extra.insert(task.fit().config().begin(), task.fit().config().end());
-  config.model_name = task.fit().model_name();
-  config.differential_privacy = task.fit().differential_privacy();
-  config.secure_aggregation = IsSecAgg(task.kind());
-  return config;
-}
-
-}  // namespace internal
-
 namespace {
 
 // A server that is shutting down cancels the calls in flight (a long poll gets CANCELLED, not
@@ -89,84 +64,41 @@ absl::Status CheckSiteLimits(const SiteLimits& limits, const FitConfig& config) 
 }
 
 absl::Status Client::Impl::Join() {
-  Call call(this, absl::Seconds(30));
-  fl::v1::JoinRequest req;
-  req.set_client_name(options_.name);
-  req.set_sdk_version("0.1.0");
-  req.add_capabilities("cpu");
-  req.add_capabilities("fp32");
-  req.add_capabilities("fp16");
-  req.add_capabilities("int8");
-  internal::DescribeSite(options_, trainer_, req);
-  fl::v1::JoinReply reply;
-  absl::Status s = FromGrpcStatus(stub_->Join(&call.ctx, req, &reply));
-  if (!s.ok()) return s;
-  run_id_ = reply.run_id();
+  JoinRequestInfo req;
+  req.client_name = options_.name;
+  req.capabilities = {"cpu", "fp32", "fp16", "int8"};
+  req.model_spec = trainer_->spec();
+  req.feature_columns = options_.feature_columns;
+  if (!req.feature_columns.empty()) {
+    req.feature_schema_sha256 = FeatureSchemaSha256(options_.feature_columns);
+  }
+  absl::StatusOr<JoinAnswer> reply = transport_->Join(req);
+  if (!reply.ok()) return reply.status();
+  run_id_ = reply->run_id;
+  live_ = false;
   std::lock_guard<std::mutex> lock(id_mu_);
-  client_id_ = reply.client_id();
+  client_id_ = reply->client_id;
   return absl::OkStatus();
 }
 
-absl::Status Client::Impl::Poll(fl::v1::Task* task) {
-  Call call(this, options_.poll_wait + absl::Seconds(15));
-  fl::v1::PollRequest req;
-  req.set_run_id(run_id_);
-  req.set_wait_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.poll_wait)));
-  return FromGrpcStatus(stub_->PollTask(&call.ctx, req, task));
-}
-
-absl::StatusOr<Model> Client::Impl::Download(const fl::v1::Task& task, const ModelSpec& spec) {
-  Call call(this, internal::TransferTimeout(task.fit().model_bytes()));
-  fl::v1::DownloadRequest req;
-  req.set_run_id(task.run_id());
-  req.set_round(task.round());
-  req.set_task_id(task.task_id());
-  Model model(spec);
-  if (model.NumBytes() != task.fit().model_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("task announces ", task.fit().model_bytes(),
-                                                   " model bytes but its spec has ",
-                                                   model.NumBytes()));
-  }
-  ChunkAssembler assembler(model.NumBytes());
-  auto* dst = reinterpret_cast<char*>(model.data().data());
-  std::unique_ptr<grpc::ClientReader<fl::v1::ModelChunk>> reader =
-      stub_->DownloadModel(&call.ctx, req);
-  fl::v1::ModelChunk chunk;
-  std::string last_sha;
-  while (reader->Read(&chunk)) {
-    if (absl::Status s = assembler.Add(chunk.offset(), chunk.data()); !s.ok()) return s;
-    std::memcpy(dst + chunk.offset(), chunk.data().data(), chunk.data().size());
-    if (!chunk.sha256().empty()) last_sha = chunk.sha256();
-  }
-  if (absl::Status s = FromGrpcStatus(reader->Finish()); !s.ok()) return s;
-  if (last_sha != task.fit().model_sha256()) {
-    return absl::DataLossError(
-        "downloaded model's final chunk names another SHA-256 than the task");
-  }
-  if (absl::Status s = assembler.Finish(task.fit().model_sha256()); !s.ok()) return s;
-  return model;
-}
-
-absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& result,
+absl::Status Client::Impl::Submit(const ClientTask& task, const FitResult& result,
                                   const Model& global) {
-  fl::v1::UpdateMetadata meta;
-  internal::SetTaskIds(task, meta);
-  meta.set_num_examples(result.num_examples);
-  for (const auto& [k, v] : result.metrics) (*meta.mutable_metrics())[k] = v;
-  ToProto(result.model.spec(), meta.mutable_model_spec());
-  const fl::v1::UpdateMetadata::Encoding wanted = task.fit().update_encoding();
-  if (wanted == fl::v1::UpdateMetadata::ENCODING_UNSPECIFIED ||
-      wanted == fl::v1::UpdateMetadata::FLOAT32) {
-    meta.set_encoding(fl::v1::UpdateMetadata::FLOAT32);
-    meta.set_payload_bytes(result.model.NumBytes());
-    return SubmitPayload(meta, result.model.bytes());
-  }
-  if (wanted != fl::v1::UpdateMetadata::FLOAT16 && wanted != fl::v1::UpdateMetadata::INT8) {
-    absl::Status s = absl::UnimplementedError(absl::StrCat(
-        "task asks for update encoding ", fl::v1::UpdateMetadata::Encoding_Name(wanted),
-        "; this SDK sends FLOAT32, FLOAT16 or INT8"));
+  UpdateHeader meta = ReplyTo<UpdateHeader>(task);
+  meta.num_examples = result.num_examples;
+  meta.metrics = result.metrics;
+  meta.spec = result.model.spec();
+  if (!task.update_encoding.has_value()) {
+    absl::Status s = absl::UnimplementedError(
+        absl::StrCat("task asks for update encoding ", task.encoding_name,
+                     "; this SDK sends FLOAT32, FLOAT16 or INT8"));
     Decline(task, s);
     return s;
+  }
+  const UpdateEncoding encoding = *task.update_encoding;
+  if (encoding == UpdateEncoding::kFloat32) {
+    meta.encoding = UpdateHeader::Encoding::kFloat32;
+    meta.payload_bytes = result.model.NumBytes();
+    return SubmitPayload(meta, result.model.bytes());
   }
   // int8's stochastic rounding draws from a generator seeded per task from the OS (OpenSSL's
   // RAND_bytes): no two sites or rounds share their rounding noise.
@@ -176,8 +108,6 @@ absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& res
   }
   std::seed_seq seq(std::begin(seed_words), std::end(seed_words));
   std::mt19937_64 rng(seq);
-  const UpdateEncoding encoding =
-      wanted == fl::v1::UpdateMetadata::FLOAT16 ? UpdateEncoding::kFloat16 : UpdateEncoding::kInt8;
   // The change is computed and encoded one codec chunk at a time as the chunks go out, so a
   // site never holds a copy of the model for it. A first pass checks that all of it can be
   // encoded, so that an update that cannot is declined before any byte is sent.
@@ -199,12 +129,13 @@ absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& res
       return s;
     }
   }
-  meta.set_encoding(wanted);
-  meta.set_payload_bytes(EncodedBytes(encoding, n));
+  meta.encoding = encoding == UpdateEncoding::kFloat16 ? UpdateHeader::Encoding::kFloat16
+                                                       : UpdateHeader::Encoding::kInt8;
+  meta.payload_bytes = EncodedBytes(encoding, n);
   std::vector<std::byte> encoded(static_cast<size_t>(kMaxChunkBytes));
   // A full codec chunk is kMaxChunkBytes of every encoding (update_codec.h), and each wire chunk
   // is one codec chunk, so a chunk's offset gives its first parameter.
-  return SubmitChunks(meta, meta.payload_bytes(), [&](int64_t offset) {
+  return transport_->SubmitUpdate(meta, [&](int64_t offset) {
     std::span<const float> change = change_from(offset / kMaxChunkBytes * per);
     std::span<std::byte> out(encoded.data(),
                              static_cast<size_t>(EncodedChunkBytes(
@@ -214,66 +145,28 @@ absl::Status Client::Impl::Submit(const fl::v1::Task& task, const FitResult& res
   });
 }
 
-absl::Status Client::Impl::SubmitPayload(const fl::v1::UpdateMetadata& meta,
+absl::Status Client::Impl::SubmitPayload(const UpdateHeader& header,
                                          std::span<const std::byte> payload) {
   const int64_t size = static_cast<int64_t>(payload.size());
-  return SubmitChunks(meta, size, [&](int64_t offset) {
+  return transport_->SubmitUpdate(header, [&](int64_t offset) {
     return payload.subspan(static_cast<size_t>(offset),
                            static_cast<size_t>(std::min(kMaxChunkBytes, size - offset)));
   });
 }
 
-absl::Status Client::Impl::SubmitChunks(const fl::v1::UpdateMetadata& meta, int64_t payload_bytes,
-                                        const ChunkSource& next_chunk) {
-  static_assert(kMaxChunkBytes % 8 == 0, "chunks must hold whole words of every encoding");
-  Call call(this, internal::TransferTimeout(payload_bytes));
-  fl::v1::SubmitReply reply;
-  std::unique_ptr<grpc::ClientWriter<fl::v1::UpdatePart>> writer =
-      stub_->SubmitUpdate(&call.ctx, &reply);
-  fl::v1::UpdatePart part;
-  *part.mutable_metadata() = meta;
-  bool ok = writer->Write(part);
-  Sha256 sha;
-  fl::v1::UpdatePart c;
-  for (int64_t offset = 0; ok && offset < payload_bytes;) {
-    std::span<const std::byte> bytes = next_chunk(offset);
-    sha.Update(bytes);
-    c.mutable_chunk()->set_offset(offset);
-    c.mutable_chunk()->set_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    ok = writer->Write(c);
-    offset += static_cast<int64_t>(bytes.size());
-  }
-  if (ok) {
-    part.Clear();
-    part.set_sha256(sha.FinishHex());
-    ok = writer->Write(part);
-  }
-  if (ok) writer->WritesDone();
-  return FromGrpcStatus(writer->Finish());
-}
-
-void Client::Impl::Decline(const fl::v1::Task& task, const absl::Status& why) {
-  Call call(this, absl::Seconds(30));
-  fl::v1::SubmitReply reply;
-  std::unique_ptr<grpc::ClientWriter<fl::v1::UpdatePart>> writer =
-      stub_->SubmitUpdate(&call.ctx, &reply);
-  fl::v1::UpdatePart part;
-  fl::v1::UpdateMetadata* meta = part.mutable_metadata();
-  internal::SetTaskIds(task, *meta);
-  meta->set_decline_reason(why.ToString());
-  if (writer->Write(part)) writer->WritesDone();
-  absl::Status s = FromGrpcStatus(writer->Finish());
+void Client::Impl::Decline(const ClientTask& task, const absl::Status& why) {
+  absl::Status s = transport_->Decline(task, why.ToString());
   LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "task_declined",
            {{"name", options_.name},
-            {"round", absl::StrCat(task.round())},
+            {"round", absl::StrCat(task.round)},
             {"why", why.ToString()},
             {"server", s.ok() ? "recorded" : s.ToString()}});
 }
 
-absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
+absl::Status Client::Impl::Fit(const ClientTask& task, TaskReport& report) {
   HeartbeatThread heartbeats(this, task);
-  const FitConfig config = internal::FitConfigOf(task);
-  absl::StatusOr<ModelSpec> spec = AcceptFitTask(task, config);
+  const FitConfig& config = task.config;
+  absl::StatusOr<ModelSpec> spec = AcceptFitTask(task);
   if (!spec.ok()) {
     Decline(task, spec.status());
     return spec.status();
@@ -282,10 +175,10 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
     Decline(task, s);
     return s;
   }
-  absl::StatusOr<Model> global = Download(task, *spec);
+  absl::StatusOr<std::shared_ptr<const Model>> global = transport_->Download(task, *spec);
   if (!global.ok()) return global.status();
   const absl::Time start = absl::Now();
-  absl::StatusOr<FitResult> result = trainer_->Fit(*global, config);
+  absl::StatusOr<FitResult> result = trainer_->Fit(**global, config);
   report.train_time = absl::Now() - start;
   if (!result.ok()) {
     Decline(task, result.status());
@@ -299,14 +192,13 @@ absl::Status Client::Impl::Fit(const fl::v1::Task& task, TaskReport& report) {
   }
   if (stopping_) return absl::CancelledError("client stopped");
   report.num_examples = result->num_examples;
-  return Submit(task, *result, *global);
+  return Submit(task, *result, **global);
 }
 
-absl::StatusOr<ModelSpec> Client::Impl::AcceptFitTask(const fl::v1::Task& task,
-                                                      const FitConfig& config) {
+absl::StatusOr<ModelSpec> Client::Impl::AcceptFitTask(const ClientTask& task) {
   // The site's limits come before any byte of the model: a task outside them is declined.
-  if (absl::Status s = CheckSiteLimits(options_.limits, config); !s.ok()) return s;
-  absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
+  if (absl::Status s = CheckSiteLimits(options_.limits, task.config); !s.ok()) return s;
+  const absl::StatusOr<ModelSpec>& spec = task.spec;
   if (!spec.ok()) return spec.status();
   if (!(*spec == trainer_->spec())) {
     return absl::FailedPreconditionError(absl::StrCat("the server's model ", spec->ToJson(),
@@ -316,11 +208,10 @@ absl::StatusOr<ModelSpec> Client::Impl::AcceptFitTask(const fl::v1::Task& task,
   return spec;
 }
 
-absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
+absl::Status Client::Impl::Evaluate(const ClientTask& task) {
   HeartbeatThread heartbeats(this, task);
-  fl::v1::EvaluationResult result;
-  internal::SetTaskIds(task, result);
-  absl::StatusOr<ModelSpec> spec = FromProto(task.fit().model_spec());
+  EvaluationReply result = ReplyTo<EvaluationReply>(task);
+  const absl::StatusOr<ModelSpec>& spec = task.spec;
   absl::Status failure;
   std::string summary;  // "loss 0.41 accuracy 0.83 auc 0.9 on 120 examples", for the log
   if (!spec.ok()) {
@@ -331,15 +222,15 @@ absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
     failure = ApplyStatistics(task);
   }
   if (failure.ok()) {
-    absl::StatusOr<Model> global = Download(task, *spec);
+    absl::StatusOr<std::shared_ptr<const Model>> global = transport_->Download(task, *spec);
     if (!global.ok()) return global.status();  // transport trouble: the task is offered again
-    absl::StatusOr<EvalResult> eval = trainer_->Evaluate(*global);
+    absl::StatusOr<EvalResult> eval = trainer_->Evaluate(**global);
     if (eval.ok()) {
-      result.set_num_examples(eval->num_examples);
-      result.set_loss(eval->loss);
+      result.num_examples = eval->num_examples;
+      result.loss = eval->loss;
       summary = absl::StrCat("loss ", eval->loss);
       for (const auto& [k, v] : eval->metrics) {
-        (*result.mutable_metrics())[k] = v;
+        result.metrics[k] = v;
         absl::StrAppend(&summary, " ", k, " ", v);
       }
       absl::StrAppend(&summary, " on ", eval->num_examples, " examples");
@@ -347,13 +238,11 @@ absl::Status Client::Impl::Evaluate(const fl::v1::Task& task) {
       failure = eval.status();
     }
   }
-  if (!failure.ok()) result.set_error(failure.ToString());
-  Call call(this, absl::Seconds(30));
-  fl::v1::SubmitReply reply;
-  absl::Status s = FromGrpcStatus(stub_->SubmitEvaluation(&call.ctx, result, &reply));
+  if (!failure.ok()) result.error = failure.ToString();
+  absl::Status s = transport_->SubmitEvaluation(result);
   LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "evaluate_task",
            {{"name", options_.name},
-            {"round", absl::StrCat(task.round())},
+            {"round", absl::StrCat(task.round)},
             {"result", failure.ok() ? summary : absl::StrCat("declined: ", failure.ToString())},
             {"server", s.ok() ? "recorded" : s.ToString()}});
   return s;
@@ -365,7 +254,6 @@ absl::Status Client::Impl::Run() {
   absl::Time unreachable_since = absl::InfinitePast();
   int attempt = 0;  // retries in this outage
   bool joined = false;
-  bool live = false;  // a task other than DONE came: the run was not over when this call joined
   // Waits after a retryable failure; an error once the server has been unreachable too long.
   auto retry = [&](const absl::Status& s) -> absl::Status {
     const absl::Time now = absl::Now();
@@ -385,16 +273,21 @@ absl::Status Client::Impl::Run() {
               {"call", joined ? "poll" : "join"},
               {"code", absl::StatusCodeToString(s.code())},
               {"error", std::string(s.message())}});
-    if (!WaitForServer(backoff)) return absl::CancelledError("client stopped");
+    if (!transport_->WaitForServer(backoff)) return absl::CancelledError("client stopped");
     backoff = std::min(backoff * 2, options_.max_backoff);
     return absl::OkStatus();
   };
   while (!stopping_) {
     absl::Status s = joined ? absl::OkStatus() : Join();
-    fl::v1::Task task;
+    ClientTask task;
     if (s.ok()) {
       joined = true;
-      s = Poll(&task);
+      absl::StatusOr<ClientTask> polled = transport_->Poll(run_id_, options_.poll_wait);
+      if (polled.ok()) {
+        task = *std::move(polled);
+      } else {
+        s = polled.status();
+      }
     }
     if (stopping_) break;
     if (!s.ok()) {
@@ -416,93 +309,84 @@ absl::Status Client::Impl::Run() {
     attempt = 0;
     backoff = options_.initial_backoff;
     unreachable_since = absl::InfinitePast();
-    run_id_ = task.run_id();
-    if (task.kind() != fl::v1::Task::DONE) live = true;
-    // A task of another run or with another id ends this client's secure-aggregation round, if
-    // one was open.
-    if (task.kind() == fl::v1::Task::DONE) {
-      secagg_.Reset();
-    } else if (task.kind() != fl::v1::Task::WAIT) {
-      secagg_.KeepOnly(task.run_id(), task.task_id());
+    const absl::Status outcome = RunTask(task);
+    if (task.kind == ClientTask::Kind::kDone) return absl::OkStatus();
+    if (task.kind == ClientTask::Kind::kWait) continue;
+    if (outcome.ok()) {
+      fit_backoff = options_.initial_backoff;
+      continue;
     }
-    switch (task.kind()) {
-      case fl::v1::Task::DONE: {
-        std::lock_guard<std::mutex> lock(id_mu_);
-        last_run_ = {.run_id = task.run_id(),
-                     .failed = task.run_status() == fl::v1::Task::RUN_FAILED,
-                     .message = task.message(),
-                     .was_live = live};
-        // A run that was over before this call joined is news only the first time.
-        LogEvent(live ? LogLevel::kInfo : LogLevel::kDebug, "client_done",
-                 {{"name", options_.name}, {"why", task.message()}});
-        return absl::OkStatus();
-      }
-      case fl::v1::Task::STATISTICS:
-      case fl::v1::Task::EVALUATE: {
-        const bool statistics = task.kind() == fl::v1::Task::STATISTICS;
-        absl::Status s = statistics ? Statistics(task) : Evaluate(task);
-        if (!s.ok()) {
-          LogEvent(LogLevel::kWarn, statistics ? "statistics_task_failed" : "evaluate_task_failed",
-                   {{"name", options_.name},
-                    {"round", absl::StrCat(task.round())},
-                    {"delay", absl::FormatDuration(fit_backoff)},
-                    {"error", s.ToString()}});
-          if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
-        }
-        fit_backoff =
-            s.ok() ? options_.initial_backoff : std::min(fit_backoff * 2, options_.max_backoff);
-        break;
-      }
-      case fl::v1::Task::FIT: {
-        TaskReport report;
-        report.round = task.round();
-        report.task_id = task.task_id();
-        report.status = Fit(task, report);
-        if (on_task_) on_task_(report);
-        if (report.status.ok()) {
-          fit_backoff = options_.initial_backoff;
-          break;
-        }
-        LogEvent(LogLevel::kWarn, "fit_task_failed",
-                 {{"name", options_.name},
-                  {"round", absl::StrCat(task.round())},
-                  {"delay", absl::FormatDuration(fit_backoff)},
-                  {"error", report.status.ToString()}});
-        // A declined task is not offered again; anything else (a download or upload cut
-        // short) is, so do not hammer the server with it.
-        if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
-        fit_backoff = std::min(fit_backoff * 2, options_.max_backoff);
-        break;
-      }
-      case fl::v1::Task::SECAGG_ADVERTISE_KEYS:
-      case fl::v1::Task::SECAGG_SHARE_KEYS:
-      case fl::v1::Task::SECAGG_MASKED_INPUT:
-      case fl::v1::Task::SECAGG_UNMASK: {
-        TaskReport report;
-        report.round = task.round();
-        report.task_id = task.task_id();
-        report.stage = internal::StageName(task.kind());
-        report.status = SecAggStage(task, report);
-        if (on_task_) on_task_(report);
-        if (report.status.ok()) {
-          fit_backoff = options_.initial_backoff;
-          break;
-        }
-        LogEvent(LogLevel::kWarn, "secagg_stage_failed",
-                 {{"name", options_.name},
-                  {"round", absl::StrCat(task.round())},
-                  {"stage", report.stage},
-                  {"delay", absl::FormatDuration(fit_backoff)},
-                  {"error", report.status.ToString()}});
-        if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
-        fit_backoff = std::min(fit_backoff * 2, options_.max_backoff);
-        break;
-      }
-      default:
-        break;
+    // A declined task is not offered again; anything else (a download or upload cut short)
+    // is, so do not hammer the server with it.
+    const char* event = task.kind == ClientTask::Kind::kStatistics ? "statistics_task_failed"
+                        : task.kind == ClientTask::Kind::kEvaluate ? "evaluate_task_failed"
+                        : task.kind == ClientTask::Kind::kFit      ? "fit_task_failed"
+                                                                   : "secagg_stage_failed";
+    const std::string round = absl::StrCat(task.round);
+    const std::string delay = absl::FormatDuration(fit_backoff);
+    if (IsSecAgg(task.kind)) {
+      LogEvent(LogLevel::kWarn, event,
+               {{"name", options_.name},
+                {"round", round},
+                {"stage", StageName(task.kind)},
+                {"delay", delay},
+                {"error", outcome.ToString()}});
+    } else {
+      LogEvent(LogLevel::kWarn, event,
+               {{"name", options_.name},
+                {"round", round},
+                {"delay", delay},
+                {"error", outcome.ToString()}});
     }
+    if (!SleepUnlessStopped(fit_backoff)) return absl::CancelledError("client stopped");
+    fit_backoff = std::min(fit_backoff * 2, options_.max_backoff);
   }
   return absl::CancelledError("client stopped");
+}
+
+absl::Status Client::Impl::RunTask(const ClientTask& task) {
+  run_id_ = task.run_id;
+  if (task.kind != ClientTask::Kind::kDone) live_ = true;
+  // A task of another run or with another id ends this client's secure-aggregation round, if
+  // one was open.
+  if (task.kind == ClientTask::Kind::kDone) {
+    secagg_.Reset();
+  } else if (task.kind != ClientTask::Kind::kWait) {
+    secagg_.KeepOnly(task.run_id, task.task_id);
+  }
+  switch (task.kind) {
+    case ClientTask::Kind::kWait:
+      return absl::OkStatus();
+    case ClientTask::Kind::kDone: {
+      std::lock_guard<std::mutex> lock(id_mu_);
+      last_run_ = {.run_id = task.run_id,
+                   .failed = task.run_failed,
+                   .message = task.message,
+                   .was_live = live_};
+      // A run that was over before this call joined is news only the first time.
+      LogEvent(live_ ? LogLevel::kInfo : LogLevel::kDebug, "client_done",
+               {{"name", options_.name}, {"why", task.message}});
+      return absl::OkStatus();
+    }
+    case ClientTask::Kind::kStatistics:
+      return Statistics(task);
+    case ClientTask::Kind::kEvaluate:
+      return Evaluate(task);
+    case ClientTask::Kind::kFit:
+    case ClientTask::Kind::kSecAggAdvertise:
+    case ClientTask::Kind::kSecAggShare:
+    case ClientTask::Kind::kSecAggMaskedInput:
+    case ClientTask::Kind::kSecAggUnmask: {
+      TaskReport report;
+      report.round = task.round;
+      report.task_id = task.task_id;
+      report.stage = StageName(task.kind);
+      report.status = IsSecAgg(task.kind) ? SecAggStage(task, report) : Fit(task, report);
+      if (on_task_) on_task_(report);
+      return report.status;
+    }
+  }
+  return absl::OkStatus();
 }
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -510,11 +394,32 @@ Client::~Client() = default;
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Trainer* trainer) {
   if (trainer == nullptr) return absl::InvalidArgumentError("a client needs a trainer");
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = internal::MakeChannel(options);
-  if (!channel.ok()) return channel.status();
+  absl::StatusOr<std::unique_ptr<Transport>> transport = MakeGrpcTransport(options);
+  if (!transport.ok()) return transport.status();
   return std::make_unique<Client>(
-      std::make_unique<Impl>(std::move(options), trainer, *std::move(channel)));
+      std::make_unique<Impl>(std::move(options), trainer, *std::move(transport)));
 }
+
+namespace internal {
+
+absl::StatusOr<std::unique_ptr<Client>> MakeClient(ClientOptions options, Trainer* trainer,
+                                                   std::unique_ptr<Transport> transport) {
+  if (trainer == nullptr) return absl::InvalidArgumentError("a client needs a trainer");
+  if (transport == nullptr) return absl::InvalidArgumentError("a client needs a transport");
+  return std::make_unique<Client>(
+      std::make_unique<Client::Impl>(std::move(options), trainer, std::move(transport)));
+}
+
+struct ClientAccess {
+  static Client::Impl& Of(Client& client) { return *client.impl_; }
+};
+
+absl::Status JoinOnce(Client& client) { return ClientAccess::Of(client).Join(); }
+absl::Status RunTask(Client& client, const ClientTask& task) {
+  return ClientAccess::Of(client).RunTask(task);
+}
+
+}  // namespace internal
 
 absl::Status Client::Run() { return impl_->Run(); }
 void Client::Stop() { impl_->Stop(); }

@@ -5,45 +5,38 @@
 #include "absl/strings/str_cat.h"
 #include "client_sdk/src/client_impl.h"
 #include "fl/common/logging.h"
-#include "fl/common/proto_serde.h"
 
 namespace fl::client {
-namespace internal {
-
-std::string StageName(fl::v1::Task::Kind kind) {
+std::string StageName(ClientTask::Kind kind) {
   switch (kind) {
-    case fl::v1::Task::SECAGG_ADVERTISE_KEYS:
+    case ClientTask::Kind::kSecAggAdvertise:
       return "secagg_advertise_keys";
-    case fl::v1::Task::SECAGG_SHARE_KEYS:
+    case ClientTask::Kind::kSecAggShare:
       return "secagg_share_keys";
-    case fl::v1::Task::SECAGG_MASKED_INPUT:
+    case ClientTask::Kind::kSecAggMaskedInput:
       return "secagg_masked_input";
-    case fl::v1::Task::SECAGG_UNMASK:
+    case ClientTask::Kind::kSecAggUnmask:
       return "secagg_unmask";
     default:
       return "fit";
   }
 }
 
-bool IsSecAgg(fl::v1::Task::Kind kind) {
-  return kind == fl::v1::Task::SECAGG_ADVERTISE_KEYS || kind == fl::v1::Task::SECAGG_SHARE_KEYS ||
-         kind == fl::v1::Task::SECAGG_MASKED_INPUT || kind == fl::v1::Task::SECAGG_UNMASK;
+bool IsSecAgg(ClientTask::Kind kind) {
+  return kind == ClientTask::Kind::kSecAggAdvertise || kind == ClientTask::Kind::kSecAggShare ||
+         kind == ClientTask::Kind::kSecAggMaskedInput || kind == ClientTask::Kind::kSecAggUnmask;
 }
 
-}  // namespace internal
-
-absl::Status Client::Impl::SecAggStage(const fl::v1::Task& task, TaskReport& report) {
+absl::Status Client::Impl::SecAggStage(const ClientTask& task, TaskReport& report) {
   const bool again = secagg_.Answered(task);
-  absl::StatusOr<fl::v1::SecAggSubmission> message = absl::UnknownError("no message");
-  switch (task.kind()) {
-    case fl::v1::Task::SECAGG_ADVERTISE_KEYS: {
+  absl::StatusOr<SecAggReply> message = absl::UnknownError("no message");
+  switch (task.kind) {
+    case ClientTask::Kind::kSecAggAdvertise: {
       // When the task names the round's model, the round is judged here, before any key is
       // made (limits and model); otherwise the trainer's model sets the dimension and the
       // masked-input stage, which always names the model, judges it.
       absl::StatusOr<ModelSpec> spec = trainer_->spec();
-      if (task.fit().model_spec().tensors_size() > 0) {
-        spec = AcceptFitTask(task, internal::FitConfigOf(task));
-      }
+      if (task.has_spec) spec = AcceptFitTask(task);
       if (spec.ok()) {
         message = secagg_.AdvertiseKeys(task, static_cast<size_t>(spec->NumFloats()));
       } else {
@@ -51,10 +44,10 @@ absl::Status Client::Impl::SecAggStage(const fl::v1::Task& task, TaskReport& rep
       }
       break;
     }
-    case fl::v1::Task::SECAGG_SHARE_KEYS:
+    case ClientTask::Kind::kSecAggShare:
       message = secagg_.ShareKeys(task);
       break;
-    case fl::v1::Task::SECAGG_MASKED_INPUT: {
+    case ClientTask::Kind::kSecAggMaskedInput: {
       absl::Status decline;  // not transport trouble: this client leaves the round
       absl::Status s = MaskedInput(task, report, decline);
       if (!decline.ok()) {
@@ -63,12 +56,12 @@ absl::Status Client::Impl::SecAggStage(const fl::v1::Task& task, TaskReport& rep
       }
       return s;
     }
-    case fl::v1::Task::SECAGG_UNMASK:
+    case ClientTask::Kind::kSecAggUnmask:
       message = secagg_.Unmask(task);
       if (!message.ok()) {
         LogEvent(LogLevel::kError, "secagg_refused",
                  {{"name", options_.name},
-                  {"round", absl::StrCat(task.round())},
+                  {"round", absl::StrCat(task.round)},
                   {"why", message.status().ToString()}});
       }
       break;
@@ -83,14 +76,14 @@ absl::Status Client::Impl::SecAggStage(const fl::v1::Task& task, TaskReport& rep
   return SendSecAgg(*message, again);
 }
 
-absl::Status Client::Impl::MaskedInput(const fl::v1::Task& task, TaskReport& report,
+absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& report,
                                        absl::Status& decline) {
   HeartbeatThread heartbeats(this, task);
   const internal::MaskedUpload* upload = secagg_.SavedUpload(task);
   const bool again = upload != nullptr;
   if (upload == nullptr) {
-    const FitConfig config = internal::FitConfigOf(task);
-    absl::StatusOr<ModelSpec> spec = AcceptFitTask(task, config);
+    const FitConfig& config = task.config;
+    absl::StatusOr<ModelSpec> spec = AcceptFitTask(task);
     if (absl::Status session = secagg_.CheckSession(task); spec.ok() && !session.ok()) {
       spec = session;  // no keys shared in this round: nothing to mask with
     }
@@ -98,10 +91,10 @@ absl::Status Client::Impl::MaskedInput(const fl::v1::Task& task, TaskReport& rep
       decline = spec.status();
       return decline;
     }
-    absl::StatusOr<Model> global = Download(task, *spec);
+    absl::StatusOr<std::shared_ptr<const Model>> global = transport_->Download(task, *spec);
     if (!global.ok()) return global.status();  // transport trouble: the task is offered again
     const absl::Time start = absl::Now();
-    absl::StatusOr<FitResult> result = trainer_->Fit(*global, config);
+    absl::StatusOr<FitResult> result = trainer_->Fit(**global, config);
     report.train_time = absl::Now() - start;
     if (result.ok() && !(result->model.spec() == *spec)) {
       result =
@@ -114,7 +107,7 @@ absl::Status Client::Impl::MaskedInput(const fl::v1::Task& task, TaskReport& rep
     report.num_examples = result->num_examples;
     // The change from the global model is what is clipped, quantized and masked.
     std::span<float> change = result->model.data();
-    std::span<const float> base = global->data();
+    std::span<const float> base = (*global)->data();
     for (size_t i = 0; i < change.size(); ++i) change[i] -= base[i];
     absl::StatusOr<const internal::MaskedUpload*> masked =
         secagg_.MaskInput(task, change, result->num_examples);
@@ -126,36 +119,30 @@ absl::Status Client::Impl::MaskedInput(const fl::v1::Task& task, TaskReport& rep
   }
   if (stopping_) return absl::CancelledError("client stopped");
   // Nothing in the clear but the shape: no example count, no metrics.
-  fl::v1::UpdateMetadata meta;
-  internal::SetTaskIds(task, meta);
-  meta.set_encoding(upload->encoding);
-  meta.set_payload_bytes(static_cast<int64_t>(upload->payload.size()));
-  *meta.mutable_model_spec() = task.fit().model_spec();
+  UpdateHeader meta = ReplyTo<UpdateHeader>(task);
+  meta.encoding = upload->encoding;
+  meta.payload_bytes = static_cast<int64_t>(upload->payload.size());
+  if (task.spec.ok()) meta.spec = *task.spec;
   absl::Status s = SubmitPayload(meta, upload->payload);
   return again && absl::IsAlreadyExists(s) ? absl::OkStatus() : s;
 }
 
-absl::Status Client::Impl::SendSecAgg(const fl::v1::SecAggSubmission& message, bool again) {
-  Call call(this, absl::Seconds(30));
-  fl::v1::SubmitReply reply;
-  absl::Status s = FromGrpcStatus(stub_->SubmitSecAgg(&call.ctx, message, &reply));
+absl::Status Client::Impl::SendSecAgg(const SecAggReply& message, bool again) {
+  absl::Status s = transport_->SubmitSecAgg(message);
   // A message sent again after transport trouble may have arrived the first time.
   return again && absl::IsAlreadyExists(s) ? absl::OkStatus() : s;
 }
 
-void Client::Impl::DeclineSecAgg(const fl::v1::Task& task, const absl::Status& why) {
+void Client::Impl::DeclineSecAgg(const ClientTask& task, const absl::Status& why) {
   secagg_.Reset();
-  fl::v1::SecAggSubmission message;
-  internal::SetTaskIds(task, message);
-  message.set_stage(task.kind());
-  message.set_decline_reason(why.ToString());
-  Call call(this, absl::Seconds(30));
-  fl::v1::SubmitReply reply;
-  absl::Status s = FromGrpcStatus(stub_->SubmitSecAgg(&call.ctx, message, &reply));
+  SecAggReply message = ReplyTo<SecAggReply>(task);
+  message.stage = task.kind;
+  message.decline_reason = why.ToString();
+  absl::Status s = transport_->SubmitSecAgg(message);
   LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "task_declined",
            {{"name", options_.name},
-            {"round", absl::StrCat(task.round())},
-            {"stage", internal::StageName(task.kind())},
+            {"round", absl::StrCat(task.round)},
+            {"stage", StageName(task.kind)},
             {"why", why.ToString()},
             {"server", s.ok() ? "recorded" : s.ToString()}});
 }

@@ -5,27 +5,19 @@
 #include "absl/strings/str_cat.h"
 #include "client_sdk/src/client_impl.h"
 #include "fl/common/logging.h"
-#include "fl/common/proto_serde.h"
-#include "fl/v1/federation.grpc.pb.h"
 
 namespace fl::client {
 
-absl::Status Client::Impl::Statistics(const fl::v1::Task& task) {
-  fl::v1::EvaluationResult result;
-  internal::SetTaskIds(task, result);
+absl::Status Client::Impl::Statistics(const ClientTask& task) {
+  EvaluationReply result = ReplyTo<EvaluationReply>(task);
   absl::StatusOr<FeatureSums> sums = trainer_->FeatureSumsForStatistics();
   if (sums.ok()) {
-    fl::v1::FeatureSums* out = result.mutable_feature_sums();
-    out->set_count(sums->count);
-    out->mutable_sum()->Add(sums->sum.begin(), sums->sum.end());
-    out->mutable_sum_squares()->Add(sums->sum_sq.begin(), sums->sum_sq.end());
-    result.set_num_examples(sums->count);
+    result.feature_sums = *sums;
+    result.num_examples = sums->count;
   } else {
-    result.set_error(sums.status().ToString());
+    result.error = sums.status().ToString();
   }
-  Call call(this, absl::Seconds(30));
-  fl::v1::SubmitReply reply;
-  absl::Status s = FromGrpcStatus(stub_->SubmitEvaluation(&call.ctx, result, &reply));
+  absl::Status s = transport_->SubmitEvaluation(result);
   LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "statistics_task",
            {{"name", options_.name},
             {"result", sums.ok() ? absl::StrCat(sums->sum.size(), " features over ", sums->count,
@@ -35,14 +27,8 @@ absl::Status Client::Impl::Statistics(const fl::v1::Task& task) {
   return s;
 }
 
-absl::Status Client::Impl::ApplyStatistics(const fl::v1::Task& task) {
-  ColumnStats stats;
-  if (task.has_feature_statistics()) {
-    stats.mean.assign(task.feature_statistics().mean().begin(),
-                      task.feature_statistics().mean().end());
-    stats.stddev.assign(task.feature_statistics().stddev().begin(),
-                        task.feature_statistics().stddev().end());
-  }
+absl::Status Client::Impl::ApplyStatistics(const ClientTask& task) {
+  const ColumnStats& stats = task.feature_statistics;
   if (stats.mean == applied_stats_.mean && stats.stddev == applied_stats_.stddev) {
     return absl::OkStatus();
   }
@@ -54,8 +40,8 @@ absl::Status Client::Impl::ApplyStatistics(const fl::v1::Task& task) {
   LogEvent(LogLevel::kInfo, "feature_statistics_applied",
            {{"name", options_.name},
             {"features", absl::StrCat(stats.mean.size())},
-            {"rows", absl::StrCat(task.feature_statistics().count())}});
-  applied_stats_ = std::move(stats);
+            {"rows", absl::StrCat(task.feature_statistics_count)}});
+  applied_stats_ = stats;
   return absl::OkStatus();
 }
 

@@ -35,83 +35,80 @@ void SecAggParticipant::Reset() {
   run_id_ = 0;
   task_id_.clear();
   secagg_id_ = -1;
-  answered_ = v1::Task::KIND_UNSPECIFIED;
-  saved_.Clear();
+  answered_ = ClientTask::Kind::kWait;
+  saved_ = SecAggReply();
   saved_upload_ = MaskedUpload();
 }
 
-v1::SecAggSubmission SecAggParticipant::NewSubmission(const v1::Task& task) const {
-  v1::SecAggSubmission out;
-  out.set_run_id(task.run_id());
-  out.set_round(task.round());
-  out.set_task_id(task.task_id());
-  out.set_stage(task.kind());
+SecAggReply SecAggParticipant::NewSubmission(const ClientTask& task) const {
+  SecAggReply out = ReplyTo<SecAggReply>(task);
+  out.stage = task.kind;
   return out;
 }
 
-absl::Status SecAggParticipant::CheckSession(const v1::Task& task) const {
+absl::Status SecAggParticipant::CheckSession(const ClientTask& task) const {
   if (!HasSessionFor(task)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "no secure-aggregation session for task ", task.task_id(), " of run ", task.run_id(),
+        "no secure-aggregation session for task ", task.task_id, " of run ", task.run_id,
         " (this client did not advertise keys in it, or restarted since)"));
   }
-  if (task.secagg().secagg_id() != secagg_id_) {
-    return absl::FailedPreconditionError(absl::StrCat("task ", task.task_id(), " names secagg id ",
-                                                      task.secagg().secagg_id(),
+  if (task.secagg_id != secagg_id_) {
+    return absl::FailedPreconditionError(absl::StrCat("task ", task.task_id, " names secagg id ",
+                                                      task.secagg_id,
                                                       ", this client is ", secagg_id_));
   }
   return absl::OkStatus();
 }
 
-const SecAggRoundParams* SecAggParticipant::params(const v1::Task& task) const {
+const SecAggRoundParams* SecAggParticipant::params(const ClientTask& task) const {
   return CheckSession(task).ok() ? &params_ : nullptr;
 }
 
-absl::StatusOr<v1::SecAggSubmission> SecAggParticipant::AdvertiseKeys(const v1::Task& task,
+absl::StatusOr<SecAggReply> SecAggParticipant::AdvertiseKeys(const ClientTask& task,
                                                                       size_t dimension) {
   if (Answered(task)) return saved_;
   Reset();
-  absl::StatusOr<SecAggRoundParams> params = ParamsFromProto(task.secagg().params());
+  const absl::StatusOr<SecAggRoundParams>& params = task.secagg_params;
   if (!params.ok()) return params.status();
   absl::StatusOr<std::unique_ptr<secagg::ClientSession>> session = secagg::ClientSession::Create(
-      params->secagg, task.secagg().secagg_id(), dimension, randomness_.protocol());
+      params->secagg, task.secagg_id, dimension, randomness_.protocol());
   if (!session.ok()) return session.status();
   absl::StatusOr<secagg::KeyAdvertisement> keys = (*session)->AdvertiseKeys();
   if (!keys.ok()) return keys.status();
   session_ = *std::move(session);
   params_ = *params;
-  run_id_ = task.run_id();
-  task_id_ = task.task_id();
-  secagg_id_ = task.secagg().secagg_id();
-  answered_ = task.kind();
+  run_id_ = task.run_id;
+  task_id_ = task.task_id;
+  secagg_id_ = task.secagg_id;
+  answered_ = task.kind;
   saved_ = NewSubmission(task);
-  KeysToProto(*keys, saved_.mutable_keys());
+  saved_.keys = *std::move(keys);
   return saved_;
 }
 
-absl::StatusOr<v1::SecAggSubmission> SecAggParticipant::ShareKeys(const v1::Task& task) {
+absl::StatusOr<SecAggReply> SecAggParticipant::ShareKeys(const ClientTask& task) {
   if (Answered(task)) return saved_;
   if (absl::Status s = CheckSession(task); !s.ok()) return s;
-  absl::StatusOr<secagg::KeyDirectory> directory = DirectoryFromProto(task.secagg());
+  const absl::StatusOr<secagg::KeyDirectory>& directory = task.directory;
   if (!directory.ok()) return directory.status();
   absl::StatusOr<secagg::EncryptedShares> shares = session_->ShareKeys(*directory);
   if (!shares.ok()) return shares.status();
-  answered_ = task.kind();
+  answered_ = task.kind;
   saved_ = NewSubmission(task);
-  SharesToProto(*shares, saved_.mutable_shares());
+  saved_.shares = *std::move(shares);
   return saved_;
 }
 
-const MaskedUpload* SecAggParticipant::SavedUpload(const v1::Task& task) const {
+const MaskedUpload* SecAggParticipant::SavedUpload(const ClientTask& task) const {
   return Answered(task) ? &saved_upload_ : nullptr;
 }
 
-absl::StatusOr<const MaskedUpload*> SecAggParticipant::MaskInput(const v1::Task& task,
+absl::StatusOr<const MaskedUpload*> SecAggParticipant::MaskInput(const ClientTask& task,
                                                                  std::span<float> change,
                                                                  int64_t num_examples) {
   if (Answered(task)) return &saved_upload_;
   if (absl::Status s = CheckSession(task); !s.ok()) return s;
-  absl::StatusOr<secagg::ShareBundle> bundle = BundleFromProto(task.secagg());
+  const absl::StatusOr<secagg::ShareBundle>& bundle = task.bundle;
   if (!bundle.ok()) return bundle.status();
   uint32_t weight = 1;
   if (params_.dp_clip_norm > 0) {
@@ -132,25 +129,25 @@ absl::StatusOr<const MaskedUpload*> SecAggParticipant::MaskInput(const v1::Task&
   if (!masked.ok()) return masked.status();
   const bool wide = params_.secagg.modulus_bits == 64;
   saved_upload_.encoding =
-      wide ? v1::UpdateMetadata::MASKED_UINT64 : v1::UpdateMetadata::MASKED_UINT32;
+      wide ? UpdateHeader::Encoding::kMaskedUint64 : UpdateHeader::Encoding::kMaskedUint32;
   saved_upload_.word_bytes = wide ? 8 : 4;
   saved_upload_.payload = WordsToBytes(masked->words, saved_upload_.word_bytes);
-  answered_ = task.kind();
-  saved_.Clear();
+  answered_ = task.kind;
+  saved_ = SecAggReply();
   return &saved_upload_;
 }
 
-absl::StatusOr<v1::SecAggSubmission> SecAggParticipant::Unmask(const v1::Task& task) {
+absl::StatusOr<SecAggReply> SecAggParticipant::Unmask(const ClientTask& task) {
   if (Answered(task)) return saved_;
   if (absl::Status s = CheckSession(task); !s.ok()) return s;
-  absl::StatusOr<secagg::UnmaskRequest> request = UnmaskRequestFromProto(task.secagg());
+  const absl::StatusOr<secagg::UnmaskRequest>& request = task.unmask;
   if (!request.ok()) return request.status();
   absl::StatusOr<secagg::UnmaskResponse> response = session_->Unmask(*request);
   if (!response.ok()) return response.status();
-  answered_ = task.kind();
+  answered_ = task.kind;
   saved_upload_ = MaskedUpload();
   saved_ = NewSubmission(task);
-  UnmaskToProto(*response, saved_.mutable_unmask());
+  saved_.unmask = *std::move(response);
   return saved_;
 }
 

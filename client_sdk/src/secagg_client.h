@@ -14,7 +14,7 @@
 // Errors: FAILED_PRECONDITION for a stage without a session for its task (a client that restarted
 // or skipped a stage) and for the library's refusals (out of order, too few neighbours, asked to
 // reveal both shares of a peer); INVALID_ARGUMENT for what the task carries that the library or
-// the serde refuses; DATA_LOSS for a share that does not decrypt. Messages never hold a key, a
+// the transport could not read; DATA_LOSS for a share that does not decrypt. Messages never hold a key, a
 // seed, a share or an update. Not thread-safe: one caller (the client's Run thread).
 #ifndef FL_CLIENT_SRC_SECAGG_CLIENT_H_
 #define FL_CLIENT_SRC_SECAGG_CLIENT_H_
@@ -28,18 +28,17 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client_sdk/src/secagg_serde.h"
+#include "client_sdk/internal/transport.h"
 #include "fl/aggregation/dp/gaussian_noise.h"
 #include "fl/aggregation/secagg/primitives.h"
 #include "fl/aggregation/secagg/protocol.h"
-#include "fl/v1/federation.pb.h"
 
 namespace fl::client::internal {
 
 // A masked input ready for SubmitUpdate: dimension + 1 little-endian words of 4 (modulus 2^32)
 // or 8 (2^64) bytes; the last word is the masked weight.
 struct MaskedUpload {
-  v1::UpdateMetadata::Encoding encoding = v1::UpdateMetadata::MASKED_UINT32;
+  UpdateHeader::Encoding encoding = UpdateHeader::Encoding::kMaskedUint32;
   size_t word_bytes = 4;
   std::vector<std::byte> payload;
 };
@@ -66,34 +65,34 @@ class SecAggParticipant {
   void Reset();
   // Whether this task's stage was already answered by the session of its (run id, task id) (its
   // message is kept).
-  bool Answered(const v1::Task& task) const {
-    return HasSessionFor(task) && answered_ == task.kind();
+  bool Answered(const ClientTask& task) const {
+    return HasSessionFor(task) && answered_ == task.kind;
   }
   // OK when a session exists for the task's (run id, task id) and this client holds its secagg
   // id; else FAILED_PRECONDITION saying why.
-  absl::Status CheckSession(const v1::Task& task) const;
+  absl::Status CheckSession(const ClientTask& task) const;
 
   // Stage 1: a new session for the task (client id secagg_id, dimension `dimension`), and its
   // public keys as a submission. The same task's stage 1 again: the saved submission.
-  absl::StatusOr<v1::SecAggSubmission> AdvertiseKeys(const v1::Task& task, size_t dimension);
+  absl::StatusOr<SecAggReply> AdvertiseKeys(const ClientTask& task, size_t dimension);
   // Stage 2: shares for the neighbours in the task's directory, by recipient.
-  absl::StatusOr<v1::SecAggSubmission> ShareKeys(const v1::Task& task);
+  absl::StatusOr<SecAggReply> ShareKeys(const ClientTask& task);
   // The round's parameters (valid once stage 1 succeeded for `task`), nullptr without a session.
-  const SecAggRoundParams* params(const v1::Task& task) const;
+  const SecAggRoundParams* params(const ClientTask& task) const;
   // Stage 3, already answered for this task: the saved upload (to send again), else nullptr.
-  const MaskedUpload* SavedUpload(const v1::Task& task) const;
+  const MaskedUpload* SavedUpload(const ClientTask& task) const;
   // Stage 3: `change` (trained - global, modified in place) is clipped and noised under
   // distributed DP (weight 1), else weighted by SecAggWeight(num_examples); then masked with the
   // task's bundle. The result stays valid until the next call on this object.
-  absl::StatusOr<const MaskedUpload*> MaskInput(const v1::Task& task, std::span<float> change,
+  absl::StatusOr<const MaskedUpload*> MaskInput(const ClientTask& task, std::span<float> change,
                                                 int64_t num_examples);
   // Stage 4: the shares the server asks for. A refusal (FAILED_PRECONDITION) ends the session.
-  absl::StatusOr<v1::SecAggSubmission> Unmask(const v1::Task& task);
+  absl::StatusOr<SecAggReply> Unmask(const ClientTask& task);
 
  private:
-  v1::SecAggSubmission NewSubmission(const v1::Task& task) const;
-  bool HasSessionFor(const v1::Task& task) const {
-    return session_ != nullptr && task.run_id() == run_id_ && task.task_id() == task_id_;
+  SecAggReply NewSubmission(const ClientTask& task) const;
+  bool HasSessionFor(const ClientTask& task) const {
+    return session_ != nullptr && task.run_id == run_id_ && task.task_id == task_id_;
   }
 
   Randomness randomness_;
@@ -102,9 +101,9 @@ class SecAggParticipant {
   int32_t secagg_id_ = -1;
   SecAggRoundParams params_;
   std::unique_ptr<secagg::ClientSession> session_;
-  v1::Task::Kind answered_ = v1::Task::KIND_UNSPECIFIED;  // the last stage answered
-  v1::SecAggSubmission saved_;                            // its message (stages 1, 2, 4)
-  MaskedUpload saved_upload_;                             // stage 3
+  ClientTask::Kind answered_ = ClientTask::Kind::kWait;  // the last stage answered
+  SecAggReply saved_;                                    // its message (stages 1, 2, 4)
+  MaskedUpload saved_upload_;                            // stage 3
 };
 
 }  // namespace fl::client::internal

@@ -11,19 +11,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "client_sdk/internal/transport.h"
 #include "fl/aggregation/secagg/params.h"
 #include "fl/aggregation/secagg/protocol.h"
 #include "fl/v1/federation.pb.h"
 
 namespace fl::client::internal {
 
-// A round's parameters as the server sends them: the library's, and how the client encodes.
-struct SecAggRoundParams {
-  secagg::SecAggParams secagg;
-  int64_t example_unit = 1;    // weight = clamp(ceil(num_examples / example_unit), 1, max_weight)
-  double dp_clip_norm = 0;     // distributed DP when > 0: clip the change to this L2 norm
-  double dp_noise_stddev = 0;  // then add N(0, s^2) to each coordinate
-};
+// A round's parameters as the server sends them (client_sdk/internal/transport.h).
+using SecAggRoundParams = ::fl::client::SecAggRoundParams;
 
 // INVALID_ARGUMENT for what ValidateSecAggParams refuses ("secagg.params: " and its reason), an
 // example_unit < 1, or DP values that are negative or not finite (noise without clipping too).

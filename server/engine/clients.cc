@@ -1,5 +1,6 @@
 // What the engine tells clients: joins, polls, heartbeats and the task each client gets, which
 // clients are online, and dropping the sampled clients that went silent.
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -57,6 +58,22 @@ absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_i
     }
   }
   return GlobalModel{global_, global_sha_};
+}
+
+std::vector<std::string> EngineImpl::PendingClients() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> ids;
+  if (eval_ != nullptr) {
+    for (const std::string& id : eval_->sampled) {
+      if (eval_->reports.count(id) == 0) ids.push_back(id);
+    }
+  }
+  if (current_ != nullptr) {
+    ids.insert(ids.end(), current_->sampled.begin(), current_->sampled.end());
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,

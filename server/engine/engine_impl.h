@@ -167,6 +167,7 @@ class EngineImpl final : public RoundEngine {
   void AuditRoundRefusal(const std::string& client_id, const std::string& event,
                          const absl::Status& status, int32_t round);
 
+  std::vector<std::string> PendingClients() const override;
   void Tick() override {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -1,6 +1,8 @@
-// SecAggParticipant (client_sdk/src/secagg_client.h): whole rounds of participants that speak
-// fl.v1 tasks and submissions, relayed by the test to the library's ServerSession, without a
-// network; the saved message of an answered stage; refusals.
+// SecAggParticipant (client_sdk/src/secagg_client.h): whole rounds of participants, relayed by
+// the test to the library's ServerSession without a network. The tasks are fl.v1 protos read by
+// the transport's TaskFromProto (and so the serde); the participants' replies go to the server
+// through the serde's proto form, as they travel on the wire. Also: the saved message of an
+// answered stage; refusals.
 #include "client_sdk/src/secagg_client.h"
 
 #include <cmath>
@@ -12,6 +14,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client_sdk/internal/transport.h"
+#include "client_sdk/src/grpc_wire.h"
+#include "client_sdk/src/secagg_serde.h"
 #include "fl/aggregation/dp/clipping.h"
 #include "fl/aggregation/secagg/quantization.h"
 #include "gmock/gmock.h"
@@ -27,6 +32,32 @@ constexpr size_t kDim = 6;
 SecAggParticipant::Randomness Seeded(uint64_t seed) {
   return {.protocol = [seed] { return secagg::MakeDeterministicRandomSource(seed); },
           .noise = [seed] { return aggregation::dp::MakeSeededBitSource(seed); }};
+}
+
+// Every field of two replies is the same (a stage answered again gives back its saved message).
+void ExpectSameReply(const SecAggReply& a, const SecAggReply& b) {
+  EXPECT_EQ(a.run_id, b.run_id);
+  EXPECT_EQ(a.round, b.round);
+  EXPECT_EQ(a.task_id, b.task_id);
+  EXPECT_EQ(a.stage, b.stage);
+  EXPECT_EQ(a.decline_reason, b.decline_reason);
+  ASSERT_EQ(a.keys.has_value(), b.keys.has_value());
+  if (a.keys.has_value()) {
+    EXPECT_EQ(a.keys->client, b.keys->client);
+    EXPECT_EQ(a.keys->cipher_public, b.keys->cipher_public);
+    EXPECT_EQ(a.keys->mask_public, b.keys->mask_public);
+  }
+  ASSERT_EQ(a.shares.has_value(), b.shares.has_value());
+  if (a.shares.has_value()) {
+    EXPECT_EQ(a.shares->client, b.shares->client);
+    EXPECT_EQ(a.shares->ciphertexts, b.shares->ciphertexts);
+  }
+  ASSERT_EQ(a.unmask.has_value(), b.unmask.has_value());
+  if (a.unmask.has_value()) {
+    EXPECT_EQ(a.unmask->client, b.unmask->client);
+    EXPECT_EQ(a.unmask->self_seed_shares, b.unmask->self_seed_shares);
+    EXPECT_EQ(a.unmask->mask_key_shares, b.unmask->mask_key_shares);
+  }
 }
 
 std::vector<uint64_t> WordsOf(const MaskedUpload& upload) {
@@ -67,13 +98,24 @@ class Round {
   void Advertise() {
     for (int i = 0; i < static_cast<int>(clients_.size()); ++i) {
       v1::Task t = TaskFor(i, v1::Task::SECAGG_ADVERTISE_KEYS);
-      absl::StatusOr<v1::SecAggSubmission> m = clients_[i]->AdvertiseKeys(t, kDim);
+      absl::StatusOr<SecAggReply> m = clients_[i]->AdvertiseKeys(TaskFromProto(t), kDim);
       ASSERT_TRUE(m.ok()) << m.status();
-      EXPECT_EQ(m->task_id(), t.task_id());
-      EXPECT_EQ(m->stage(), v1::Task::SECAGG_ADVERTISE_KEYS);
-      ASSERT_TRUE(m->has_keys());
-      absl::StatusOr<secagg::KeyAdvertisement> keys = KeysFromProto(m->keys());
+      EXPECT_EQ(m->run_id, t.run_id());
+      EXPECT_EQ(m->round, t.round());
+      EXPECT_EQ(m->task_id, t.task_id());
+      EXPECT_EQ(m->stage, ClientTask::Kind::kSecAggAdvertise);
+      EXPECT_EQ(m->decline_reason, "");
+      EXPECT_FALSE(m->shares.has_value());
+      EXPECT_FALSE(m->unmask.has_value());
+      ASSERT_TRUE(m->keys.has_value());
+      EXPECT_EQ(m->keys->client, i);
+      // Over the wire: the serde's proto and back.
+      v1::SecAggKeys proto;
+      KeysToProto(*m->keys, &proto);
+      absl::StatusOr<secagg::KeyAdvertisement> keys = KeysFromProto(proto);
       ASSERT_TRUE(keys.ok()) << keys.status();
+      EXPECT_EQ(keys->cipher_public, m->keys->cipher_public);
+      EXPECT_EQ(keys->mask_public, m->keys->mask_public);
       ASSERT_TRUE(server_->ReceiveKeys(*keys).ok());
     }
     absl::StatusOr<secagg::KeyDirectory> dir = server_->CloseAdvertiseKeys();
@@ -86,13 +128,23 @@ class Round {
       v1::Task t = TaskFor(i, v1::Task::SECAGG_SHARE_KEYS);
       for (const auto& [id, keys] : directory_.keys)
         KeysToProto(keys, t.mutable_secagg()->add_directory());
-      absl::StatusOr<v1::SecAggSubmission> m = clients_[i]->ShareKeys(t);
+      absl::StatusOr<SecAggReply> m = clients_[i]->ShareKeys(TaskFromProto(t));
       ASSERT_TRUE(m.ok()) << m.status();
-      ASSERT_TRUE(m->has_shares());
+      EXPECT_EQ(m->task_id, t.task_id());
+      EXPECT_EQ(m->stage, ClientTask::Kind::kSecAggShare);
+      EXPECT_FALSE(m->keys.has_value());
+      EXPECT_FALSE(m->unmask.has_value());
+      ASSERT_TRUE(m->shares.has_value());
+      EXPECT_EQ(m->shares->client, i);
+      EXPECT_FALSE(m->shares->ciphertexts.empty());
+      // Over the wire: the serde's proto, read back as the server does (by recipient).
+      v1::SecAggShares proto;
+      SharesToProto(*m->shares, &proto);
       secagg::EncryptedShares shares{.client = i, .ciphertexts = {}};
-      for (const v1::SecAggCiphertext& c : m->shares().ciphertexts()) {
+      for (const v1::SecAggCiphertext& c : proto.ciphertexts()) {
         shares.ciphertexts[c.peer()] = secagg::Bytes(c.ciphertext().begin(), c.ciphertext().end());
       }
+      EXPECT_EQ(shares.ciphertexts, m->shares->ciphertexts);
       ASSERT_TRUE(server_->ReceiveShares(shares).ok());
     }
     absl::StatusOr<std::map<int, secagg::ShareBundle>> bundles = server_->CloseShareKeys();
@@ -117,12 +169,12 @@ class Round {
       if (dropped.count(i) != 0) continue;
       std::vector<float> change = changes[i];
       absl::StatusOr<const MaskedUpload*> up =
-          clients_[i]->MaskInput(MaskTask(i), change, examples[i]);
+          clients_[i]->MaskInput(TaskFromProto(MaskTask(i)), change, examples[i]);
       ASSERT_TRUE(up.ok()) << up.status();
       const size_t word = params_.secagg.modulus_bits == 64 ? 8 : 4;
       EXPECT_EQ((*up)->word_bytes, word);
-      EXPECT_EQ((*up)->encoding,
-                word == 8 ? v1::UpdateMetadata::MASKED_UINT64 : v1::UpdateMetadata::MASKED_UINT32);
+      EXPECT_EQ((*up)->encoding, word == 8 ? UpdateHeader::Encoding::kMaskedUint64
+                                           : UpdateHeader::Encoding::kMaskedUint32);
       EXPECT_EQ((*up)->payload.size(), (kDim + 1) * word);
       ASSERT_TRUE(server_->ReceiveMaskedInput({.client = i, .words = WordsOf(**up)}).ok());
     }
@@ -135,10 +187,23 @@ class Round {
       v1::Task t = TaskFor(i, v1::Task::SECAGG_UNMASK);
       for (int s : request->survivors) t.mutable_secagg()->add_survivors(s);
       for (int d : request->dropped) t.mutable_secagg()->add_dropped(d);
-      absl::StatusOr<v1::SecAggSubmission> m = clients_[i]->Unmask(t);
+      absl::StatusOr<SecAggReply> m = clients_[i]->Unmask(TaskFromProto(t));
       if (!m.ok()) return m.status();
-      absl::StatusOr<secagg::UnmaskResponse> response = UnmaskFromProto(m->unmask(), i);
+      EXPECT_EQ(m->task_id, t.task_id());
+      EXPECT_EQ(m->stage, ClientTask::Kind::kSecAggUnmask);
+      EXPECT_FALSE(m->keys.has_value());
+      EXPECT_FALSE(m->shares.has_value());
+      if (!m->unmask.has_value()) {
+        return absl::InternalError(absl::StrCat("client ", i, "'s unmask reply has no shares"));
+      }
+      EXPECT_EQ(m->unmask->client, i);
+      // Over the wire: the serde's proto and back.
+      v1::SecAggUnmask proto;
+      UnmaskToProto(*m->unmask, &proto);
+      absl::StatusOr<secagg::UnmaskResponse> response = UnmaskFromProto(proto, i);
       if (!response.ok()) return response.status();
+      EXPECT_EQ(response->self_seed_shares, m->unmask->self_seed_shares);
+      EXPECT_EQ(response->mask_key_shares, m->unmask->mask_key_shares);
       if (absl::Status s = server_->ReceiveUnmask(*response); !s.ok()) return s;
     }
     return server_->Finish();
@@ -255,18 +320,19 @@ TEST(SecAggParticipantTest, DistributedDpNoiseChangesTheUpload) {
 
 TEST(SecAggParticipantTest, AnAnsweredStageGivesBackItsSavedMessage) {
   Round round(3, Params(3));
-  const v1::Task t = round.TaskFor(0, v1::Task::SECAGG_ADVERTISE_KEYS);
-  absl::StatusOr<v1::SecAggSubmission> first = round.client(0).AdvertiseKeys(t, kDim);
+  const ClientTask t = TaskFromProto(round.TaskFor(0, v1::Task::SECAGG_ADVERTISE_KEYS));
+  absl::StatusOr<SecAggReply> first = round.client(0).AdvertiseKeys(t, kDim);
   ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->keys.has_value());
   EXPECT_TRUE(round.client(0).Answered(t));
-  absl::StatusOr<v1::SecAggSubmission> again = round.client(0).AdvertiseKeys(t, kDim);
+  absl::StatusOr<SecAggReply> again = round.client(0).AdvertiseKeys(t, kDim);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->SerializeAsString(), first->SerializeAsString());
+  ExpectSameReply(*again, *first);
   // A poll with the same task id keeps the session; another id drops it.
-  round.client(0).KeepOnly(t.run_id(), t.task_id());
-  round.client(0).KeepOnly(t.run_id(), "");
+  round.client(0).KeepOnly(t.run_id, t.task_id);
+  round.client(0).KeepOnly(t.run_id, "");
   EXPECT_TRUE(round.client(0).Answered(t));
-  round.client(0).KeepOnly(t.run_id(), "r4.a0.c0");
+  round.client(0).KeepOnly(t.run_id, "r4.a0.c0");
   EXPECT_FALSE(round.client(0).Answered(t));
 }
 
@@ -280,15 +346,15 @@ TEST(SecAggParticipantTest, TheSessionIsKeyedByRunAndTaskId) {
   ASSERT_NO_FATAL_FAILURE(round.Share());
   auto in_run_2 = [](v1::Task t) {
     t.set_run_id(2);
-    return t;
+    return TaskFromProto(t);
   };
   // Client 0 answered share keys in run 1; run 2 (it missed that run's advertise) offers the same
   // task id at share keys: no session, not run 1's saved shares.
   const v1::Task share1 = round.TaskFor(0, v1::Task::SECAGG_SHARE_KEYS);
-  ASSERT_TRUE(round.client(0).Answered(share1));
-  const v1::Task share2 = in_run_2(share1);
+  ASSERT_TRUE(round.client(0).Answered(TaskFromProto(share1)));
+  const ClientTask share2 = in_run_2(share1);
   EXPECT_FALSE(round.client(0).Answered(share2));
-  absl::StatusOr<v1::SecAggSubmission> shares = round.client(0).ShareKeys(share2);
+  absl::StatusOr<SecAggReply> shares = round.client(0).ShareKeys(share2);
   EXPECT_EQ(shares.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(shares.status().message(), HasSubstr("no secure-aggregation session for task "
                                                    "r3.a0.c0 of run 2"));
@@ -298,27 +364,31 @@ TEST(SecAggParticipantTest, TheSessionIsKeyedByRunAndTaskId) {
   // Client 1 masked its input in run 1: run 2's masked-input task with that id gets no saved
   // upload and cannot mask; its unmask task finds no session.
   ASSERT_NO_FATAL_FAILURE(round.Mask(Changes(n), {1, 1, 1}, {}));
-  const v1::Task mask1 = round.MaskTask(1);
+  const v1::Task mask1_proto = round.MaskTask(1);
+  const ClientTask mask1 = TaskFromProto(mask1_proto);
   ASSERT_NE(round.client(1).SavedUpload(mask1), nullptr);
-  EXPECT_EQ(round.client(1).SavedUpload(in_run_2(mask1)), nullptr);
+  EXPECT_EQ(round.client(1).SavedUpload(in_run_2(mask1_proto)), nullptr);
   std::vector<float> change(kDim, 0.f);
-  EXPECT_EQ(round.client(1).MaskInput(in_run_2(mask1), change, 1).status().code(),
+  EXPECT_EQ(round.client(1).MaskInput(in_run_2(mask1_proto), change, 1).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  v1::Task unmask2 = in_run_2(round.TaskFor(1, v1::Task::SECAGG_UNMASK));
+  v1::Task unmask2 = round.TaskFor(1, v1::Task::SECAGG_UNMASK);
   for (int s : {0, 1, 2}) unmask2.mutable_secagg()->add_survivors(s);
-  EXPECT_EQ(round.client(1).Unmask(unmask2).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(round.client(1).Unmask(in_run_2(unmask2)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   // Run 1's session is still there for run 1's tasks ...
   EXPECT_NE(round.client(1).SavedUpload(mask1), nullptr);
   // ... until a poll brings a task of run 2 with the same id; its advertise then answers with a
   // new session, in run 2's name.
-  round.client(1).KeepOnly(2, mask1.task_id());
+  round.client(1).KeepOnly(2, mask1.task_id);
   EXPECT_EQ(round.client(1).SavedUpload(mask1), nullptr);
-  const v1::Task advertise2 = in_run_2(round.TaskFor(1, v1::Task::SECAGG_ADVERTISE_KEYS));
-  absl::StatusOr<v1::SecAggSubmission> keys = round.client(1).AdvertiseKeys(advertise2, kDim);
+  const ClientTask advertise2 = in_run_2(round.TaskFor(1, v1::Task::SECAGG_ADVERTISE_KEYS));
+  absl::StatusOr<SecAggReply> keys = round.client(1).AdvertiseKeys(advertise2, kDim);
   ASSERT_TRUE(keys.ok()) << keys.status();
-  EXPECT_EQ(keys->run_id(), 2);
+  EXPECT_EQ(keys->run_id, 2);
+  ASSERT_TRUE(keys->keys.has_value());
   EXPECT_TRUE(round.client(1).Answered(advertise2));
-  EXPECT_FALSE(round.client(1).Answered(round.TaskFor(1, v1::Task::SECAGG_ADVERTISE_KEYS)));
+  EXPECT_FALSE(round.client(1).Answered(
+      TaskFromProto(round.TaskFor(1, v1::Task::SECAGG_ADVERTISE_KEYS))));
 }
 
 // The unmask task offered again with the same id (the answer was lost in transit) but other lists:
@@ -334,30 +404,31 @@ TEST(SecAggParticipantTest, AnUnmaskOfferedAgainWithOtherListsGetsTheFirstAnswer
     v1::Task t = round.TaskFor(0, v1::Task::SECAGG_UNMASK);
     for (int s : survivors) t.mutable_secagg()->add_survivors(s);
     for (int d : dropped) t.mutable_secagg()->add_dropped(d);
-    return t;
+    return TaskFromProto(t);
   };
-  absl::StatusOr<v1::SecAggSubmission> first =
-      round.client(0).Unmask(unmask_task({0, 1, 3, 4}, {2}));
+  absl::StatusOr<SecAggReply> first = round.client(0).Unmask(unmask_task({0, 1, 3, 4}, {2}));
   ASSERT_TRUE(first.ok()) << first.status();
-  ASSERT_EQ(first->unmask().mask_key_shares_size(), 1);  // of 2
-  ASSERT_GT(first->unmask().self_seed_shares_size(), 0);
+  ASSERT_TRUE(first->unmask.has_value());
+  ASSERT_EQ(first->unmask->mask_key_shares.size(), 1u);  // of 2
+  EXPECT_EQ(first->unmask->mask_key_shares.count(2), 1u);
+  ASSERT_GT(first->unmask->self_seed_shares.size(), 0u);
   // Now 2 listed as a survivor (its self-seed share), or 1 and 3 as dropped (their mask keys).
   const std::vector<std::pair<std::vector<int>, std::vector<int>>> others = {
       {{0, 1, 2, 3, 4}, {}}, {{0, 4}, {1, 2, 3}}, {{0, 2, 4}, {1, 3}}};
   for (const auto& [survivors, dropped] : others) {
-    absl::StatusOr<v1::SecAggSubmission> again =
-        round.client(0).Unmask(unmask_task(survivors, dropped));
+    absl::StatusOr<SecAggReply> again = round.client(0).Unmask(unmask_task(survivors, dropped));
     // The documented contract (secagg_client.h): an answered stage gives back its saved message,
     // so that a resend after transport trouble carries the same shares.
     ASSERT_TRUE(again.ok()) << again.status();
-    EXPECT_EQ(again->SerializeAsString(), first->SerializeAsString());
+    ExpectSameReply(*again, *first);
+    ASSERT_TRUE(again->unmask.has_value());
     std::map<int, std::set<std::string>> revealed;  // peer -> kinds of its shares revealed
-    for (const v1::SecAggSubmission* m : {&*first, &*again}) {
-      for (const v1::SecAggShare& s : m->unmask().self_seed_shares()) {
-        revealed[s.owner()].insert("self seed");
+    for (const SecAggReply* m : {&*first, &*again}) {
+      for (const auto& [owner, share] : m->unmask->self_seed_shares) {
+        revealed[owner].insert("self seed");
       }
-      for (const v1::SecAggShare& s : m->unmask().mask_key_shares()) {
-        revealed[s.owner()].insert("mask key");
+      for (const auto& [owner, share] : m->unmask->mask_key_shares) {
+        revealed[owner].insert("mask key");
       }
     }
     for (const auto& [peer, kinds] : revealed) {
@@ -370,7 +441,7 @@ TEST(SecAggParticipantTest, AMaskedInputIsKeptForAnUploadSentAgain) {
   Round round(3, Params(3));
   ASSERT_NO_FATAL_FAILURE(round.Advertise());
   ASSERT_NO_FATAL_FAILURE(round.Share());
-  const v1::Task t = round.MaskTask(1);
+  const ClientTask t = TaskFromProto(round.MaskTask(1));
   EXPECT_EQ(round.client(1).SavedUpload(t), nullptr);
   std::vector<float> change(kDim, 0.25f);
   absl::StatusOr<const MaskedUpload*> up = round.client(1).MaskInput(t, change, 10);
@@ -383,21 +454,26 @@ TEST(SecAggParticipantTest, AMaskedInputIsKeptForAnUploadSentAgain) {
 TEST(SecAggParticipantTest, StagesWithoutASessionAreRefused) {
   Round round(3, Params(3));
   SecAggParticipant fresh(Seeded(9));  // e.g. a client that restarted after advertising
-  absl::Status s = fresh.ShareKeys(round.TaskFor(0, v1::Task::SECAGG_SHARE_KEYS)).status();
+  absl::Status s =
+      fresh.ShareKeys(TaskFromProto(round.TaskFor(0, v1::Task::SECAGG_SHARE_KEYS))).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("no secure-aggregation session for task r3.a0.c0"));
   std::vector<float> change(kDim, 0.f);
-  EXPECT_EQ(
-      fresh.MaskInput(round.TaskFor(0, v1::Task::SECAGG_MASKED_INPUT), change, 1).status().code(),
-      absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(fresh.Unmask(round.TaskFor(0, v1::Task::SECAGG_UNMASK)).status().code(),
+  EXPECT_EQ(fresh.MaskInput(TaskFromProto(round.TaskFor(0, v1::Task::SECAGG_MASKED_INPUT)), change,
+                            1)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(fresh.Unmask(TaskFromProto(round.TaskFor(0, v1::Task::SECAGG_UNMASK))).status().code(),
             absl::StatusCode::kFailedPrecondition);
 
   // A session for client 0 does not answer a task that names another secagg id.
-  ASSERT_TRUE(fresh.AdvertiseKeys(round.TaskFor(0, v1::Task::SECAGG_ADVERTISE_KEYS), kDim).ok());
+  ASSERT_TRUE(
+      fresh.AdvertiseKeys(TaskFromProto(round.TaskFor(0, v1::Task::SECAGG_ADVERTISE_KEYS)), kDim)
+          .ok());
   v1::Task other = round.TaskFor(0, v1::Task::SECAGG_SHARE_KEYS);
   other.mutable_secagg()->set_secagg_id(2);
-  EXPECT_THAT(fresh.ShareKeys(other).status().message(),
+  EXPECT_THAT(fresh.ShareKeys(TaskFromProto(other)).status().message(),
               HasSubstr("names secagg id 2, this client is 0"));
 }
 
@@ -405,11 +481,11 @@ TEST(SecAggParticipantTest, BadParametersAreRefusedAtAdvertise) {
   Round round(3, Params(3));
   v1::Task t = round.TaskFor(0, v1::Task::SECAGG_ADVERTISE_KEYS);
   t.mutable_secagg()->mutable_params()->set_modulus_bits(48);
-  absl::Status s = SecAggParticipant(Seeded(1)).AdvertiseKeys(t, kDim).status();
+  absl::Status s = SecAggParticipant(Seeded(1)).AdvertiseKeys(TaskFromProto(t), kDim).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("secagg.params: "));
   t = round.TaskFor(5, v1::Task::SECAGG_ADVERTISE_KEYS);  // id outside [0, n)
-  EXPECT_EQ(SecAggParticipant(Seeded(1)).AdvertiseKeys(t, kDim).status().code(),
+  EXPECT_EQ(SecAggParticipant(Seeded(1)).AdvertiseKeys(TaskFromProto(t), kDim).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -422,7 +498,7 @@ TEST(SecAggParticipantTest, RefusesToRevealBothSharesOfOnePeer) {
   v1::Task t = round.TaskFor(0, v1::Task::SECAGG_UNMASK);
   for (int s : {0, 1, 2, 3}) t.mutable_secagg()->add_survivors(s);
   t.mutable_secagg()->add_dropped(2);  // a lying server: 2 both survived and dropped
-  absl::Status s = round.client(0).Unmask(t).status();
+  absl::Status s = round.client(0).Unmask(TaskFromProto(t)).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("refuses to unmask"));
 }

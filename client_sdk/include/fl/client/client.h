@@ -32,6 +32,9 @@
 #include "fl/client/trainer.h"
 
 namespace fl::client {
+namespace internal {
+struct ClientAccess;  // the SDK's and the simulation's step-by-step access (transport.h)
+}  // namespace internal
 
 // What a site agrees to do, whatever the server asks: the server cannot override these. A FIT
 // task outside them is declined before its model is downloaded, with a reason that names the
@@ -141,6 +144,7 @@ class Client {
   explicit Client(std::unique_ptr<Impl> impl);  // use Create
 
  private:
+  friend struct internal::ClientAccess;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -382,6 +382,12 @@ class RoundEngine {
   virtual void AuditRefusal(const std::string& client_id, const std::string& event,
                             const absl::Status& status) = 0;
 
+  // The clients the engine is waiting on now, sorted: those sampled in the open round (each may
+  // have a task, or already be done with its stage), or in the open evaluation or statistics
+  // phase and not yet answered. O(sampled), whatever the number of clients: what lets an
+  // in-process driver (the simulation) poll only the clients that may have work.
+  virtual std::vector<std::string> PendingClients() const = 0;
+
   // Advances time-driven transitions: starts a round when enough clients are online, closes one
   // whose deadline passed.
   virtual void Tick() = 0;

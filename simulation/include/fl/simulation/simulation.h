@@ -24,6 +24,16 @@
 
 namespace fl::simulation {
 
+// How the virtual sites differ, in simulated time. Every default: identical, reliable sites.
+struct Heterogeneity {
+  // Simulated compute time of one example for one local epoch on a site of normal speed.
+  absl::Duration compute_per_example = absl::Microseconds(100);
+  double link_mbps = 100;       // each direction, every site
+  double slow_fraction = 0;     // share of the sites (fixed by the seed) that are slower ...
+  double slow_factor = 4;       // ... by this factor, in compute and link
+  double dropout_fraction = 0;  // chance that a sampled site drops out of a round attempt
+};
+
 struct SimulationOptions {
   std::string work_dir = "fl-sim";  // certificates and the server's data directory go here
   std::string dataset_dir = "/usr/share/datasets/fashion-mnist";
@@ -32,6 +42,9 @@ struct SimulationOptions {
   int64_t max_examples_per_client = 0;
   int32_t num_rounds = 10;
   double sample_fraction = 1.0;
+  // Accepted updates a round needs to commit; 0: every sampled site (a round with a straggler or
+  // a dropout then fails and is retried).
+  int32_t min_fit_clients = 0;
   std::string partition = "iid";  // "iid" or "dirichlet"
   double dirichlet_beta = 0.5;
   uint64_t seed = 0;
@@ -56,7 +69,14 @@ struct SimulationOptions {
   // or "int8"; anything but float32 is refused with secure aggregation.
   std::string update_encoding = "float32";
   std::string backend = "auto";  // the clients' and the server evaluation's: auto, cpu or cuda
-  bool tls = true;               // false: plaintext on loopback
+  // How the virtual sites reach the server: "inproc" (the default: the real engine, store and
+  // strategies called in this process, sites as state run on a pool of `workers`, a simulated
+  // clock) or "grpc" (the production path: a real server on loopback, a real SDK client and a
+  // thread per site over mutual TLS).
+  std::string transport = "inproc";
+  int32_t workers = 0;  // inproc: threads that run sites' tasks; 0: the machine's cores
+  Heterogeneity heterogeneity;  // inproc only
+  bool tls = true;               // grpc: false for plaintext on loopback
   absl::Duration round_timeout = absl::Minutes(5);
 };
 
@@ -66,6 +86,10 @@ struct SimulationRound {
   // With differential privacy, for a committed round: the epsilon the run has spent up to and
   // including it (for privacy.delta), as the store records it. 0 otherwise.
   double dp_epsilon = 0;
+  // Wall-clock time since the previous round attempt ended (the first: since the federation was
+  // set up): training, aggregation, checkpoint and evaluation. summary.duration is the engine's
+  // clock, which the in-process transport simulates.
+  absl::Duration wall_time;
 };
 
 struct SimulationResult {

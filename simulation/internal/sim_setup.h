@@ -1,0 +1,57 @@
+// What both of RunSimulation's transports share (simulation.cc): the data and its partition, the
+// engine's options, the sites' trainer options, the record of rounds and the result read back
+// from the store; and the in-process run (inproc_simulation.cc).
+#ifndef FL_SIMULATION_INTERNAL_SIM_SETUP_H_
+#define FL_SIMULATION_INTERNAL_SIM_SETUP_H_
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "fl/client/builtin_models.h"
+#include "fl/client/dataset.h"
+#include "fl/server/engine.h"
+#include "fl/server/store.h"
+#include "fl/simulation/simulation.h"
+
+namespace fl::simulation::internal {
+
+struct SimulationData {
+  std::shared_ptr<const client::Dataset> train;
+  std::shared_ptr<const client::Dataset> test;
+  std::vector<std::vector<int64_t>> parts;  // row indices of train, by site
+  client::ModelArchitecture arch;
+};
+
+// Validates the options, loads the data and partitions it. INVALID_ARGUMENT naming a bad option;
+// the loader's error for data that cannot be read.
+absl::StatusOr<SimulationData> PrepareSimulation(const SimulationOptions& options);
+// The run's engine options (every site must be online; a round needs sample_fraction of them).
+server::EngineOptions EngineOptionsFor(const SimulationOptions& options,
+                                       const client::ModelArchitecture& arch);
+// Site `site`'s built-in trainer: seed * 1000 + site orders its batches, on `cpu_threads`.
+client::BuiltinTrainerOptions TrainerOptionsFor(const SimulationOptions& options, int32_t site,
+                                                int cpu_threads);
+// Sets hooks.on_round_end to append each round to `result` (under `result_mu`, with the epsilon
+// read from `store` once set) and to call `on_round`.
+void MakeRoundRecorder(const SimulationOptions& options, SimulationResult& result,
+                       std::mutex& result_mu, std::atomic<server::Store*>& store,
+                       std::function<void(const SimulationRound&)> on_round,
+                       server::EngineHooks& hooks);
+// Reads how the run ended: ABORTED when it did not finish, INTERNAL with the first of
+// `site_errors`; otherwise fills the final accuracy, finish reason and epsilon.
+absl::Status FinishResult(server::Store& store, SimulationResult& result,
+                          const std::vector<std::string>& site_errors);
+
+// The federation with the in-process transport (see simulation.h).
+absl::StatusOr<SimulationResult> RunInprocSimulation(
+    const SimulationOptions& options, const SimulationData& data,
+    std::function<void(const SimulationRound&)> on_round);
+
+}  // namespace fl::simulation::internal
+
+#endif  // FL_SIMULATION_INTERNAL_SIM_SETUP_H_
