@@ -14,8 +14,8 @@
 // Errors: FAILED_PRECONDITION for a stage without a session for its task (a client that restarted
 // or skipped a stage) and for the library's refusals (out of order, too few neighbours, asked to
 // reveal both shares of a peer); INVALID_ARGUMENT for what the task carries that the library or
-// the transport could not read; DATA_LOSS for a share that does not decrypt. Messages never hold a key, a
-// seed, a share or an update. Not thread-safe: one caller (the client's Run thread).
+// the transport could not read; DATA_LOSS for a share that does not decrypt. Messages never
+// hold a key, a seed, a share or an update. Not thread-safe: one caller (the client's Run thread).
 #ifndef FL_CLIENT_SRC_SECAGG_CLIENT_H_
 #define FL_CLIENT_SRC_SECAGG_CLIENT_H_
 

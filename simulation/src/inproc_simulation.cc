@@ -70,10 +70,13 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(
   auto make_trainer = [&](int32_t site) {
     return client::MakeBuiltinTrainer(data.arch,
                                       data.train->Subset(data.parts[static_cast<size_t>(site)]),
-                                      client::Dataset{}, TrainerOptionsFor(options, site, cpu_threads));
+                                      client::Dataset{},
+                                      TrainerOptionsFor(options, site, cpu_threads));
   };
   LogEvent(LogLevel::kInfo, "simulation_joining",
-           {{"sites", absl::StrCat(n)}, {"transport", "inproc"}, {"workers", absl::StrCat(workers)}});
+           {{"sites", absl::StrCat(n)},
+            {"transport", "inproc"},
+            {"workers", absl::StrCat(workers)}});
   absl::StatusOr<VirtualFederationStats> stats = RunVirtualFederation(
       **engine, clock, sites, spec, make_trainer, [](int32_t joined) {
         LogEvent(LogLevel::kInfo, "simulation_joined", {{"sites", absl::StrCat(joined)}});

@@ -219,7 +219,8 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
           }
           a.client = *std::move(c);
         }
-        a.client->set_on_task([&w](const client::TaskReport& r) { w.num_examples = r.num_examples; });
+        a.client->set_on_task(
+            [&w](const client::TaskReport& r) { w.num_examples = r.num_examples; });
         (void)client::internal::RunTask(*a.client, w.task);
       }
     };
