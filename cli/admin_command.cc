@@ -1,5 +1,7 @@
 #include "cli/admin_command.h"
 
+#include "cli/command_util.h"
+
 #include <pwd.h>
 #include <unistd.h>
 
@@ -21,10 +23,6 @@
 namespace fl::cli {
 namespace {
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
-  return 1;
-}
 
 // "user@host" of whoever runs the command, for the audit log.
 std::string OperatorName() {

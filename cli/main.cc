@@ -20,8 +20,11 @@
 #include "cli/client_config.h"
 #include "cli/client_daemon.h"
 #include "cli/client_site.h"
+#include "cli/command_util.h"
 #include "cli/exit_codes.h"
 #include "cli/preflight.h"
+#include "cli/report_command.h"
+#include "cli/sim_command.h"
 #include "fl/aggregation/scaffold.h"
 #include "fl/aggregation/strategies.h"
 #include "fl/client/builtin_models.h"
@@ -41,10 +44,7 @@
 
 namespace {
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
-  return 1;
-}
+using fl::cli::Fail;
 
 sigset_t TerminationSignals() {
   sigset_t set;
@@ -106,14 +106,7 @@ int RunCerts(const CertsArgs& args) {
 // parses so that the file fills the option structs first and CLI11 then overwrites only the flags
 // given. Empty when none.
 std::string ConfigPath(int argc, char** argv, std::string_view subcommand) {
-  if (argc < 2 || std::string_view(argv[1]) != subcommand) return "";
-  for (int i = 2; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg == "--config" && i + 1 < argc) return argv[i + 1];
-    if (arg.starts_with("--config=")) return std::string(arg.substr(9));
-  }
-  return "";
+  return fl::cli::FlagValueBeforeParsing(argc, argv, subcommand, "--config");
 }
 
 // The built-in architecture of the server's [model], or INVALID_ARGUMENT saying what does not fit.
@@ -343,120 +336,6 @@ int RunClient(ClientArgs& a) {
   return daemon->Run();
 }
 
-// The [secure_aggregation] keys as flags, for `fl server` and `fl sim`; any value flag turns it on.
-void AddSecAggFlags(CLI::App* cmd, fl::server::SecureAggregationOptions& sa) {
-  auto on = [&sa](const auto&) { sa.enabled = true; };
-  cmd->add_flag("--secagg", sa.enabled,
-                "Secure aggregation (SecAgg+): the server sees only the sum of the changes");
-  cmd->add_option("--secagg-neighbors", sa.num_neighbors, "SecAgg: k (0: default for n)")
-      ->capture_default_str()
-      ->each(on);
-  cmd->add_option("--secagg-threshold", sa.threshold, "SecAgg: t, in (k/2, k] (0: k/2 + 1)")
-      ->capture_default_str()
-      ->each(on);
-  cmd->add_option("--secagg-clip-range", sa.clip_range,
-                  "SecAgg: each coordinate of a change is clipped to [-c, c]")
-      ->capture_default_str()
-      ->each(on);
-  cmd->add_option("--secagg-bits", sa.quantization_bits,
-                  "SecAgg: quantization bits (0: the most that fit)")
-      ->capture_default_str()
-      ->each(on);
-  cmd->add_option("--secagg-modulus-bits", sa.modulus_bits, "SecAgg: 32 or 64")
-      ->capture_default_str()
-      ->each(on);
-  cmd->add_option("--secagg-stage-timeout",
-                  [&sa](const CLI::results_t& r) {
-                    double s = 0;
-                    if (r.size() != 1 || !CLI::detail::lexical_cast(r[0], s) || !(s > 0)) {
-                      return false;
-                    }
-                    sa.stage_timeout = absl::Seconds(s);
-                    sa.enabled = true;
-                    return true;
-                  },
-                  "SecAgg: seconds for the key, sharing and unmasking stages");
-}
-
-int RunSim(fl::simulation::SimulationOptions options, const std::string& export_path) {
-  // Refuse bad choices before printing the run's header.
-  if (absl::Status s = options.strategy.Validate(); !s.ok()) return Fail(s);
-  if (absl::Status s = fl::client::ParseModelKind(options.model).status(); !s.ok()) return Fail(s);
-  if (absl::Status s = options.privacy.Validate(); !s.ok()) return Fail(s);
-  if (absl::Status s = options.secure_aggregation.Validate(); !s.ok()) return Fail(s);
-  const bool dp = options.privacy.accounted();
-  options.work_dir = absl::StrCat(options.work_dir, "/run-", absl::ToUnixMillis(absl::Now()));
-  std::printf(
-      "Simulated federation: %d clients, %d rounds, %s, %s on Fashion-MNIST (%s split), "
-      "%s\n",
-      options.num_clients, options.num_rounds, options.strategy.name.c_str(), options.model.c_str(),
-      options.partition.c_str(),
-      options.transport == "inproc" ? "in process (virtual sites, simulated clock)"
-      : options.tls                 ? "mutual TLS over loopback gRPC"
-                                    : "plaintext loopback gRPC");
-  if (options.secure_aggregation.enabled) {
-    std::printf(
-        "Secure aggregation (SecAgg+): the server sees only the sum of the clients' changes\n");
-  }
-  if (dp) {
-    std::printf("%s differential privacy: noise multiplier %g, clip norm %g, delta %g, %s\n",
-                options.privacy.distributed() ? "Distributed" : "Central",
-                options.privacy.noise_multiplier, options.privacy.clip_norm, options.privacy.delta,
-                options.privacy.epsilon_budget > 0
-                    ? absl::StrCat("epsilon budget ", options.privacy.epsilon_budget).c_str()
-                    : "no epsilon budget");
-  }
-  std::printf("%6s %9s %11s %10s %9s%s\n", "round", "clients", "train loss", "test acc", "time",
-              dp ? absl::StrFormat(" %9s", "epsilon").c_str() : "");
-  std::fflush(stdout);
-  absl::StatusOr<fl::simulation::SimulationResult> result =
-      fl::simulation::RunSimulation(options, [dp](const fl::simulation::SimulationRound& round) {
-        const fl::server::RoundSummary& r = round.summary;
-        auto metric = [&](const char* name) {
-          auto it = r.metrics.find(name);
-          return it == r.metrics.end() ? std::string("-") : absl::StrFormat("%.4f", it->second);
-        };
-        std::string epsilon;
-        if (dp) {
-          epsilon = r.committed ? absl::StrFormat(" %9.4f", round.dp_epsilon)
-                                : absl::StrFormat(" %9s", "-");
-        }
-        std::printf("%6d %4d/%-4d %11s %10s %8.2fs%s%s\n", r.round, r.num_accepted, r.num_sampled,
-                    metric("train_loss").c_str(), metric("test_accuracy").c_str(),
-                    absl::ToDoubleSeconds(round.wall_time), epsilon.c_str(),
-                    r.committed ? "" : absl::StrCat("  FAILED: ", r.reason).c_str());
-        std::fflush(stdout);
-      });
-  if (!result.ok()) return Fail(result.status());
-  int committed = 0;
-  for (const auto& r : result->rounds) committed += r.summary.committed ? 1 : 0;
-  if (!result->finish_reason.empty()) {
-    std::printf("\nRun stopped early: %s\n", result->finish_reason.c_str());
-  }
-  std::printf("\nRun %lld finished: %d rounds committed, final test accuracy %.2f %%, %.1f s",
-              static_cast<long long>(result->run_id), committed,
-              100.0 * result->final_test_accuracy, absl::ToDoubleSeconds(result->wall_time));
-  if (dp) {
-    std::printf(", epsilon spent %.4f (delta %g)", result->dp_epsilon, options.privacy.delta);
-  }
-  std::printf("\n");
-  std::printf("SQLite file with the run: %s\n", result->db_path.c_str());
-  if (!export_path.empty()) {
-    // The committed global model, read back from the run's own store as `fl admin export` does.
-    const std::string data_dir = result->db_path.substr(0, result->db_path.rfind('/'));
-    absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
-        fl::server::Store::OpenReadOnly(data_dir);
-    if (!store.ok()) return Fail(store.status());
-    fl::server::admin::ExportRequest request;
-    request.run_id = result->run_id;
-    absl::StatusOr<fl::server::admin::ExportedModel> exported =
-        fl::server::admin::ExportModel(**store, request, export_path);
-    if (!exported.ok()) return Fail(exported.status());
-    std::printf("Global model of round %d: %s\n", exported->round, export_path.c_str());
-  }
-  return 0;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -601,7 +480,7 @@ int main(int argc, char** argv) {
       ->add_option("--dp-epsilon-budget", server_privacy.epsilon_budget,
                    "DP: the run stops before exceeding this epsilon (0: no budget)")
       ->capture_default_str();
-  AddSecAggFlags(server_cmd, server.engine.secure_aggregation);
+  fl::cli::AddSecAggFlags(server_cmd, server.engine.secure_aggregation);
   server_cmd->add_option("--eval-images", server_model.eval_images,
                          "Server-side evaluation of each new model: IDX images");
   server_cmd->add_option("--eval-labels", server_model.eval_labels,
@@ -618,107 +497,11 @@ int main(int argc, char** argv) {
   }
   CLI::App* client_cmd = AddClientCommand(app, client);
 
-  fl::simulation::SimulationOptions sim;
-  std::string sim_export;
-  double sim_timeout_s = 300;
-  CLI::App* sim_cmd = app.add_subcommand(
-      "sim",
-      "Simulate a federation on this machine: the real engine, store and strategies, with "
-      "virtual sites in process (default) or real clients over loopback mutual TLS");
-  sim_cmd
-      ->add_option("--transport", sim.transport,
-                   "inproc: sites as state on a worker pool, a simulated clock, no network; "
-                   "grpc: a real server and a TLS client thread per site")
-      ->check(CLI::IsMember({"inproc", "grpc"}))
-      ->capture_default_str();
-  sim_cmd
-      ->add_option("--workers", sim.workers,
-                   "inproc: threads that run the sampled sites' tasks (0: every core); the "
-                   "result does not depend on it")
-      ->capture_default_str();
-  sim_cmd
-      ->add_option("--slow-fraction", sim.heterogeneity.slow_fraction,
-                   "inproc: share of the sites that are slower (simulated time)")
-      ->capture_default_str();
-  sim_cmd
-      ->add_option("--slow-factor", sim.heterogeneity.slow_factor,
-                   "inproc: how much slower those sites compute and send")
-      ->capture_default_str();
-  sim_cmd
-      ->add_option("--dropout-fraction", sim.heterogeneity.dropout_fraction,
-                   "inproc: chance that a sampled site drops out of a round")
-      ->capture_default_str();
-  sim_cmd
-      ->add_option("--link-mbps", sim.heterogeneity.link_mbps,
-                   "inproc: every site's simulated link speed, each direction")
-      ->capture_default_str();
-  sim_cmd->add_option("--work-dir", sim.work_dir, "Certificates and the run's data go here")
-      ->capture_default_str();
-  sim_cmd->add_option("--dataset-dir", sim.dataset_dir, "Fashion-MNIST IDX files")
-      ->capture_default_str();
-  sim_cmd->add_option("--clients", sim.num_clients)->capture_default_str();
-  sim_cmd->add_option("--export", sim_export,
-                      "Write the final global model to this safetensors file");
-  sim_cmd
-      ->add_option("--examples-per-client", sim.max_examples_per_client,
-                   "Each client keeps at most this many of its examples (0: all)")
-      ->capture_default_str();
-  sim_cmd->add_option("--rounds", sim.num_rounds)->capture_default_str();
-  sim_cmd->add_option("--sample-fraction", sim.sample_fraction)->capture_default_str();
-  sim_cmd->add_option("--partition", sim.partition, "iid or dirichlet")->capture_default_str();
-  sim_cmd->add_option("--beta", sim.dirichlet_beta, "Dirichlet concentration")
-      ->capture_default_str();
-  sim_cmd->add_option("--seed", sim.seed)->capture_default_str();
-  sim_cmd->add_option("--local-epochs", sim.fit.local_epochs)->capture_default_str();
-  sim_cmd->add_option("--batch-size", sim.fit.batch_size)->capture_default_str();
-  sim_cmd->add_option("--lr", sim.fit.learning_rate)->capture_default_str();
-  sim_cmd->add_option("--model", sim.model, "softmax, mlp or simple_cnn")->capture_default_str();
-  sim_cmd->add_option("--hidden", sim.hidden, "mlp: hidden layer widths")->capture_default_str();
-  sim_cmd->add_option("--strategy", sim.strategy.name, "fedavg, fedprox or scaffold")
-      ->capture_default_str();
-  sim_cmd->add_option("--proximal-mu", sim.strategy.proximal_mu, "FedProx: mu (> 0)")
-      ->capture_default_str();
-  sim_cmd->add_option("--momentum", sim.strategy.momentum, "Clients' SGD momentum")
-      ->capture_default_str();
-  sim_cmd->add_option("--weight-decay", sim.strategy.weight_decay, "Clients' weight decay")
-      ->capture_default_str();
-  sim_cmd
-      ->add_option("--server-lr", sim.strategy.server_learning_rate,
-                   "SCAFFOLD: global step size eta_g")
-      ->capture_default_str();
-  sim_cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
-  sim_cmd
-      ->add_option("--update-encoding", sim.update_encoding,
-                   "How clients encode updates: float32 (weights), float16 or int8 (changes)")
-      ->check(CLI::IsMember({"float32", "float16", "int8"}))
-      ->capture_default_str();
-  // The server's differential-privacy flags (fl::server::PrivacyOptions); any of the numeric ones
-  // turns central DP on unless --dp-mode says otherwise.
-  CLI::Option* sim_dp_mode =
-      sim_cmd
-          ->add_option("--dp-mode", sim.privacy.mode,
-                       "Differential privacy: off, central, or distributed (with --secagg)")
-          ->capture_default_str();
-  std::vector<CLI::Option*> sim_dp_values = {
-      sim_cmd->add_option("--dp-noise-multiplier", sim.privacy.noise_multiplier, "DP: z (> 0)")
-          ->capture_default_str(),
-      sim_cmd
-          ->add_option("--dp-clip-norm", sim.privacy.clip_norm,
-                       "DP: L2 norm each update's change is clipped to")
-          ->capture_default_str(),
-      sim_cmd->add_option("--dp-delta", sim.privacy.delta, "DP: delta, in (0, 1)")
-          ->capture_default_str(),
-      sim_cmd
-          ->add_option("--dp-epsilon-budget", sim.privacy.epsilon_budget,
-                       "DP: the run stops before exceeding this epsilon (0: no budget)")
-          ->capture_default_str()};
-  AddSecAggFlags(sim_cmd, sim.secure_aggregation);
-  sim_cmd->add_option("--round-timeout", sim_timeout_s, "Round deadline in seconds")
-      ->capture_default_str();
-  bool sim_plaintext = false, sim_verbose = false;
-  sim_cmd->add_flag("--insecure-plaintext", sim_plaintext, "Loopback plaintext instead of TLS");
-  sim_cmd->add_flag("--verbose", sim_verbose, "Log every server and client event to stderr");
+  fl::cli::SimArgs sim;
+  if (absl::Status st = fl::cli::AddSimCommand(app, argc, argv, sim); !st.ok()) return Fail(st);
 
+  fl::cli::ReportArgs report_args;
+  CLI::App* report_cmd = fl::cli::AddReportCommand(app, report_args);
   fl::cli::AdminArgs admin;
   CLI::App* admin_cmd = fl::cli::AddAdminCommand(app, admin);
 
@@ -746,17 +529,8 @@ int main(int argc, char** argv) {
     return RunServer(server_config);
   }
   if (client_cmd->parsed()) return RunClient(client);
-  if (sim_cmd->parsed()) {
-    sim.tls = !sim_plaintext;
-    if (!sim_verbose && !std::getenv("FL_LOG_LEVEL")) fl::SetLogLevel(fl::LogLevel::kWarn);
-    sim.round_timeout = absl::Seconds(sim_timeout_s);
-    for (const CLI::Option* o : sim_dp_values) {
-      if (o->count() > 0 && sim_dp_mode->count() == 0) {
-        sim.privacy.mode = sim.secure_aggregation.enabled ? "distributed" : "central";
-      }
-    }
-    return RunSim(sim, sim_export);
-  }
+  if (sim.command->parsed()) return fl::cli::RunSimCommand(sim);
+  if (report_cmd->parsed()) return fl::cli::RunReport(report_args);
   if (admin_cmd->parsed()) return fl::cli::RunAdmin(admin);
   return 1;
 }

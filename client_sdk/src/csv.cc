@@ -89,6 +89,7 @@ std::string MissingRefused(std::string_view v, bool label) {
 // Where each of the header's columns goes: the label, feature slot k, or nowhere.
 struct Layout {
   size_t label = 0;
+  size_t key = std::numeric_limits<size_t>::max();  // CsvOptions::key_column's; max: none
   std::vector<int64_t> slot;  // per column: feature index, or -1 when ignored
   std::vector<std::string> feature_names;
 };
@@ -119,6 +120,12 @@ absl::StatusOr<Layout> MapColumns(const std::string& path, const std::vector<std
   if (find(o.label_column, layout.label + 1) != names.size()) {
     return refuse("label column '", o.label_column, "' appears twice");
   }
+  if (!o.key_column.empty()) {
+    layout.key = find(o.key_column);
+    if (layout.key == names.size()) {
+      return refuse("no key column named '", o.key_column, "' ", columns);
+    }
+  }
   for (const auto* list : {&o.drop_columns, &o.feature_columns}) {
     for (const std::string& name : *list) {
       if (find(name) == names.size()) {
@@ -145,7 +152,7 @@ absl::StatusOr<Layout> MapColumns(const std::string& path, const std::vector<std
     return layout;
   }
   for (size_t c = 0; c < names.size(); ++c) {
-    if (c == layout.label) continue;
+    if (c == layout.label || c == layout.key) continue;
     if (std::find(o.drop_columns.begin(), o.drop_columns.end(), names[c]) != o.drop_columns.end()) {
       continue;
     }
@@ -201,6 +208,15 @@ absl::Status ValidateCsvOptions(const CsvOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_classes must be >= 0, got ", o.num_classes));
   }
+  if (!o.key_column.empty()) {
+    const bool in_features = std::find(o.feature_columns.begin(), o.feature_columns.end(),
+                                       o.key_column) != o.feature_columns.end();
+    if (o.key_column == o.label_column || in_features) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "key_column '", o.key_column, "' is also ", in_features ? "a feature" : "the label",
+          " column: the key splits the rows and is never trained on"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -253,6 +269,14 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& path, const CsvOptions& o) {
     bool drop = false;
     int64_t imputed = 0;
     int32_t label = 0;
+    if (layout->key < num_fields && IsMissing(fields[layout->key])) {
+      if (o.missing_values != MissingValues::kDropRow) {
+        return absl::InvalidArgumentError(absl::StrCat(path, ": row ", row, ", column '",
+                                                       names[layout->key], "': the key is missing",
+                                                       " (every row needs one to be split by it)"));
+      }
+      drop = true;
+    }
     for (size_t c = 0; c < num_fields; ++c) {
       const bool is_label = c == layout->label;
       const int64_t slot = layout->slot[c];
@@ -304,6 +328,7 @@ absl::StatusOr<Dataset> LoadCsv(const std::string& path, const CsvOptions& o) {
     d.imputed_values += imputed;
     d.features.insert(d.features.end(), row_values.begin(), row_values.end());
     d.labels.push_back(label);
+    if (layout->key < num_fields) d.keys.push_back(fields[layout->key]);
     max_label = std::max<int64_t>(max_label, label);
   }
   if (d.labels.empty()) {

@@ -24,6 +24,7 @@ Dataset Dataset::Subset(const std::vector<int64_t>& indices) const {
     std::copy_n(row(i), num_features, dst);
     dst += num_features;
     out.labels.push_back(labels[static_cast<size_t>(i)]);
+    if (!keys.empty()) out.keys.push_back(keys[static_cast<size_t>(i)]);
   }
   return out;
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/internal/toml_keys.h"
 #include "grpc/impl/codegen/grpc_types.h"
+#include "server/daemon/shared_keys.h"
 #include "toml++/toml.h"
 
 namespace fl::server {
@@ -41,268 +42,171 @@ const std::vector<tk::TableSpec>& Tables() {
 
 const std::vector<Key>& Keys() {
   using C = ServerConfig;
-  static const auto* const kKeys = new std::vector<Key>{
-      tk::StringKey<C>(
-          "server", "listen", "host:port to listen on; port 0 picks a free port.", false,
-          [](auto& c) -> auto& { return c.server.listen_address; }),
-      tk::StringKey<C>(
-          "server", "data_dir",
-          "Directory of the SQLite file, the checkpoints and the spill files.", false,
-          [](auto& c) -> auto& { return c.server.data_dir; }),
-      tk::StringKey<C>(
-          "server", "ca", "Federation CA certificate (PEM file); needed for TLS.", true,
-          [](auto& c) -> auto& { return c.server.ca_cert_path; }),
-      tk::StringKey<C>(
-          "server", "cert", "This server's certificate (PEM file); needed for TLS.", true,
-          [](auto& c) -> auto& { return c.server.cert_path; }),
-      tk::StringKey<C>(
-          "server", "key", "This server's private key (PEM file); needed for TLS.", true,
-          [](auto& c) -> auto& { return c.server.key_path; }),
-      tk::StringArrayKey<C>(
-          "server", "enroll",
-          "Client certificates (PEM files) to enroll at start, besides those "
-          "enrolled before.",
-          [](auto& c) -> auto& { return c.server.enroll_cert_paths; }),
-      tk::BoolKey<C>(
-          "server", "insecure_plaintext",
-          "No TLS, loopback addresses only, clients named by what they send: for tests.",
-          [](auto& c) -> auto& { return c.server.insecure_plaintext; }),
-      tk::SecondsKey<C>(
-          "server", "max_poll_wait_s",
-          "Longest a client's poll is held open while there is no task (seconds).",
-          Range::kPositive, [](auto& c) -> auto& { return c.server.max_poll_wait; }),
-      tk::IntKey<C, int32_t>(
-          "server", "stream_window_mib",
-          "Per-upload buffer (MiB); an upload's speed is at most this / round trip. 0: gRPC's "
-          "auto-tuned window (faster, but tens of MiB per upload).",
-          0, [](auto& c) -> auto& { return c.server.stream_window_mib; }, 1024),
-      tk::StringKey<C>(
-          "server", "metrics_listen",
-          "host:port of the Prometheus /metrics and /healthz endpoint; empty: off.", true,
-          [](auto& c) -> auto& { return c.server.metrics_address; }),
-      tk::SecondsKey<C>(
-          "server", "grace_s",
-          "After the run ends, keep serving this long so clients hear DONE (seconds).",
-          Range::kNonNegative, [](auto& c) -> auto& { return c.grace; }),
+  static const auto* const kKeys = [] {
+    auto* keys = new std::vector<Key>{
+        tk::StringKey<C>(
+            "server", "listen", "host:port to listen on; port 0 picks a free port.", false,
+            [](auto& c) -> auto& { return c.server.listen_address; }),
+        tk::StringKey<C>(
+            "server", "data_dir",
+            "Directory of the SQLite file, the checkpoints and the spill files.", false,
+            [](auto& c) -> auto& { return c.server.data_dir; }),
+        tk::StringKey<C>(
+            "server", "ca", "Federation CA certificate (PEM file); needed for TLS.", true,
+            [](auto& c) -> auto& { return c.server.ca_cert_path; }),
+        tk::StringKey<C>(
+            "server", "cert", "This server's certificate (PEM file); needed for TLS.", true,
+            [](auto& c) -> auto& { return c.server.cert_path; }),
+        tk::StringKey<C>(
+            "server", "key", "This server's private key (PEM file); needed for TLS.", true,
+            [](auto& c) -> auto& { return c.server.key_path; }),
+        tk::StringArrayKey<C>(
+            "server", "enroll",
+            "Client certificates (PEM files) to enroll at start, besides those "
+            "enrolled before.",
+            [](auto& c) -> auto& { return c.server.enroll_cert_paths; }),
+        tk::BoolKey<C>(
+            "server", "insecure_plaintext",
+            "No TLS, loopback addresses only, clients named by what they send: for tests.",
+            [](auto& c) -> auto& { return c.server.insecure_plaintext; }),
+        tk::SecondsKey<C>(
+            "server", "max_poll_wait_s",
+            "Longest a client's poll is held open while there is no task (seconds).",
+            Range::kPositive, [](auto& c) -> auto& { return c.server.max_poll_wait; }),
+        tk::IntKey<C, int32_t>(
+            "server", "stream_window_mib",
+            "Per-upload buffer (MiB); an upload's speed is at most this / round trip. 0: gRPC's "
+            "auto-tuned window (faster, but tens of MiB per upload).",
+            0, [](auto& c) -> auto& { return c.server.stream_window_mib; }, 1024),
+        tk::StringKey<C>(
+            "server", "metrics_listen",
+            "host:port of the Prometheus /metrics and /healthz endpoint; empty: off.", true,
+            [](auto& c) -> auto& { return c.server.metrics_address; }),
+        tk::SecondsKey<C>(
+            "server", "grace_s",
+            "After the run ends, keep serving this long so clients hear DONE (seconds).",
+            Range::kNonNegative, [](auto& c) -> auto& { return c.grace; }),
 
-      tk::StringKey<C>(
-          "run", "name", "The run's name, recorded with it.", false,
-          [](auto& c) -> auto& { return c.server.engine.run_name; }),
-      tk::IntKey<C, int32_t>(
-          "run", "rounds", "Rounds to commit.", 1,
-          [](auto& c) -> auto& { return c.server.engine.num_rounds; }),
-      tk::IntKey<C, int32_t>(
-          "run", "min_clients", "Clients online before a round starts.", 1,
-          [](auto& c) -> auto& { return c.server.engine.min_clients; }),
-      tk::IntKey<C, int32_t>(
-          "run", "min_fit_clients",
-          "Accepted updates needed to commit a round (at most min_clients).", 1,
-          [](auto& c) -> auto& { return c.server.engine.min_fit_clients; }),
-      tk::FloatKey<C>(
-          "run", "sample_fraction",
-          "Fraction of the online clients sampled per round (at least min_fit_clients).",
-          Range::kFraction, [](auto& c) -> auto& { return c.server.engine.sample_fraction; }),
-      tk::SecondsKey<C>(
-          "run", "round_timeout_s", "A round's deadline (seconds).", Range::kPositive,
-          [](auto& c) -> auto& { return c.server.engine.round_timeout; }),
-      tk::SecondsKey<C>(
-          "run", "client_timeout_s",
-          "A client silent this long is offline; rounds stop waiting for it (seconds).",
-          Range::kPositive, [](auto& c) -> auto& { return c.server.engine.client_timeout; }),
-      tk::IntKey<C, int32_t>(
-          "run", "max_round_retries", "Failed attempts of a round retried before the run fails.", 0,
-          [](auto& c) -> auto& { return c.server.engine.max_round_retries; }),
-      tk::IntKey<C, uint64_t>(
-          "run", "seed", "Seed of the client sampling.", 0,
-          [](auto& c) -> auto& { return c.server.engine.seed; }),
-      tk::SecondsKey<C>(
-          "run", "wait_timeout_s",
-          "Longest wait for min_clients to be online; then the run fails (seconds).",
-          Range::kPositive, [](auto& c) -> auto& { return c.server.engine.wait_timeout; }),
-      tk::StringKey<C>(
-          "run", "stop_metric",
-          "Stopping rule: the metric that ends the run early (train_loss, test_*, eval_loss, "
-          "eval_*, e.g. eval_auc); empty: none.",
-          true, [](auto& c) -> auto& { return c.server.engine.stop_metric; }),
-      tk::FloatKey<C>(
-          "run", "stop_threshold", "Stopping rule: the value stop_metric must reach.", Range::kAny,
-          [](auto& c) -> auto& { return c.server.engine.stop_threshold; }),
-      tk::BoolKey<C>(
-          "run", "stop_when_below",
-          "Stopping rule: stop when stop_metric falls to the threshold (a loss) instead of "
-          "rising to it.",
-          [](auto& c) -> auto& { return c.server.engine.stop_when_below; }),
-      tk::StringKey<C>(
-          "run", "update_encoding",
-          "How clients encode their updates: float32 (the weights), float16 or int8 (the change "
-          "from the global model, int8 with a scale per 1 MiB chunk); secure aggregation needs "
-          "float32.",
-          false, [](auto& c) -> auto& { return c.server.engine.update_encoding; },
-          {"float32", "float16", "int8"}),
-      tk::IntKey<C, int32_t>(
-          "run", "eval_every",
-          "Federated evaluation after every this many committed rounds; 0: never.", 0,
-          [](auto& c) -> auto& { return c.server.engine.eval_every; }),
-      tk::FloatKey<C>(
-          "run", "eval_fraction", "Fraction of the online clients that evaluate.", Range::kFraction,
-          [](auto& c) -> auto& { return c.server.engine.eval_fraction; }),
-      tk::SecondsKey<C>(
-          "run", "eval_timeout_s", "Deadline of a federated evaluation (seconds).",
-          Range::kPositive, [](auto& c) -> auto& { return c.server.engine.eval_timeout; }),
-      tk::BoolKey<C>(
-          "run", "federated_standardization",
-          "Before round 1, add up the sites' per-feature sums into the federation's means and "
-          "standard deviations, which every site then standardises its features with.",
-          [](auto& c) -> auto& { return c.server.engine.federated_standardization; }),
+        tk::StringKey<C>(
+            "run", "name", "The run's name, recorded with it.", false,
+            [](auto& c) -> auto& { return c.server.engine.run_name; }),
+        tk::IntKey<C, int32_t>(
+            "run", "rounds", "Rounds to commit.", 1,
+            [](auto& c) -> auto& { return c.server.engine.num_rounds; }),
+        tk::IntKey<C, int32_t>(
+            "run", "min_clients", "Clients online before a round starts.", 1,
+            [](auto& c) -> auto& { return c.server.engine.min_clients; }),
+        tk::IntKey<C, int32_t>(
+            "run", "min_fit_clients",
+            "Accepted updates needed to commit a round (at most min_clients).", 1,
+            [](auto& c) -> auto& { return c.server.engine.min_fit_clients; }),
+        tk::FloatKey<C>(
+            "run", "sample_fraction",
+            "Fraction of the online clients sampled per round (at least min_fit_clients).",
+            Range::kFraction, [](auto& c) -> auto& { return c.server.engine.sample_fraction; }),
+        tk::SecondsKey<C>(
+            "run", "round_timeout_s", "A round's deadline (seconds).", Range::kPositive,
+            [](auto& c) -> auto& { return c.server.engine.round_timeout; }),
+        tk::SecondsKey<C>(
+            "run", "client_timeout_s",
+            "A client silent this long is offline; rounds stop waiting for it (seconds).",
+            Range::kPositive, [](auto& c) -> auto& { return c.server.engine.client_timeout; }),
+        tk::IntKey<C, int32_t>(
+            "run", "max_round_retries", "Failed attempts of a round retried before the run fails.",
+            0, [](auto& c) -> auto& { return c.server.engine.max_round_retries; }),
+        tk::IntKey<C, uint64_t>(
+            "run", "seed", "Seed of the client sampling.", 0,
+            [](auto& c) -> auto& { return c.server.engine.seed; }),
+        tk::SecondsKey<C>(
+            "run", "wait_timeout_s",
+            "Longest wait for min_clients to be online; then the run fails (seconds).",
+            Range::kPositive, [](auto& c) -> auto& { return c.server.engine.wait_timeout; }),
+        tk::StringKey<C>(
+            "run", "stop_metric",
+            "Stopping rule: the metric that ends the run early (train_loss, test_*, eval_loss, "
+            "eval_*, e.g. eval_auc); empty: none.",
+            true, [](auto& c) -> auto& { return c.server.engine.stop_metric; }),
+        tk::FloatKey<C>(
+            "run", "stop_threshold", "Stopping rule: the value stop_metric must reach.",
+            Range::kAny, [](auto& c) -> auto& { return c.server.engine.stop_threshold; }),
+        tk::BoolKey<C>(
+            "run", "stop_when_below",
+            "Stopping rule: stop when stop_metric falls to the threshold (a loss) instead of "
+            "rising to it.",
+            [](auto& c) -> auto& { return c.server.engine.stop_when_below; }),
+        tk::StringKey<C>(
+            "run", "update_encoding",
+            "How clients encode their updates: float32 (the weights), float16 or int8 (the change "
+            "from the global model, int8 with a scale per 1 MiB chunk); secure aggregation needs "
+            "float32.",
+            false, [](auto& c) -> auto& { return c.server.engine.update_encoding; },
+            {"float32", "float16", "int8"}),
+        tk::IntKey<C, int32_t>(
+            "run", "eval_every",
+            "Federated evaluation after every this many committed rounds; 0: never.", 0,
+            [](auto& c) -> auto& { return c.server.engine.eval_every; }),
+        tk::FloatKey<C>(
+            "run", "eval_fraction", "Fraction of the online clients that evaluate.",
+            Range::kFraction, [](auto& c) -> auto& { return c.server.engine.eval_fraction; }),
+        tk::SecondsKey<C>(
+            "run", "eval_timeout_s", "Deadline of a federated evaluation (seconds).",
+            Range::kPositive, [](auto& c) -> auto& { return c.server.engine.eval_timeout; }),
+        tk::BoolKey<C>(
+            "run", "federated_standardization",
+            "Before round 1, add up the sites' per-feature sums into the federation's means and "
+            "standard deviations, which every site then standardises its features with.",
+            [](auto& c) -> auto& { return c.server.engine.federated_standardization; }),
 
-      tk::IntKey<C, int32_t>(
-          "fit", "local_epochs", "Epochs each client trains per round.", 1,
-          [](auto& c) -> auto& { return c.server.engine.fit.local_epochs; }),
-      tk::IntKey<C, int32_t>(
-          "fit", "batch_size", "Mini-batch size of the clients' SGD.", 1,
-          [](auto& c) -> auto& { return c.server.engine.fit.batch_size; }),
-      tk::FloatKey<C>(
-          "fit", "learning_rate", "Learning rate of the clients' SGD.", Range::kPositive,
-          [](auto& c) -> auto& { return c.server.engine.fit.learning_rate; }),
+        tk::StringKey<C>(
+            "model", "initial",
+            "A safetensors file the run starts from (tensor names, shapes and values; sites bring "
+            "their own model code); empty: the built-in kind below.",
+            true, [](auto& c) -> auto& { return c.model.initial; }),
+        tk::StringKey<C>("model", "kind",
+                         "softmax (regression; \"logistic\" is the same), mlp or simple_cnn.", true,
+                         [](auto& c) -> auto& { return c.model.kind; },
+                         {"softmax", "logistic", "mlp", "simple_cnn"}),
+        tk::IntKey<C, int64_t>(
+            "model", "features",
+            "Input features (784 for 28x28 images; simple_cnn: height * width * channels).", 1,
+            [](auto& c) -> auto& { return c.model.features; }),
+        tk::IntKey<C, int32_t>(
+            "model", "classes", "Output classes.", 2,
+            [](auto& c) -> auto& { return c.model.classes; }),
+        tk::IntArrayKey<C>(
+            "model", "hidden", "mlp: the widths of the hidden layers.", 1,
+            [](auto& c) -> auto& { return c.model.hidden; }, /*may_be_empty=*/false),
+        tk::IntKey<C, int64_t>(
+            "model", "image_height", "simple_cnn: the input images' height.", 1,
+            [](auto& c) -> auto& { return c.model.image_height; }),
+        tk::IntKey<C, int64_t>(
+            "model", "image_width", "simple_cnn: the input images' width.", 1,
+            [](auto& c) -> auto& { return c.model.image_width; }),
+        tk::IntKey<C, int64_t>(
+            "model", "image_channels", "simple_cnn: the input images' channels.", 1,
+            [](auto& c) -> auto& { return c.model.image_channels; }),
+        tk::IntKey<C, uint64_t>(
+            "model", "init_seed", "Seed of the initial weights (the same seed, the same model).", 0,
+            [](auto& c) -> auto& { return c.model.init_seed; }),
+        tk::StringKey<C>(
+            "model", "eval_images",
+            "Server-side evaluation: IDX images the server scores each new model on; empty: none.",
+            true, [](auto& c) -> auto& { return c.model.eval_images; }),
+        tk::StringKey<C>(
+            "model", "eval_labels", "Server-side evaluation: the IDX labels of eval_images.", true,
+            [](auto& c) -> auto& { return c.model.eval_labels; }),
 
-      tk::StringKey<C>("strategy", "name",
-                       "fedavg (weighted mean), fedprox (plus the clients' proximal term) or "
-                       "scaffold (control variates).",
-                       true, [](auto& c) -> auto& { return c.server.strategy.name; },
-                       {"fedavg", "fedprox", "scaffold"}),
-      tk::FloatKey<C>(
-          "strategy", "proximal_mu",
-          "FedProx: the proximal coefficient mu sent to the clients (> 0; used only by fedprox).",
-          Range::kNonNegative, [](auto& c) -> auto& { return c.server.strategy.proximal_mu; }),
-      tk::FloatKey<C>(
-          "strategy", "momentum", "The clients' SGD momentum, in [0, 1).", Range::kHalfOpenFraction,
-          [](auto& c) -> auto& { return c.server.strategy.momentum; }),
-      tk::FloatKey<C>(
-          "strategy", "weight_decay", "The clients' L2 weight decay.", Range::kNonNegative,
-          [](auto& c) -> auto& { return c.server.strategy.weight_decay; }),
-      tk::FloatKey<C>(
-          "strategy", "clip_norm",
-          "The clients clip each batch's gradient to this L2 norm; 0: no clipping.",
-          Range::kNonNegative, [](auto& c) -> auto& { return c.server.strategy.clip_norm; }),
-      tk::FloatKey<C>(
-          "strategy", "server_learning_rate",
-          "SCAFFOLD: the global step size eta_g (1: the weighted mean of the clients' models).",
-          Range::kPositive,
-          [](auto& c) -> auto& { return c.server.strategy.server_learning_rate; }),
-      tk::IntKey<C, int64_t>(
-          "strategy", "num_parties",
-          "SCAFFOLD: the number of parties N in the control variate's update; 0: the enrolled "
-          "clients.",
-          0, [](auto& c) -> auto& { return c.server.strategy.num_parties; }),
-
-      tk::StringKey<C>(
-          "model", "initial",
-          "A safetensors file the run starts from (tensor names, shapes and values; sites bring "
-          "their own model code); empty: the built-in kind below.",
-          true, [](auto& c) -> auto& { return c.model.initial; }),
-      tk::StringKey<C>("model", "kind",
-                       "softmax (regression; \"logistic\" is the same), mlp or simple_cnn.", true,
-                       [](auto& c) -> auto& { return c.model.kind; },
-                       {"softmax", "logistic", "mlp", "simple_cnn"}),
-      tk::IntKey<C, int64_t>(
-          "model", "features",
-          "Input features (784 for 28x28 images; simple_cnn: height * width * channels).", 1,
-          [](auto& c) -> auto& { return c.model.features; }),
-      tk::IntKey<C, int32_t>(
-          "model", "classes", "Output classes.", 2,
-          [](auto& c) -> auto& { return c.model.classes; }),
-      tk::IntArrayKey<C>(
-          "model", "hidden", "mlp: the widths of the hidden layers.", 1,
-          [](auto& c) -> auto& { return c.model.hidden; }, /*may_be_empty=*/false),
-      tk::IntKey<C, int64_t>(
-          "model", "image_height", "simple_cnn: the input images' height.", 1,
-          [](auto& c) -> auto& { return c.model.image_height; }),
-      tk::IntKey<C, int64_t>(
-          "model", "image_width", "simple_cnn: the input images' width.", 1,
-          [](auto& c) -> auto& { return c.model.image_width; }),
-      tk::IntKey<C, int64_t>(
-          "model", "image_channels", "simple_cnn: the input images' channels.", 1,
-          [](auto& c) -> auto& { return c.model.image_channels; }),
-      tk::IntKey<C, uint64_t>(
-          "model", "init_seed", "Seed of the initial weights (the same seed, the same model).", 0,
-          [](auto& c) -> auto& { return c.model.init_seed; }),
-      tk::StringKey<C>(
-          "model", "eval_images",
-          "Server-side evaluation: IDX images the server scores each new model on; empty: none.",
-          true, [](auto& c) -> auto& { return c.model.eval_images; }),
-      tk::StringKey<C>(
-          "model", "eval_labels", "Server-side evaluation: the IDX labels of eval_images.", true,
-          [](auto& c) -> auto& { return c.model.eval_labels; }),
-
-      tk::StringKey<C>("privacy", "mode",
-                       "off; central: the server clips each update's change, averages them "
-                       "unweighted and adds noise; distributed (with secure aggregation): each "
-                       "client clips its change and adds its share of the noise.",
-                       false, [](auto& c) -> auto& { return c.server.engine.privacy.mode; },
-                       {"off", "central", "distributed"}),
-      tk::FloatKey<C>(
-          "privacy", "noise_multiplier", "z: the noise's standard deviation over clip_norm.",
-          Range::kPositive,
-          [](auto& c) -> auto& { return c.server.engine.privacy.noise_multiplier; }),
-      tk::FloatKey<C>(
-          "privacy", "clip_norm",
-          "L2 norm each update's change from the global model is clipped to.", Range::kPositive,
-          [](auto& c) -> auto& { return c.server.engine.privacy.clip_norm; }),
-      tk::FloatKey<C>(
-          "privacy", "delta", "The delta of the (epsilon, delta) reported, in (0, 1).",
-          Range::kFraction, [](auto& c) -> auto& { return c.server.engine.privacy.delta; }),
-      tk::FloatKey<C>(
-          "privacy", "epsilon_budget",
-          "The run finishes before a round that would spend more epsilon; 0: no budget.",
-          Range::kNonNegative,
-          [](auto& c) -> auto& { return c.server.engine.privacy.epsilon_budget; }),
-
-      tk::BoolKey<C>(
-          "secure_aggregation", "enabled", "Run every round with secure aggregation.",
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.enabled; }),
-      tk::IntKey<C, int32_t>(
-          "secure_aggregation", "num_neighbors",
-          "k: each client shares its secrets with k neighbours; 0: n - 1 up to 16 clients, "
-          "about 3 log2(n) above.",
-          0, [](auto& c) -> auto& { return c.server.engine.secure_aggregation.num_neighbors; }),
-      tk::IntKey<C, int32_t>(
-          "secure_aggregation", "threshold",
-          "t: shares needed to recover a dropped client's masks, in (k/2, k]; 0: k/2 + 1.", 0,
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.threshold; }),
-      tk::FloatKey<C>(
-          "secure_aggregation", "clip_range",
-          "c: each coordinate of a client's change is clipped to [-c, c] before quantizing.",
-          Range::kPositive,
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.clip_range; }),
-      tk::IntKey<C, int32_t>(
-          "secure_aggregation", "quantization_bits",
-          "b: bits per quantized value; 0: the most that cannot wrap the modulus.", 0,
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.quantization_bits; },
-          62),
-      tk::IntKey<C, int32_t>(
-          "secure_aggregation", "modulus_bits", "Arithmetic modulo 2^32 or 2^64: 32 or 64.", 32,
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.modulus_bits; }, 64),
-      tk::IntKey<C, uint32_t>(
-          "secure_aggregation", "max_weight",
-          "Largest weight of one client's update (its examples over example_unit, capped).", 1,
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.max_weight; }),
-      tk::IntKey<C, int64_t>(
-          "secure_aggregation", "example_unit",
-          "A client's weight is ceil(examples / example_unit), in [1, max_weight].", 1,
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.example_unit; }),
-      tk::SecondsKey<C>(
-          "secure_aggregation", "stage_timeout_s",
-          "Deadline of the key, sharing and unmasking stages; clients silent by then drop out "
-          "(seconds).",
-          Range::kPositive,
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.stage_timeout; }),
-      tk::FloatKey<C>(
-          "secure_aggregation", "max_dropout",
-          "Distributed DP: the share of sampled clients that may drop out; the noise is planned "
-          "for the rest, and a round with fewer survivors fails.",
-          Range::kHalfOpenFraction,
-          [](auto& c) -> auto& { return c.server.engine.secure_aggregation.max_dropout; }),
-  };
+    };
+    auto append = [keys](std::vector<Key> more) {
+      keys->insert(keys->end(), more.begin(), more.end());
+    };
+    append(config_keys::FitKeys<C>([](auto& c) -> auto& { return c.server.engine.fit; }));
+    append(config_keys::StrategyKeys<C>([](auto& c) -> auto& { return c.server.strategy; }));
+    append(config_keys::PrivacyKeys<C>(
+        [](auto& c) -> auto& { return c.server.engine.privacy; },
+        [](auto& c) -> auto& { return c.server.engine.secure_aggregation; }));
+    return keys;
+  }();
   return *kKeys;
 }
 
@@ -388,7 +292,8 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
         "is evaluated by the sites (run.eval_every)",
         {{"model", "eval_images"}, {"model", "eval_labels"}, {"model", "initial"}}};
   }
-  if (m.initial.empty() && m.kind == "simple_cnn" && m.features != m.image_height * m.image_width * m.image_channels) {
+  if (m.initial.empty() && m.kind == "simple_cnn" &&
+      m.features != m.image_height * m.image_width * m.image_channels) {
     return CrossKeyProblem{
         absl::StrCat("key 'model.features' must be image_height * image_width * image_channels = ",
                      m.image_height * m.image_width * m.image_channels,

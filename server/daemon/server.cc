@@ -147,7 +147,8 @@ class ServerImpl final : public Server {
     metrics_ = std::make_unique<ServerMetrics>();
     hooks = WithMetrics(std::move(hooks));
     absl::StatusOr<std::unique_ptr<RoundEngine>> engine =
-        RoundEngine::Create(options_.engine, store_.get(), strategy_.get(), Clock::Real(),
+        RoundEngine::Create(options_.engine, store_.get(), strategy_.get(),
+                            options_.clock != nullptr ? options_.clock : Clock::Real(),
                             std::move(initial_model), std::move(hooks));
     if (!engine.ok()) return engine.status();
     engine_ = *std::move(engine);

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -155,10 +156,9 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
     t.round = eval_->round;
     auto task = eval_->task_of.find(client_id);
     if (task == eval_->task_of.end() || eval_->reports.count(client_id) != 0) {
-      t.message = eval_->statistics
-                      ? std::string("waiting for the federated feature statistics")
-                      : absl::StrCat("waiting for the federated evaluation of round ",
-                                     eval_->round);
+      t.message = eval_->statistics ? std::string("waiting for the federated feature statistics")
+                                    : absl::StrCat("waiting for the federated evaluation of round ",
+                                                   eval_->round);
       return t;
     }
     t.task_id = task->second;
@@ -278,6 +278,17 @@ void EngineImpl::ForgetClient(const std::string& client_id, const std::string& r
     BumpLocked();
   }
   FlushSummaries();
+}
+
+void EngineImpl::SortByNameLocked(std::vector<std::string>& ids) const {
+  auto name_of = [this](const std::string& id) -> const std::string& {
+    static const std::string kNone;
+    auto it = clients_.find(id);
+    return it == clients_.end() ? kNone : it->second.name;
+  };
+  std::sort(ids.begin(), ids.end(), [&](const std::string& a, const std::string& b) {
+    return std::tie(name_of(a), a) < std::tie(name_of(b), b);
+  });
 }
 
 }  // namespace fl::server::internal

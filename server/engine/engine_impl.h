@@ -220,6 +220,10 @@ class EngineImpl final : public RoundEngine {
     cv_.notify_all();
   }
 
+  // Orders client ids by the clients' names, then ids: the order random draws start from, so that
+  // a federation of the same names samples the same sites whatever their ids (a simulation's
+  // sites over gRPC, a certificate's fingerprint each, and in process, a hash of the name).
+  void SortByNameLocked(std::vector<std::string>& ids) const;
   ParticipationRecord ParticipationFor(const RoundState& round, const UploadState& up) const;
   absl::Status CheckTaskLocked(const std::string& client_id, int64_t run_id, int32_t round,
                                const std::string& task_id) const;

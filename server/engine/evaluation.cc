@@ -31,6 +31,7 @@ void EngineImpl::StartEvaluationLocked(absl::Time now) {
   auto eval = std::make_unique<EvalState>();
   eval->round = committed_round_;
   eval->deadline = now + options_.eval_timeout;
+  SortByNameLocked(online);
   std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(eval->round) * 7919u +
                       0x65766131u);
   Shuffle(online, rng);
@@ -182,8 +183,8 @@ absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
     } else if (eval_->statistics && report.error.empty()) {
       refusal = CheckFeatureSumsLocked(report);
     } else if (!eval_->statistics && !report.feature_sums.sum.empty()) {
-      refusal = absl::InvalidArgumentError(
-          "feature sums answer a statistics task, not an evaluation");
+      refusal =
+          absl::InvalidArgumentError("feature sums answer a statistics task, not an evaluation");
     } else if (report.error.empty() &&
                (report.num_examples <= 0 || report.num_examples > kMaxExamples)) {
       refusal = absl::InvalidArgumentError(absl::StrCat("evaluation claims ", report.num_examples,

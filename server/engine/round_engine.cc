@@ -250,7 +250,7 @@ void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
   round->attempt = next_attempt_;
   round->started = clock_->Now();
   round->deadline = round->started + options_.round_timeout;
-  std::sort(online.begin(), online.end());
+  SortByNameLocked(online);
   std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(round->round) * 7919u +
                       static_cast<uint64_t>(round->attempt));
   Shuffle(online, rng);
@@ -507,10 +507,11 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
       // The server holds this attempt's sum. Another attempt from the same global model over a
       // different set of sites would let the difference of the two sums reveal one site's
       // update (and, with DP, release more than the accountant counted): stop instead.
-      FailRunLocked(absl::StrCat(
-          "round ", round->round, ": the secure sum was unmasked but could not be committed (",
-          failure, "); the run stops rather than run the round again from the same model, "
-          "where two sums over different sites could reveal one site's update"));
+      FailRunLocked(
+          absl::StrCat("round ", round->round,
+                       ": the secure sum was unmasked but could not be committed (", failure,
+                       "); the run stops rather than run the round again from the same model, "
+                       "where two sums over different sites could reveal one site's update"));
     } else if (failed_attempts_ > options_.max_round_retries) {
       FailRunLocked(absl::StrCat("round ", round->round, " failed ", failed_attempts_,
                                  " times; last reason: ", failure));

@@ -1,6 +1,6 @@
 // What both of RunSimulation's transports share (simulation.cc): the data and its partition, the
 // engine's options, the sites' trainer options, the record of rounds and the result read back
-// from the store; and the in-process run (inproc_simulation.cc).
+// from the store; and the runs over each transport (federation_runs.cc).
 #ifndef FL_SIMULATION_INTERNAL_SIM_SETUP_H_
 #define FL_SIMULATION_INTERNAL_SIM_SETUP_H_
 
@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,13 +24,24 @@ namespace fl::simulation::internal {
 struct SimulationData {
   std::shared_ptr<const client::Dataset> train;
   std::shared_ptr<const client::Dataset> test;
-  std::vector<std::vector<int64_t>> parts;  // row indices of train, by site
+  std::string description;            // what the data is, for the setup messages and the report
+  std::optional<Partition> natural;   // the data's own split of train's rows, if it has one
+  std::string partition_name;         // the partitioner used ("natural", "iid", ...)
+  Partition parts;                    // row indices of train, by site
+  PartitionSummary summary;           // of parts
   client::ModelArchitecture arch;
 };
 
-// Validates the options, loads the data and partitions it. INVALID_ARGUMENT naming a bad option;
-// the loader's error for data that cannot be read.
-absl::StatusOr<SimulationData> PrepareSimulation(const SimulationOptions& options);
+// Validates the options, loads the data and partitions it, telling `on_setup` (may be empty)
+// each step. INVALID_ARGUMENT naming a bad option; the loader's error for data that cannot be
+// read.
+absl::StatusOr<SimulationData> PrepareSimulation(
+    const SimulationOptions& options,
+    const std::function<void(const std::string&)>& on_setup = {});
+// The steps of PrepareSimulation (sim_data.cc): the data and the server's test set by
+// options.data, then the training rows' split by options.partition.
+absl::Status LoadSimulationData(const SimulationOptions& options, SimulationData& data);
+absl::Status PartitionSimulationData(const SimulationOptions& options, SimulationData& data);
 // The run's engine options (every site must be online; a round needs sample_fraction of them).
 server::EngineOptions EngineOptionsFor(const SimulationOptions& options,
                                        const client::ModelArchitecture& arch);
@@ -37,7 +49,8 @@ server::EngineOptions EngineOptionsFor(const SimulationOptions& options,
 client::BuiltinTrainerOptions TrainerOptionsFor(const SimulationOptions& options, int32_t site,
                                                 int cpu_threads);
 // Sets hooks.on_round_end to append each round to `result` (under `result_mu`, with the epsilon
-// read from `store` once set) and to call `on_round`.
+// read from `store` once set) and to call `on_round`; wraps hooks.evaluate (set it first) to time
+// the evaluation of each round.
 void MakeRoundRecorder(const SimulationOptions& options, SimulationResult& result,
                        std::mutex& result_mu, std::atomic<server::Store*>& store,
                        std::function<void(const SimulationRound&)> on_round,
@@ -47,10 +60,14 @@ void MakeRoundRecorder(const SimulationOptions& options, SimulationResult& resul
 absl::Status FinishResult(server::Store& store, SimulationResult& result,
                           const std::vector<std::string>& site_errors);
 
-// The federation with the in-process transport (see simulation.h).
-absl::StatusOr<SimulationResult> RunInprocSimulation(
-    const SimulationOptions& options, const SimulationData& data,
-    std::function<void(const SimulationRound&)> on_round);
+// The federation with each transport (see simulation.h; federation_runs.cc), on prepared data;
+// options.num_clients is the number of sites the partition gave.
+absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& options,
+                                                     const SimulationData& data,
+                                                     const SimulationCallbacks& callbacks);
+absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& options,
+                                                   const SimulationData& data,
+                                                   const SimulationCallbacks& callbacks);
 
 }  // namespace fl::simulation::internal
 

@@ -1,6 +1,10 @@
 // Virtual sites: a whole federation's sites as state, not threads, driven against the real round
 // engine on a simulated clock.
 //
+// The driver stands in for the sites' long polls: it asks the engine which sites it waits on and
+// hands them their tasks; everything a site sends or fetches (join, download, update,
+// secure-aggregation messages, evaluation) goes through its transport, in process or over gRPC.
+//
 // A virtual site is its id and name while idle (the engine and the store know it as a joined
 // client); only when the engine has a task for it does it get a trainer (from the factory) and
 // an SDK client over the in-process transport, and run on a bounded pool of workers. The
@@ -29,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "client_sdk/internal/transport.h"
 #include "fl/client/trainer.h"
 #include "fl/server/engine.h"
 #include "fl/simulation/simulation.h"
@@ -64,6 +69,11 @@ struct VirtualFederationOptions {
   // The engine's client_timeout: idle sites are kept online well within it.
   absl::Duration client_timeout = absl::Seconds(90);
   std::string name_prefix = "site-";
+  // How site `index` (named name_prefix + index) reaches the engine while it joins and while it
+  // works, and the id the engine knows it by. Empty: the in-process transport, and
+  // VirtualSiteId(name). Called from worker threads: must be thread-safe.
+  std::function<absl::StatusOr<std::unique_ptr<client::Transport>>(int32_t index)> make_transport;
+  std::function<std::string(int32_t index)> site_id;
 };
 
 // Makes site `index`'s trainer (called on a worker thread; must be thread-safe).
@@ -71,9 +81,9 @@ using TrainerFactory =
     std::function<absl::StatusOr<std::unique_ptr<client::Trainer>>(int32_t index)>;
 
 struct VirtualFederationStats {
-  int64_t tasks = 0;        // tasks run by sites
-  int64_t dropouts = 0;     // site rounds lost to dropout_fraction
-  int64_t refused = 0;      // messages the engine refused (stale after a deadline, ...)
+  int64_t tasks = 0;         // tasks run by sites
+  int64_t dropouts = 0;      // site rounds lost to dropout_fraction
+  int64_t refused = 0;       // messages the engine refused (stale after a deadline, ...)
   absl::Duration join_time;  // joining every site
   absl::Duration simulated_time;
 };

@@ -22,7 +22,7 @@ constexpr int64_t kMinPartySize = 10;
 constexpr int kMaxDirichletAttempts = 1000;
 // MakePartition's names.
 constexpr const char* kPartitionerNames[] = {"iid",    "dirichlet",     "label_k", "pathological",
-                                             "shards", "quantity_skew", "column"};
+                                             "shards", "quantity_skew", "sampled", "column"};
 
 // p ~ Dir(beta, ..., beta) over `n` parties, from normalised Gamma(beta, 1) draws. Redraws in the
 // (for tiny beta possible) case that every draw underflows to zero.
@@ -300,6 +300,30 @@ absl::StatusOr<Partition> PartitionByColumn(const std::vector<std::string>& keys
   return parts;
 }
 
+absl::StatusOr<Partition> PartitionSampled(int64_t num_examples, int32_t num_clients,
+                                           int64_t examples_per_party, uint64_t seed) {
+  if (absl::Status s = CheckNumClients(num_clients); !s.ok()) return s;
+  if (examples_per_party < 1 || examples_per_party > num_examples) {
+    return absl::InvalidArgumentError(absl::StrCat("examples_per_party ", examples_per_party,
+                                                   " is not in [1, ", num_examples, "]"));
+  }
+  std::mt19937_64 rng(seed);
+  Partition parts(static_cast<size_t>(num_clients));
+  std::vector<int64_t> chosen;
+  for (std::vector<int64_t>& part : parts) {
+    // Floyd's algorithm: examples_per_party distinct indices in O(examples_per_party) draws.
+    chosen.clear();
+    for (int64_t j = num_examples - examples_per_party; j < num_examples; ++j) {
+      const int64_t t = std::uniform_int_distribution<int64_t>(0, j)(rng);
+      const bool seen = std::find(chosen.begin(), chosen.end(), t) != chosen.end();
+      chosen.push_back(seen ? j : t);
+    }
+    std::sort(chosen.begin(), chosen.end());
+    part = chosen;
+  }
+  return parts;
+}
+
 absl::StatusOr<Partition> MakePartition(const PartitionSpec& spec,
                                         const std::vector<int32_t>& labels, int32_t num_classes,
                                         int32_t num_clients,
@@ -317,6 +341,9 @@ absl::StatusOr<Partition> MakePartition(const PartitionSpec& spec,
     return PartitionShards(labels, num_clients, spec.shards_per_client, spec.seed);
   }
   if (name == "quantity_skew") return PartitionQuantitySkew(n, num_clients, spec.beta, spec.seed);
+  if (name == "sampled") {
+    return PartitionSampled(n, num_clients, spec.examples_per_party, spec.seed);
+  }
   if (name == "column") {
     if (static_cast<int64_t>(column.size()) != n) {
       return absl::InvalidArgumentError(

@@ -33,18 +33,18 @@ double UnitHash(uint64_t seed, const std::string& what) {
 // sends is recorded, to be delivered by the driver at the site's simulated finish time.
 class RecordingTransport final : public client::Transport {
  public:
-  RecordingTransport(server::RoundEngine* engine, std::string id)
-      : inner_(engine, std::move(id)) {}
+  explicit RecordingTransport(std::unique_ptr<client::Transport> inner)
+      : inner_(std::move(inner)) {}
 
   absl::StatusOr<client::JoinAnswer> Join(const client::JoinRequestInfo& r) override {
-    return inner_.Join(r);
+    return inner_->Join(r);
   }
   absl::StatusOr<client::ClientTask> Poll(int64_t run_id, absl::Duration wait) override {
-    return inner_.Poll(run_id, wait);
+    return inner_->Poll(run_id, wait);
   }
   absl::StatusOr<std::shared_ptr<const Model>> Download(const client::ClientTask& task,
                                                         const ModelSpec& spec) override {
-    return inner_.Download(task, spec);
+    return inner_->Download(task, spec);
   }
   absl::Status SubmitUpdate(const client::UpdateHeader& header,
                             const client::ChunkSource& next_chunk) override {
@@ -57,7 +57,7 @@ class RecordingTransport final : public client::Transport {
     }
     bytes_up_ += header.payload_bytes;
     recorded_.push_back([this, header, payload] {
-      return inner_.SubmitUpdate(header, [&](int64_t offset) {
+      return inner_->SubmitUpdate(header, [&](int64_t offset) {
         const int64_t n = std::min<int64_t>(kMaxChunkBytes, header.payload_bytes - offset);
         return std::span<const std::byte>(payload->data() + offset, static_cast<size_t>(n));
       });
@@ -65,23 +65,23 @@ class RecordingTransport final : public client::Transport {
     return absl::OkStatus();
   }
   absl::Status Decline(const client::ClientTask& task, const std::string& reason) override {
-    recorded_.push_back([this, task, reason] { return inner_.Decline(task, reason); });
+    recorded_.push_back([this, task, reason] { return inner_->Decline(task, reason); });
     return absl::OkStatus();
   }
   absl::Status SubmitEvaluation(const client::EvaluationReply& reply) override {
-    recorded_.push_back([this, reply] { return inner_.SubmitEvaluation(reply); });
+    recorded_.push_back([this, reply] { return inner_->SubmitEvaluation(reply); });
     return absl::OkStatus();
   }
   absl::Status SubmitSecAgg(const client::SecAggReply& reply) override {
-    recorded_.push_back([this, reply] { return inner_.SubmitSecAgg(reply); });
+    recorded_.push_back([this, reply] { return inner_->SubmitSecAgg(reply); });
     return absl::OkStatus();
   }
   absl::StatusOr<bool> Heartbeat(const client::ClientTask& task, std::string* message) override {
-    return inner_.Heartbeat(task, message);
+    return inner_->Heartbeat(task, message);
   }
   bool wants_heartbeats() const override { return false; }
-  bool WaitForServer(absl::Duration d) override { return inner_.WaitForServer(d); }
-  void Cancel() override { inner_.Cancel(); }
+  bool WaitForServer(absl::Duration d) override { return inner_->WaitForServer(d); }
+  void Cancel() override { inner_->Cancel(); }
 
   // Delivers what was recorded, in order; the engine's refusals are counted, not fatal (a late
   // update after a deadline is refused as it would be in production).
@@ -102,7 +102,7 @@ class RecordingTransport final : public client::Transport {
   int64_t TakeBytesUp() { return std::exchange(bytes_up_, 0); }
 
  private:
-  InprocTransport inner_;
+  std::unique_ptr<client::Transport> inner_;
   std::vector<std::function<absl::Status()>> recorded_;
   int64_t bytes_up_ = 0;
 };
@@ -135,12 +135,12 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
         absl::StrCat("a virtual federation needs at least one site, got ", options.num_sites));
   }
   const Heterogeneity& het = options.heterogeneity;
-  if (het.slow_factor < 1 || het.link_mbps <= 0 || het.slow_fraction < 0 ||
-      het.slow_fraction > 1 || het.dropout_fraction < 0 || het.dropout_fraction >= 1) {
+  if (het.slow_factor < 1 || het.link_mbps <= 0 || het.slow_fraction < 0 || het.slow_fraction > 1 ||
+      het.dropout_fraction < 0 || het.dropout_fraction >= 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "heterogeneity: slow_factor must be >= 1 (got ", het.slow_factor,
-        "), link_mbps > 0 (got ", het.link_mbps, "), slow_fraction in [0, 1] (got ",
-        het.slow_fraction, "), dropout_fraction in [0, 1) (got ", het.dropout_fraction, ")"));
+        "heterogeneity: slow_factor must be >= 1 (got ", het.slow_factor, "), link_mbps > 0 (got ",
+        het.link_mbps, "), slow_fraction in [0, 1] (got ", het.slow_fraction,
+        "), dropout_fraction in [0, 1) (got ", het.dropout_fraction, ")"));
   }
   const int32_t n = options.num_sites;
   const int workers = options.workers > 0
@@ -152,30 +152,58 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
   // Idle state: a name and an id per site, and the ids sorted for lookups.
   std::vector<std::string> ids(static_cast<size_t>(n));
   std::vector<int32_t> by_id(static_cast<size_t>(n));
+  for (int32_t i = 0; i < n; ++i) {
+    ids[static_cast<size_t>(i)] =
+        options.site_id ? options.site_id(i) : VirtualSiteId(absl::StrCat(options.name_prefix, i));
+    by_id[static_cast<size_t>(i)] = i;
+  }
+  auto make_transport = [&](int32_t site) -> absl::StatusOr<std::unique_ptr<client::Transport>> {
+    if (options.make_transport) return options.make_transport(site);
+    return std::make_unique<InprocTransport>(&engine, ids[static_cast<size_t>(site)]);
+  };
   const absl::Time join_start = absl::Now();
   {
+    // Joins run on the pool (a handshake each over gRPC); the engine admits them in any order.
     client::JoinRequestInfo join;
     join.capabilities = {"cpu", "fp32", "fp16", "int8"};
     join.model_spec = spec;
-    for (int32_t i = 0; i < n; ++i) {
-      join.client_name = absl::StrCat(options.name_prefix, i);
-      ids[static_cast<size_t>(i)] = VirtualSiteId(join.client_name);
-      by_id[static_cast<size_t>(i)] = i;
-      InprocTransport transport(&engine, ids[static_cast<size_t>(i)]);
-      absl::StatusOr<client::JoinAnswer> joined = transport.Join(join);
-      if (!joined.ok()) return joined.status();
-      if (on_joined && ((i + 1) % 10000 == 0 || i + 1 == n)) on_joined(i + 1);
-    }
+    std::atomic<int32_t> next{0};
+    std::atomic<int32_t> joined{0};
+    std::mutex error_mu;
+    absl::Status error;
+    auto join_some = [&] {
+      client::JoinRequestInfo mine = join;
+      for (int32_t i = next++; i < n; i = next++) {
+        mine.client_name = absl::StrCat(options.name_prefix, i);
+        absl::StatusOr<std::unique_ptr<client::Transport>> transport = make_transport(i);
+        absl::Status s = transport.ok() ? (*transport)->Join(mine).status() : transport.status();
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (error.ok()) error = s;
+          next = n;
+          return;
+        }
+        const int32_t done = ++joined;
+        if (on_joined && (done % 10000 == 0 || done == n)) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          on_joined(done);
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < std::min(workers, n); ++t) pool.emplace_back(join_some);
+    join_some();
+    for (std::thread& t : pool) t.join();
+    if (!error.ok()) return error;
   }
   stats.join_time = absl::Now() - join_start;
   std::sort(by_id.begin(), by_id.end(), [&](int32_t a, int32_t b) {
     return ids[static_cast<size_t>(a)] < ids[static_cast<size_t>(b)];
   });
   auto lookup = [&](const std::string& id) -> int32_t {
-    auto it = std::lower_bound(by_id.begin(), by_id.end(), id,
-                               [&](int32_t a, const std::string& v) {
-                                 return ids[static_cast<size_t>(a)] < v;
-                               });
+    auto it = std::lower_bound(
+        by_id.begin(), by_id.end(), id,
+        [&](int32_t a, const std::string& v) { return ids[static_cast<size_t>(a)] < v; });
     return it != by_id.end() && ids[static_cast<size_t>(*it)] == id ? *it : -1;
   };
   auto slow = [&](int32_t site) {
@@ -206,8 +234,12 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
           a.trainer = *std::move(trainer);
         }
         if (a.client == nullptr) {
-          auto transport =
-              std::make_unique<RecordingTransport>(&engine, ids[static_cast<size_t>(w.site)]);
+          absl::StatusOr<std::unique_ptr<client::Transport>> inner = make_transport(w.site);
+          if (!inner.ok()) {
+            w.error = inner.status();
+            continue;
+          }
+          auto transport = std::make_unique<RecordingTransport>(*std::move(inner));
           a.transport = transport.get();
           client::ClientOptions client_options;
           client_options.name = absl::StrCat(options.name_prefix, w.site);
@@ -244,11 +276,10 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
         d += absl::Seconds(static_cast<double>(bytes) * 8 / (het.link_mbps * 1e6));
       }
       w.finish = now + d * factor;
-      w.dropout = (w.task.kind == client::ClientTask::Kind::kFit ||
-                   client::IsSecAgg(w.task.kind)) &&
-                  het.dropout_fraction > 0 &&
-                  UnitHash(options.seed, absl::StrCat("drop/", w.task.task_id)) <
-                      het.dropout_fraction;
+      w.dropout =
+          (w.task.kind == client::ClientTask::Kind::kFit || client::IsSecAgg(w.task.kind)) &&
+          het.dropout_fraction > 0 &&
+          UnitHash(options.seed, absl::StrCat("drop/", w.task.task_id)) < het.dropout_fraction;
     }
   };
 

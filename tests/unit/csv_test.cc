@@ -95,6 +95,40 @@ TEST(CsvTest, FeatureColumnsChooseAndOrderTheFeatures) {
   EXPECT_THAT(d->labels, ElementsAre(1, 0));
 }
 
+TEST(CsvTest, AKeyColumnIsKeptAsTextPerRowAndIsNeverAFeature) {
+  CsvOptions o;
+  o.key_column = "hospital";
+  absl::StatusOr<Dataset> d =
+      LoadCsv(WriteCsv("hospital,age,label\n\"St. Mary's, North\",51,1\nH2,60,0\nH2,70,1\n"), o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(d->feature_names, ElementsAre("age"));
+  EXPECT_THAT(d->keys, ElementsAre("St. Mary's, North", "H2", "H2"));
+  // A subset keeps each row's key with it.
+  EXPECT_THAT(d->Subset({2, 0}).keys, ElementsAre("H2", "St. Mary's, North"));
+}
+
+TEST(CsvTest, AKeyColumnMustExistAndEveryRowNeedsAKey) {
+  CsvOptions o;
+  o.key_column = "site";
+  EXPECT_THAT(Refusal("age,label\n51,1\n", o), HasSubstr("no key column named 'site'"));
+  EXPECT_THAT(Refusal("site,age,label\nA,51,1\n,60,0\n", o),
+              HasSubstr("row 3, column 'site': the key is missing"));
+  // Dropping rows with a missing value drops a row without a key too.
+  o.missing_values = MissingValues::kDropRow;
+  absl::StatusOr<Dataset> d = LoadCsv(WriteCsv("site,age,label\nA,51,1\nNA,60,0\n"), o);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_THAT(d->keys, ElementsAre("A"));
+  EXPECT_EQ(d->dropped_rows, 1);
+  // The key can be neither the label nor a chosen feature.
+  CsvOptions label_key;
+  label_key.key_column = "label";
+  EXPECT_THAT(Refusal("age,label\n51,1\n", label_key), HasSubstr("is also the label column"));
+  CsvOptions feature_key;
+  feature_key.key_column = "age";
+  feature_key.feature_columns = {"age"};
+  EXPECT_THAT(Refusal("age,label\n51,1\n", feature_key), HasSubstr("is also a feature column"));
+}
+
 TEST(CsvTest, ColumnsNotInTheHeaderAreRefusedByName) {
   CsvOptions o;
   o.drop_columns = {"patient_idx"};

@@ -340,6 +340,45 @@ TEST(PartitionByColumnTest, RefusesNoRows) {
   ExpectInvalid(PartitionByColumn({}).status(), "keys must not be empty");
 }
 
+TEST(PartitionSampledTest, EachPartyDrawsDistinctIndicesAndPartiesMayShare) {
+  // More parties than examples: what "sampled" is for.
+  const Parts parts = *PartitionSampled(50, 200, 20, 7);
+  ASSERT_EQ(parts.size(), 200u);
+  int64_t total = 0;
+  for (const std::vector<int64_t>& part : parts) {
+    ASSERT_EQ(part.size(), 20u);
+    EXPECT_TRUE(std::is_sorted(part.begin(), part.end()));
+    EXPECT_EQ(std::adjacent_find(part.begin(), part.end()), part.end()) << "an index twice";
+    EXPECT_GE(part.front(), 0);
+    EXPECT_LT(part.back(), 50);
+    total += static_cast<int64_t>(part.size());
+  }
+  EXPECT_EQ(total, 4000);
+  // Uniform: every index is drawn, about 4000 / 50 = 80 times.
+  std::vector<int> draws(50);
+  for (const std::vector<int64_t>& part : parts) {
+    for (int64_t i : part) ++draws[static_cast<size_t>(i)];
+  }
+  EXPECT_GT(*std::min_element(draws.begin(), draws.end()), 40);
+  EXPECT_LT(*std::max_element(draws.begin(), draws.end()), 120);
+  // The summary counts the shared draws as duplicated.
+  const std::vector<int32_t> labels(50, 0);
+  EXPECT_EQ(SummarizePartition(parts, labels, 1)->num_duplicated, 4000 - 50);
+}
+
+TEST(PartitionSampledTest, SeedDecidesThePartitionAndBadArgumentsAreRefused) {
+  EXPECT_EQ(*PartitionSampled(1000, 30, 10, 1), *PartitionSampled(1000, 30, 10, 1));
+  EXPECT_NE(*PartitionSampled(1000, 30, 10, 1), *PartitionSampled(1000, 30, 10, 2));
+  ExpectInvalid(PartitionSampled(10, 3, 11, 0).status(), "examples_per_party 11 is not in [1, 10]");
+  ExpectInvalid(PartitionSampled(10, 3, 0, 0).status(), "examples_per_party 0 is not in [1, 10]");
+  ExpectInvalid(PartitionSampled(10, 0, 1, 0).status(), "num_clients must be >= 1");
+  PartitionSpec spec;
+  spec.name = "sampled";
+  spec.examples_per_party = 5;
+  spec.seed = 3;
+  EXPECT_EQ(*MakePartition(spec, BalancedLabels(2, 10), 2, 4), *PartitionSampled(20, 4, 5, 3));
+}
+
 TEST(PartitionSummaryTest, CountsExamplesAndClassesPerParty) {
   const std::vector<int32_t> labels = {0, 1, 2, 0, 1, 2, 0};
   absl::StatusOr<PartitionSummary> summary =
@@ -455,7 +494,7 @@ TEST(MakePartitionTest, RefusesAnUnknownNameListingTheValidOnes) {
   spec.name = "dirichlet_label";
   ExpectInvalid(MakePartition(spec, BalancedLabels(2, 50), 2, 2).status(),
                 "unknown partitioner name \"dirichlet_label\"; valid names: iid, dirichlet, "
-                "label_k, pathological, shards, quantity_skew, column");
+                "label_k, pathological, shards, quantity_skew, sampled, column");
 }
 
 TEST(MakePartitionTest, PassesOnTheRefusalOfThePartitioner) {

@@ -47,17 +47,31 @@ class VirtualFederationTest : public ::testing::Test {
 };
 
 TEST_F(VirtualFederationTest, InprocGivesTheModelOfTheGrpcPath) {
+  // Sampling a quarter of the sites: the same sites are drawn although the server knows them by
+  // certificate fingerprints over gRPC and by name hashes in process.
   SimulationOptions inproc = Options("inproc");
-  SimulationOptions grpc = Options("grpc");
-  grpc.transport = "grpc";  // real server, real SDK clients, mutual TLS on loopback
+  inproc.num_clients = 16;
+  inproc.sample_fraction = 0.25;
+  inproc.num_rounds = 3;
+  SimulationOptions grpc = inproc;
+  grpc.work_dir = Options("grpc").work_dir;
+  grpc.transport = "grpc";  // the real server, the SDK's gRPC transport, mutual TLS on loopback
+  SimulationOptions plaintext = inproc;
+  plaintext.work_dir = Options("plaintext").work_dir;
+  plaintext.transport = "grpc";
+  plaintext.tls = false;
   absl::StatusOr<SimulationResult> a = RunSimulation(inproc);
   absl::StatusOr<SimulationResult> b = RunSimulation(grpc);
+  absl::StatusOr<SimulationResult> c = RunSimulation(plaintext);
   ASSERT_TRUE(a.ok()) << a.status();
   ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_TRUE(c.ok()) << c.status();
   const std::vector<std::string> ca = CommittedCheckpoints(*a);
-  ASSERT_EQ(ca.size(), 2u);
+  ASSERT_EQ(ca.size(), 3u);
   EXPECT_EQ(ca, CommittedCheckpoints(*b));
+  EXPECT_EQ(ca, CommittedCheckpoints(*c));
   EXPECT_EQ(a->final_test_accuracy, b->final_test_accuracy);
+  EXPECT_EQ(b->rounds.front().summary.num_sampled, 4);
 }
 
 TEST_F(VirtualFederationTest, WorkerCountDoesNotChangeTheModel) {

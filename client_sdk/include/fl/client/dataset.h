@@ -31,11 +31,14 @@ struct Dataset {
   // describe the file loaded: 0 for IDX data and for a Subset.
   int64_t dropped_rows = 0;
   int64_t imputed_values = 0;
+  // With CsvOptions::key_column: that column's text for each row (e.g. a hospital id), which a
+  // simulation splits the rows by; empty otherwise.
+  std::vector<std::string> keys;
 
   int64_t num_examples() const { return static_cast<int64_t>(labels.size()); }
   const float* row(int64_t i) const { return features.data() + i * num_features; }
   // The rows at `indices`, in that order (indices must be in range), with the same feature
-  // names and classes.
+  // names and classes (and their keys, when there are keys).
   Dataset Subset(const std::vector<int64_t>& indices) const;
 };
 
@@ -71,6 +74,9 @@ struct CsvOptions {
   // but the label is ignored (not read). When empty: every column but the label and
   // drop_columns is a feature, in file order.
   std::vector<std::string> feature_columns;
+  // When not empty: a column read as text into Dataset::keys, one per row, never a feature (a
+  // natural split's key, e.g. a hospital id). A row without a key counts as a missing value.
+  std::string key_column;
   MissingValues missing_values = MissingValues::kRefuse;
   float impute_value = 0;  // kImpute only; must be finite
   // > 0: the dataset has this many classes and a label >= num_classes is refused. 0: 1 + the

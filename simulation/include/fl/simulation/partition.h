@@ -60,6 +60,14 @@ absl::StatusOr<Partition> PartitionLabelK(const std::vector<int32_t>& labels, in
 absl::StatusOr<Partition> PartitionQuantitySkew(int64_t num_examples, int32_t num_clients,
                                                 double beta, uint64_t seed);
 
+// Each party draws `examples_per_party` distinct indices uniformly from [0, num_examples),
+// independently of the others, so parties may share indices (SummarizePartition counts them as
+// duplicated): a federation of more parties than examples, for scale tests rather than accuracy
+// studies. Each party's indices ascending. INVALID_ARGUMENT when num_clients < 1 or
+// examples_per_party is outside [1, num_examples].
+absl::StatusOr<Partition> PartitionSampled(int64_t num_examples, int32_t num_clients,
+                                           int64_t examples_per_party, uint64_t seed);
+
 // A natural split by a column's value, e.g. a hospital id (Flower's NaturalIdPartitioner): one
 // party per distinct value of `keys`, parties ordered by value (byte-wise, as std::string's <),
 // each party's indices ascending. Deterministic; no seed. INVALID_ARGUMENT when `keys` is empty.
@@ -93,11 +101,13 @@ std::string FormatPartitionSummary(const PartitionSummary& summary);
 // Which partitioner MakePartition runs, and its parameters; each field is read only by the
 // partitioners named beside it.
 struct PartitionSpec {
-  // "iid", "dirichlet", "label_k" (alias "pathological"), "shards", "quantity_skew", "column".
+  // "iid", "dirichlet", "label_k" (alias "pathological"), "shards", "quantity_skew", "sampled",
+  // "column".
   std::string name = "iid";
   double beta = 0.5;              // dirichlet, quantity_skew
   int32_t k = 2;                  // label_k: classes per party
   int32_t shards_per_client = 2;  // shards
+  int64_t examples_per_party = 0;  // sampled
   uint64_t seed = 0;              // all but column
 };
 

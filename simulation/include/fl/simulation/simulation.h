@@ -1,14 +1,20 @@
 // Simulation: a whole federation on one machine, with the real parts.
 //
-// RunSimulation provisions a CA and certificates, starts the real aggregation server (SQLite and
-// all) on a free loopback port with mutual TLS, and runs N clients that use the real SDK over
-// loopback gRPC, each training a built-in model (softmax regression, an MLP or the simple CNN)
-// with the chosen strategy (FedAvg, FedProx, SCAFFOLD) on its own partition of Fashion-MNIST.
-// The server evaluates every new global model on the 10k test set. With `privacy` on, the server
-// clips, averages with equal weights and noises the updates (central DP), records the epsilon
-// spent with every committed round, and ends the run before a round that would exceed the budget.
-// With `secure_aggregation` on, every round runs SecAgg+ so that the server sees only the sum of
-// the clients' changes; privacy "distributed" then has each client add its share of the noise.
+// RunSimulation loads the data (Fashion-MNIST, a CSV file or FedProx's Synthetic), splits it among
+// the sites (IID, the non-IID partitioners of NIID-Bench, or the data's own split), and runs the
+// real round engine, store (SQLite) and strategy (FedAvg, FedProx, SCAFFOLD) with virtual sites:
+// each site is state while idle and runs the real SDK loop on a bounded pool of workers when the
+// engine has a task for it, training a built-in model (softmax regression, an MLP or the simple
+// CNN). The engine's clock is simulated, so deadlines, stragglers and dropouts act exactly and
+// without waiting, and the same seed gives a bit-identical model whatever the number of workers
+// and over either transport: "inproc" calls the engine in this process; "grpc" starts the real
+// server on a loopback port and the working sites connect with the SDK's gRPC transport (mutual
+// TLS, a certificate per site). The server evaluates every new global model on the test set.
+// With `privacy` on, the server clips, averages with equal weights and noises the updates
+// (central DP), records the epsilon spent with every committed round, and ends the run before a
+// round that would exceed the budget. With `secure_aggregation` on, every round runs SecAgg+ so
+// that the server sees only the sum of the sites' changes; privacy "distributed" then has each
+// site add its share of the noise.
 #ifndef FL_SIMULATION_SIMULATION_H_
 #define FL_SIMULATION_SIMULATION_H_
 
@@ -20,7 +26,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "fl/aggregation/strategies.h"
+#include "fl/client/dataset.h"
 #include "fl/server/engine.h"
+#include "fl/simulation/partition.h"
+#include "fl/simulation/synthetic.h"
 
 namespace fl::simulation {
 
@@ -36,8 +45,22 @@ struct Heterogeneity {
 
 struct SimulationOptions {
   std::string work_dir = "fl-sim";  // certificates and the server's data directory go here
+  // The data: "fashion-mnist" (the IDX files in dataset_dir; the server evaluates on its 10k test
+  // set), "csv" (csv_path, read as `csv` says: its label column, and its key column for a
+  // natural split; the server evaluates on test_csv_path, or else on a seeded test_fraction of
+  // the rows held out before partitioning) or "synthetic" (FedProx's Synthetic(alpha, beta) of
+  // `synthetic`, one device per site, test_fraction of each device's rows held out for the
+  // server).
+  std::string data = "fashion-mnist";
   std::string dataset_dir = "/usr/share/datasets/fashion-mnist";
-  int32_t num_clients = 10;
+  std::string csv_path;
+  std::string test_csv_path;
+  client::CsvOptions csv;
+  double test_fraction = 0.2;
+  SyntheticOptions synthetic;  // its num_devices and seed are num_clients and seed
+  // Sites; 0: one site per key (csv) or device (synthetic: 30, the paper's) with a natural
+  // split, 10 with any other.
+  int32_t num_clients = 0;
   // Each client keeps at most this many examples of its partition (0: all of them).
   int64_t max_examples_per_client = 0;
   int32_t num_rounds = 10;
@@ -45,8 +68,14 @@ struct SimulationOptions {
   // Accepted updates a round needs to commit; 0: every sampled site (a round with a straggler or
   // a dropout then fails and is retried).
   int32_t min_fit_clients = 0;
-  std::string partition = "iid";  // "iid" or "dirichlet"
-  double dirichlet_beta = 0.5;
+  // How the training rows are split among the sites (MakePartition's names, its seed is `seed`),
+  // or "natural": the data's own split (a CSV's key column, Synthetic's devices). An empty name:
+  // natural when the data has a split of its own, iid otherwise.
+  PartitionSpec partition = [] {
+    PartitionSpec p;
+    p.name = "";
+    return p;
+  }();
   uint64_t seed = 0;
   server::FitSettings fit = [] {
     server::FitSettings f;  // one epoch, batch 32
@@ -70,12 +99,11 @@ struct SimulationOptions {
   std::string update_encoding = "float32";
   std::string backend = "auto";  // the clients' and the server evaluation's: auto, cpu or cuda
   // How the virtual sites reach the server: "inproc" (the default: the real engine, store and
-  // strategies called in this process, sites as state run on a pool of `workers`, a simulated
-  // clock) or "grpc" (the production path: a real server on loopback, a real SDK client and a
-  // thread per site over mutual TLS).
+  // strategies called in this process) or "grpc" (the production path: the real server on a
+  // loopback port, each working site connecting with the SDK's gRPC transport).
   std::string transport = "inproc";
-  int32_t workers = 0;  // inproc: threads that run sites' tasks; 0: the machine's cores
-  Heterogeneity heterogeneity;  // inproc only
+  int32_t workers = 0;  // threads that run sites' tasks; 0: the machine's cores
+  Heterogeneity heterogeneity;
   bool tls = true;               // grpc: false for plaintext on loopback
   absl::Duration round_timeout = absl::Minutes(5);
 };
@@ -90,10 +118,13 @@ struct SimulationRound {
   // set up): training, aggregation, checkpoint and evaluation. summary.duration is the engine's
   // clock, which the in-process transport simulates.
   absl::Duration wall_time;
+  // The part of wall_time the server spent evaluating the new global model on the test set.
+  absl::Duration evaluate_time;
 };
 
 struct SimulationResult {
   int64_t run_id = 0;
+  PartitionSummary partition;  // examples and classes per site, as trained
   std::vector<SimulationRound> rounds;
   double final_test_accuracy = 0;
   // With differential privacy: the epsilon spent by the run (that of its last committed round,
@@ -106,9 +137,21 @@ struct SimulationResult {
   absl::Duration wall_time;
 };
 
-// Runs the federation to the end. `on_round` (may be empty) sees each round as it ends. Returns
-// INVALID_ARGUMENT for a bad option (naming it), ABORTED when the run failed (with its reason), or
-// the first error of a client or of the server.
+// What a caller hears while the simulation runs; each may be empty. Called from one thread at a
+// time, never concurrently.
+struct SimulationCallbacks {
+  // A step of the setup as it starts ("loading Fashion-MNIST", "joining 10000 sites: 2500").
+  std::function<void(const std::string& step)> on_setup;
+  // The partition, once made and before any training.
+  std::function<void(const PartitionSummary&)> on_partition;
+  std::function<void(const SimulationRound&)> on_round;  // each round attempt as it ends
+};
+
+// Runs the federation to the end. Returns INVALID_ARGUMENT for a bad option (naming it), ABORTED
+// when the run failed (with its reason), or the first error of a client or of the server.
+absl::StatusOr<SimulationResult> RunSimulation(const SimulationOptions& options,
+                                               const SimulationCallbacks& callbacks);
+// The same, hearing only the rounds.
 absl::StatusOr<SimulationResult> RunSimulation(
     const SimulationOptions& options, std::function<void(const SimulationRound&)> on_round = {});
 

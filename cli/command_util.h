@@ -1,0 +1,29 @@
+// What the `fl` commands share: the error line and exit code of a failed command, flags read
+// before parsing (a configuration file, a preset), and the [secure_aggregation] flags that
+// `fl server` and `fl sim` both take.
+#ifndef FL_CLI_COMMAND_UTIL_H_
+#define FL_CLI_COMMAND_UTIL_H_
+
+#include <string>
+#include <string_view>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "fl/server/engine.h"
+
+namespace fl::cli {
+
+// Prints "error: <status>" to stderr; returns 1, the exit code of a failed command.
+int Fail(const absl::Status& status);
+
+// The value of `--flag VALUE` or `--flag=VALUE` when argv is `fl <subcommand> ...` (before any
+// "--"), or "" when it is not given: for what must be applied before the other flags are parsed.
+std::string FlagValueBeforeParsing(int argc, char** argv, std::string_view subcommand,
+                                   std::string_view flag);
+
+// The [secure_aggregation] keys as flags; any value flag turns secure aggregation on.
+void AddSecAggFlags(CLI::App* cmd, server::SecureAggregationOptions& sa);
+
+}  // namespace fl::cli
+
+#endif  // FL_CLI_COMMAND_UTIL_H_

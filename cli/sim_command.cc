@@ -1,0 +1,352 @@
+#include "cli/sim_command.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "cli/command_util.h"
+#include "cli/sim_progress.h"
+#include "fl/client/builtin_models.h"
+#include "fl/common/logging.h"
+#include "fl/server/store.h"
+#include "fl/simulation/report.h"
+#include "fl/simulation/run_report.h"
+#include "server/admin/export.h"
+
+namespace fl::cli {
+namespace {
+
+// A flag of seconds that sets an absl::Duration (its default shown as seconds).
+void AddSecondsFlag(CLI::App* cmd, const std::string& name, absl::Duration& d,
+                    const std::string& doc) {
+  cmd->add_option_function<double>(
+         name, [&d](double s) { d = absl::Seconds(s); }, doc)
+      ->default_str(absl::StrCat(absl::ToDoubleSeconds(d)))
+      ->check(CLI::PositiveNumber);
+}
+
+void AddRunFlags(CLI::App* cmd, SimArgs& a) {
+  simulation::SimulationOptions& sim = a.config.sim;
+  cmd->add_option("--work-dir", sim.work_dir, "Each run is written to WORK_DIR/run-<time>")
+      ->capture_default_str();
+  cmd->add_option("--clients", sim.num_clients,
+                  "Virtual sites (0: one per key or device with a natural split, else 10)")
+      ->capture_default_str();
+  cmd->add_option("--rounds", sim.num_rounds)->capture_default_str();
+  cmd->add_option("--sample-fraction", sim.sample_fraction)->capture_default_str();
+  cmd->add_option("--min-fit-clients", sim.min_fit_clients,
+                  "Accepted updates a round needs (0: every sampled site)")
+      ->capture_default_str();
+  cmd->add_option("--seed", sim.seed)->capture_default_str();
+  AddSecondsFlag(cmd, "--round-timeout", sim.round_timeout, "Round deadline in seconds");
+  cmd->add_option("--export", a.config.export_path,
+                  "Write the final global model to this safetensors file");
+  cmd->add_flag("--no-report", a.no_report,
+                "Do not write report.html, .csv and .json next to the SQLite file");
+  cmd->add_flag(
+      "--no-progress", [&a](int64_t) { a.progress = false; },
+      "No progress bar, even on a terminal");
+}
+
+void AddDataFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
+  cmd->add_option("--data", sim.data, "fashion-mnist, csv or synthetic")
+      ->check(CLI::IsMember({"fashion-mnist", "csv", "synthetic"}))
+      ->capture_default_str();
+  cmd->add_option("--dataset-dir", sim.dataset_dir, "fashion-mnist: the IDX files")
+      ->capture_default_str();
+  cmd->add_option("--csv", sim.csv_path, "csv: the file (implies --data csv)")
+      ->each([&sim](const std::string&) { sim.data = "csv"; });
+  cmd->add_option("--test-csv", sim.test_csv_path,
+                  "csv: the server's test file (default: --test-fraction of the rows)");
+  cmd->add_option("--label-column", sim.csv.label_column, "csv: the label column")
+      ->capture_default_str();
+  cmd->add_option("--key-column", sim.csv.key_column,
+                  "csv: a column (e.g. hospital id) whose values are the natural split's sites");
+  cmd->add_option("--test-fraction", sim.test_fraction,
+                  "csv without --test-csv, synthetic: rows held out for the server's test set")
+      ->capture_default_str();
+  cmd->add_option("--synthetic-alpha", sim.synthetic.alpha,
+                  "synthetic: how much the devices' models differ")
+      ->capture_default_str();
+  cmd->add_option("--synthetic-beta", sim.synthetic.beta,
+                  "synthetic: how much the devices' features differ")
+      ->capture_default_str();
+  cmd->add_flag("--synthetic-iid", sim.synthetic.iid, "synthetic: the paper's Synthetic-IID");
+  cmd->add_option("--examples-per-client", sim.max_examples_per_client,
+                  "Each site keeps at most this many of its rows (0: all); for 'sampled', "
+                  "the rows each site draws")
+      ->capture_default_str();
+  cmd->add_option("--partition", sim.partition.name,
+                  "iid, dirichlet, label_k (#C=k), shards, quantity_skew, sampled, natural "
+                  "(default: natural when the data has a split of its own, else iid)")
+      ->check(CLI::IsMember({"", "iid", "dirichlet", "label_k", "pathological", "shards",
+                             "quantity_skew", "sampled", "natural", "column"}))
+      ->capture_default_str();
+  cmd->add_option("--beta", sim.partition.beta, "dirichlet, quantity_skew: concentration")
+      ->capture_default_str();
+  cmd->add_option("--classes-per-client", sim.partition.k, "label_k: k classes per site")
+      ->capture_default_str();
+  cmd->add_option("--shards-per-client", sim.partition.shards_per_client, "shards: per site")
+      ->capture_default_str();
+}
+
+void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
+  cmd->add_option("--local-epochs", sim.fit.local_epochs)->capture_default_str();
+  cmd->add_option("--batch-size", sim.fit.batch_size)->capture_default_str();
+  cmd->add_option("--lr", sim.fit.learning_rate)->capture_default_str();
+  cmd->add_option("--model", sim.model, "softmax, mlp or simple_cnn")->capture_default_str();
+  cmd->add_option("--hidden", sim.hidden, "mlp: hidden layer widths")->capture_default_str();
+  cmd->add_option("--strategy", sim.strategy.name, "fedavg, fedprox or scaffold")
+      ->capture_default_str();
+  cmd->add_option("--proximal-mu", sim.strategy.proximal_mu, "FedProx: mu (> 0)")
+      ->capture_default_str();
+  cmd->add_option("--momentum", sim.strategy.momentum, "Sites' SGD momentum")
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", sim.strategy.weight_decay, "Sites' weight decay")
+      ->capture_default_str();
+  cmd->add_option("--server-lr", sim.strategy.server_learning_rate,
+                  "SCAFFOLD: global step size eta_g")
+      ->capture_default_str();
+  cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--update-encoding", sim.update_encoding,
+                  "How sites encode updates: float32 (weights), float16 or int8 (changes)")
+      ->check(CLI::IsMember({"float32", "float16", "int8"}))
+      ->capture_default_str();
+}
+
+void AddSiteFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
+  cmd->add_option("--transport", sim.transport,
+                  "inproc: the engine in this process, no network; grpc: the real server on "
+                  "loopback, working sites connect over mutual TLS. Both: virtual sites on a "
+                  "worker pool, a simulated clock, the same model for the same seed")
+      ->check(CLI::IsMember({"inproc", "grpc"}))
+      ->capture_default_str();
+  cmd->add_option("--workers", sim.workers,
+                  "Threads that run the sampled sites' tasks (0: every core); the result "
+                  "does not depend on it")
+      ->capture_default_str();
+  cmd->add_option("--slow-fraction", sim.heterogeneity.slow_fraction,
+                  "Share of the sites that are slower (simulated time)")
+      ->capture_default_str();
+  cmd->add_option("--slow-factor", sim.heterogeneity.slow_factor,
+                  "How much slower those sites compute and send")
+      ->capture_default_str();
+  cmd->add_option("--dropout-fraction", sim.heterogeneity.dropout_fraction,
+                  "Chance that a sampled site drops out of a round")
+      ->capture_default_str();
+  cmd->add_option("--link-mbps", sim.heterogeneity.link_mbps,
+                  "Every site's simulated link speed, each direction")
+      ->capture_default_str();
+}
+
+// The server's differential-privacy flags; any numeric one turns DP on unless --dp-mode is given.
+void AddPrivacyFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
+  auto on = [&sim, cmd](const auto&) {
+    if (cmd->get_option("--dp-mode")->count() == 0 && sim.privacy.mode == "off") {
+      sim.privacy.mode = sim.secure_aggregation.enabled ? "distributed" : "central";
+    }
+  };
+  cmd->add_option("--dp-mode", sim.privacy.mode,
+                  "Differential privacy: off, central, or distributed (with --secagg)")
+      ->capture_default_str();
+  cmd->add_option("--dp-noise-multiplier", sim.privacy.noise_multiplier, "DP: z (> 0)")
+      ->capture_default_str()
+      ->each(on);
+  cmd->add_option("--dp-clip-norm", sim.privacy.clip_norm,
+                  "DP: L2 norm each update's change is clipped to")
+      ->capture_default_str()
+      ->each(on);
+  cmd->add_option("--dp-delta", sim.privacy.delta, "DP: delta, in (0, 1)")
+      ->capture_default_str()
+      ->each(on);
+  cmd->add_option("--dp-epsilon-budget", sim.privacy.epsilon_budget,
+                  "DP: the run stops before exceeding this epsilon (0: no budget)")
+      ->capture_default_str()
+      ->each(on);
+  AddSecAggFlags(cmd, sim.secure_aggregation);
+}
+
+std::string PresetHelp() {
+  std::string help = "Start from a preset (then --config, then flags):";
+  for (const std::string& name : SimPresetNames()) {
+    absl::StrAppend(&help, "\n  ", name, ": ", SimPresetDoc(name));
+  }
+  return help;
+}
+
+}  // namespace
+
+absl::Status AddSimCommand(CLI::App& app, int argc, char** argv, SimArgs& a) {
+  absl::Status early;
+  a.preset = FlagValueBeforeParsing(argc, argv, "sim", "--preset");
+  a.config_path = FlagValueBeforeParsing(argc, argv, "sim", "--config");
+  if (!a.preset.empty()) early = ApplySimPreset(a.preset, a.config);
+  if (early.ok() && !a.config_path.empty()) early = ApplySimConfig(a.config_path, a.config);
+
+  CLI::App* cmd = app.add_subcommand(
+      "sim",
+      "Simulate a federation on this machine: the real engine, store and strategies, with "
+      "virtual sites in process (default) or real clients over loopback mutual TLS");
+  a.command = cmd;
+  std::string ignored;  // --preset and --config were read before parsing
+  cmd->add_option("--preset", ignored, PresetHelp());
+  cmd->add_option("--config", ignored, "TOML configuration file; flags given override it");
+  cmd->add_flag("--print-config-reference", a.print_config_reference,
+                "Print every configuration key with its default and meaning, and exit");
+  cmd->add_flag("--print-effective-config", a.print_effective_config,
+                "Print the configuration from the preset, --config and the flags, and exit");
+  AddRunFlags(cmd, a);
+  AddDataFlags(cmd, a.config.sim);
+  AddTrainingFlags(cmd, a.config.sim);
+  AddSiteFlags(cmd, a.config.sim);
+  AddPrivacyFlags(cmd, a.config.sim);
+  cmd->add_flag("--insecure-plaintext", a.plaintext, "grpc: loopback plaintext instead of TLS");
+  cmd->add_flag("--verbose", a.verbose, "Log every server and client event to stderr");
+  return early;
+}
+
+namespace {
+
+std::string Describe(const simulation::SimulationOptions& o) {
+  const std::string data = o.data == "csv"         ? absl::StrCat("CSV ", o.csv_path)
+                           : o.data == "synthetic" ? absl::StrCat("Synthetic(", o.synthetic.alpha,
+                                                                  ", ", o.synthetic.beta, ")")
+                                                   : std::string("Fashion-MNIST");
+  const bool natural = o.data == "synthetic" || !o.csv.key_column.empty();
+  const std::string sites = o.num_clients > 0 ? absl::StrCat(o.num_clients, " sites")
+                            : natural         ? std::string("a site per key")
+                                              : std::string("10 sites");
+  const std::string split = !o.partition.name.empty() ? o.partition.name
+                            : natural                 ? "natural"
+                                                      : "iid";
+  return absl::StrCat("Simulated federation: ", sites, ", ", o.num_rounds, " rounds, ",
+                      o.strategy.name, ", ", o.model, " on ", data, " (", split, " split), ",
+                      o.transport == "inproc" ? "in process (virtual sites, simulated clock)"
+                      : o.tls ? "virtual sites over loopback gRPC with mutual TLS (simulated clock)"
+                              : "virtual sites over plaintext loopback gRPC (simulated clock)");
+}
+
+// The report of the run, from its store as `fl report` makes it, with what only the simulation
+// knows: the wall time of each round (with its evaluation) and the partition.
+absl::Status WriteSimReport(const SimConfig& config, const simulation::SimulationResult& result,
+                            const std::vector<double>& evaluate_seconds, std::string& prefix) {
+  const std::string data_dir = result.db_path.substr(0, result.db_path.rfind('/'));
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
+  if (!store.ok()) return store.status();
+  absl::StatusOr<simulation::RunReport> report =
+      simulation::ReportFromStore(**store, result.run_id);
+  if (!report.ok()) return report.status();
+  for (size_t i = 0; i < report->rounds.size() && i < result.rounds.size(); ++i) {
+    simulation::ReportRound& r = report->rounds[i];
+    const double wall = absl::ToDoubleSeconds(result.rounds[i].wall_time);
+    const double evaluate = i < evaluate_seconds.size() ? evaluate_seconds[i] : 0;
+    r.duration_s = wall;
+    r.phase_seconds = {{"train and aggregate", std::max(0.0, wall - evaluate)},
+                       {"evaluate", evaluate}};
+  }
+  for (const simulation::PartySummary& party : result.partition.parties) {
+    report->partition.push_back({party.num_examples, party.class_counts});
+  }
+  report->partition_summary_text = simulation::FormatPartitionSummary(result.partition);
+  report->configuration_json = SimConfigToToml(config);  // not JSON: the page shows it verbatim
+  report->wall_seconds = absl::ToDoubleSeconds(result.wall_time);
+  report->generated_by = "fl sim";
+  prefix = data_dir + "/report";
+  return simulation::WriteReportFiles(*report, prefix);
+}
+
+}  // namespace
+
+int RunSimCommand(SimArgs& a) {
+  SimConfig& config = a.config;
+  simulation::SimulationOptions& options = config.sim;
+  if (a.plaintext) options.tls = false;
+  if (a.no_report) config.report = false;
+  if (a.print_config_reference) {
+    std::fputs(SimConfigReference().c_str(), stdout);
+    return 0;
+  }
+  if (a.print_effective_config) {
+    std::fputs(SimConfigToToml(config).c_str(), stdout);
+    return 0;
+  }
+  if (!a.verbose && !std::getenv("FL_LOG_LEVEL")) SetLogLevel(LogLevel::kWarn);
+  // Refuse bad choices before printing the run's header.
+  if (absl::Status s = options.strategy.Validate(); !s.ok()) return Fail(s);
+  if (absl::Status s = client::ParseModelKind(options.model).status(); !s.ok()) return Fail(s);
+  if (absl::Status s = options.privacy.Validate(); !s.ok()) return Fail(s);
+  if (absl::Status s = options.secure_aggregation.Validate(); !s.ok()) return Fail(s);
+  const bool dp = options.privacy.accounted();
+  options.work_dir = absl::StrCat(options.work_dir, "/run-", absl::ToUnixMillis(absl::Now()));
+  std::printf("%s\n", Describe(options).c_str());
+  if (options.secure_aggregation.enabled) {
+    std::printf(
+        "Secure aggregation (SecAgg+): the server sees only the sum of the sites' changes\n");
+  }
+  if (dp) {
+    std::printf("%s differential privacy: noise multiplier %g, clip norm %g, delta %g, %s\n",
+                options.privacy.distributed() ? "Distributed" : "Central",
+                options.privacy.noise_multiplier, options.privacy.clip_norm, options.privacy.delta,
+                options.privacy.epsilon_budget > 0
+                    ? absl::StrCat("epsilon budget ", options.privacy.epsilon_budget).c_str()
+                    : "no epsilon budget");
+  }
+  std::fflush(stdout);
+  SimProgress progress(stdout, a.progress && isatty(fileno(stdout)) != 0, options.num_rounds, dp);
+  simulation::SimulationCallbacks callbacks;
+  callbacks.on_setup = [&progress](const std::string& step) { progress.Setup(step); };
+  callbacks.on_partition = [&progress](const simulation::PartitionSummary& summary) {
+    progress.Partition(summary);
+  };
+  callbacks.on_round = [&progress](const simulation::SimulationRound& round) {
+    progress.Round(round);
+  };
+  absl::StatusOr<simulation::SimulationResult> result =
+      simulation::RunSimulation(options, callbacks);
+  progress.Finish();
+  if (!result.ok()) return Fail(result.status());
+  int committed = 0;
+  for (const auto& r : result->rounds) committed += r.summary.committed ? 1 : 0;
+  if (!result->finish_reason.empty()) {
+    std::printf("\nRun stopped early: %s\n", result->finish_reason.c_str());
+  }
+  std::printf("\nRun %lld finished: %d rounds committed, final test accuracy %.2f %%, %.1f s",
+              static_cast<long long>(result->run_id), committed,
+              100.0 * result->final_test_accuracy, absl::ToDoubleSeconds(result->wall_time));
+  if (dp) {
+    std::printf(", epsilon spent %.4f (delta %g)", result->dp_epsilon, options.privacy.delta);
+  }
+  std::printf("\nSQLite file with the run: %s\n", result->db_path.c_str());
+  const std::string data_dir = result->db_path.substr(0, result->db_path.rfind('/'));
+  if (config.report) {
+    std::vector<double> evaluate_seconds;
+    for (const auto& r : result->rounds) {
+      evaluate_seconds.push_back(absl::ToDoubleSeconds(r.evaluate_time));
+    }
+    std::string prefix;
+    if (absl::Status s = WriteSimReport(config, *result, evaluate_seconds, prefix); !s.ok()) {
+      return Fail(s);
+    }
+    std::printf("Report: %s.html (and .csv, .json)\n", prefix.c_str());
+  }
+  if (!config.export_path.empty()) {
+    // The committed global model, read back from the run's own store as `fl admin export` does.
+    absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
+    if (!store.ok()) return Fail(store.status());
+    server::admin::ExportRequest request;
+    request.run_id = result->run_id;
+    absl::StatusOr<server::admin::ExportedModel> exported =
+        server::admin::ExportModel(**store, request, config.export_path);
+    if (!exported.ok()) return Fail(exported.status());
+    std::printf("Global model of round %d: %s\n", exported->round, config.export_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace fl::cli

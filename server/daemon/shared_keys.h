@@ -1,0 +1,140 @@
+// The configuration keys that `fl server`'s file and `fl sim`'s share: [fit], [strategy],
+// [privacy] and [secure_aggregation], declared once over accessors to the structs they set, so
+// that the two files name, document and check them alike.
+//
+// Header-only (templates over the Config type); internal: include it from the repository root
+// and link tomlplusplus::tomlplusplus.
+#ifndef FL_SERVER_DAEMON_SHARED_KEYS_H_
+#define FL_SERVER_DAEMON_SHARED_KEYS_H_
+
+#include <vector>
+
+#include "common/internal/toml_keys.h"
+#include "fl/aggregation/strategies.h"
+#include "fl/server/engine.h"
+
+namespace fl::server::config_keys {
+
+namespace tk = fl::toml_keys;
+using tk::Range;
+
+// [fit]: `get(config)` is the config's FitSettings.
+template <typename C, typename Get>
+std::vector<tk::KeySpec<C>> FitKeys(Get get) {
+  return {tk::IntKey<C, int32_t>(
+              "fit", "local_epochs", "Epochs each client trains per round.",
+              1, [get](auto& c) -> auto& { return get(c).local_epochs; }),
+          tk::IntKey<C, int32_t>(
+              "fit", "batch_size", "Mini-batch size of the clients' SGD.",
+              1, [get](auto& c) -> auto& { return get(c).batch_size; }),
+          tk::FloatKey<C>(
+              "fit", "learning_rate", "Learning rate of the clients' SGD.",
+              Range::kPositive, [get](auto& c) -> auto& { return get(c).learning_rate; })};
+}
+
+// [strategy]: `get(config)` is the config's aggregation::StrategyOptions.
+template <typename C, typename Get>
+std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
+  return {
+      tk::StringKey<C>("strategy", "name",
+                       "fedavg (weighted mean), fedprox (plus the clients' proximal term) or "
+                       "scaffold (control variates).",
+                       true, [get](auto& c) -> auto& { return get(c).name; },
+                       {"fedavg", "fedprox", "scaffold"}),
+      tk::FloatKey<C>(
+          "strategy", "proximal_mu",
+          "FedProx: the proximal coefficient mu sent to the clients (> 0; used only by fedprox).",
+          Range::kNonNegative, [get](auto& c) -> auto& { return get(c).proximal_mu; }),
+      tk::FloatKey<C>(
+          "strategy", "momentum", "The clients' SGD momentum, in [0, 1).",
+          Range::kHalfOpenFraction, [get](auto& c) -> auto& { return get(c).momentum; }),
+      tk::FloatKey<C>(
+          "strategy", "weight_decay", "The clients' L2 weight decay.",
+          Range::kNonNegative, [get](auto& c) -> auto& { return get(c).weight_decay; }),
+      tk::FloatKey<C>(
+          "strategy", "clip_norm",
+          "The clients clip each batch's gradient to this L2 norm; 0: no clipping.",
+          Range::kNonNegative, [get](auto& c) -> auto& { return get(c).clip_norm; }),
+      tk::FloatKey<C>(
+          "strategy", "server_learning_rate",
+          "SCAFFOLD: the global step size eta_g (1: the weighted mean of the clients' models).",
+          Range::kPositive, [get](auto& c) -> auto& { return get(c).server_learning_rate; }),
+      tk::IntKey<C, int64_t>(
+          "strategy", "num_parties",
+          "SCAFFOLD: the number of parties N in the control variate's update; 0: the enrolled "
+          "clients.",
+          0, [get](auto& c) -> auto& { return get(c).num_parties; })};
+}
+
+// [privacy] and [secure_aggregation]: `privacy(config)` is the config's PrivacyOptions,
+// `secagg(config)` its SecureAggregationOptions.
+template <typename C, typename GetPrivacy, typename GetSecAgg>
+std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
+  return {
+      tk::StringKey<C>("privacy", "mode",
+                       "off; central: the server clips each update's change, averages them "
+                       "unweighted and adds noise; distributed (with secure aggregation): each "
+                       "client clips its change and adds its share of the noise.",
+                       false, [privacy](auto& c) -> auto& { return privacy(c).mode; },
+                       {"off", "central", "distributed"}),
+      tk::FloatKey<C>(
+          "privacy", "noise_multiplier", "z: the noise's standard deviation over clip_norm.",
+          Range::kPositive, [privacy](auto& c) -> auto& { return privacy(c).noise_multiplier; }),
+      tk::FloatKey<C>(
+          "privacy", "clip_norm",
+          "L2 norm each update's change from the global model is clipped to.",
+          Range::kPositive, [privacy](auto& c) -> auto& { return privacy(c).clip_norm; }),
+      tk::FloatKey<C>(
+          "privacy", "delta", "The delta of the (epsilon, delta) reported, in (0, 1).",
+          Range::kFraction, [privacy](auto& c) -> auto& { return privacy(c).delta; }),
+      tk::FloatKey<C>(
+          "privacy", "epsilon_budget",
+          "The run finishes before a round that would spend more epsilon; 0: no budget.",
+          Range::kNonNegative, [privacy](auto& c) -> auto& { return privacy(c).epsilon_budget; }),
+
+      tk::BoolKey<C>(
+          "secure_aggregation", "enabled", "Run every round with secure aggregation.",
+          [secagg](auto& c) -> auto& { return secagg(c).enabled; }),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "num_neighbors",
+          "k: each client shares its secrets with k neighbours; 0: n - 1 up to 16 clients, "
+          "about 3 log2(n) above.",
+          0, [secagg](auto& c) -> auto& { return secagg(c).num_neighbors; }),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "threshold",
+          "t: shares needed to recover a dropped client's masks, in (k/2, k]; 0: k/2 + 1.",
+          0, [secagg](auto& c) -> auto& { return secagg(c).threshold; }),
+      tk::FloatKey<C>(
+          "secure_aggregation", "clip_range",
+          "c: each coordinate of a client's change is clipped to [-c, c] before quantizing.",
+          Range::kPositive, [secagg](auto& c) -> auto& { return secagg(c).clip_range; }),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "quantization_bits",
+          "b: bits per quantized value; 0: the most that cannot wrap the modulus.",
+          0, [secagg](auto& c) -> auto& { return secagg(c).quantization_bits; }, 62),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "modulus_bits", "Arithmetic modulo 2^32 or 2^64: 32 or 64.",
+          32, [secagg](auto& c) -> auto& { return secagg(c).modulus_bits; }, 64),
+      tk::IntKey<C, uint32_t>(
+          "secure_aggregation", "max_weight",
+          "Largest weight of one client's update (its examples over example_unit, capped).",
+          1, [secagg](auto& c) -> auto& { return secagg(c).max_weight; }),
+      tk::IntKey<C, int64_t>(
+          "secure_aggregation", "example_unit",
+          "A client's weight is ceil(examples / example_unit), in [1, max_weight].",
+          1, [secagg](auto& c) -> auto& { return secagg(c).example_unit; }),
+      tk::SecondsKey<C>(
+          "secure_aggregation", "stage_timeout_s",
+          "Deadline of the key, sharing and unmasking stages; clients silent by then drop out "
+          "(seconds).",
+          Range::kPositive, [secagg](auto& c) -> auto& { return secagg(c).stage_timeout; }),
+      tk::FloatKey<C>(
+          "secure_aggregation", "max_dropout",
+          "Distributed DP: the share of sampled clients that may drop out; the noise is planned "
+          "for the rest, and a round with fewer survivors fails.",
+          Range::kHalfOpenFraction, [secagg](auto& c) -> auto& { return secagg(c).max_dropout; })};
+}
+
+}  // namespace fl::server::config_keys
+
+#endif  // FL_SERVER_DAEMON_SHARED_KEYS_H_
