@@ -24,11 +24,11 @@ namespace fl::simulation::internal {
 struct SimulationData {
   std::shared_ptr<const client::Dataset> train;
   std::shared_ptr<const client::Dataset> test;
-  std::string description;            // what the data is, for the setup messages and the report
-  std::optional<Partition> natural;   // the data's own split of train's rows, if it has one
-  std::string partition_name;         // the partitioner used ("natural", "iid", ...)
-  Partition parts;                    // row indices of train, by site
-  PartitionSummary summary;           // of parts
+  std::string description;           // what the data is, for the setup messages and the report
+  std::optional<Partition> natural;  // the data's own split of train's rows, if it has one
+  std::string partition_name;        // the partitioner used ("natural", "iid", ...)
+  Partition parts;                   // row indices of train, by site
+  PartitionSummary summary;          // of parts
   client::ModelArchitecture arch;
 };
 
@@ -36,8 +36,7 @@ struct SimulationData {
 // each step. INVALID_ARGUMENT naming a bad option; the loader's error for data that cannot be
 // read.
 absl::StatusOr<SimulationData> PrepareSimulation(
-    const SimulationOptions& options,
-    const std::function<void(const std::string&)>& on_setup = {});
+    const SimulationOptions& options, const std::function<void(const std::string&)>& on_setup = {});
 // The steps of PrepareSimulation (sim_data.cc): the data and the server's test set by
 // options.data, then the training rows' split by options.partition.
 absl::Status LoadSimulationData(const SimulationOptions& options, SimulationData& data);

@@ -37,6 +37,7 @@
 #include "fl/client/trainer.h"
 #include "fl/server/engine.h"
 #include "fl/simulation/simulation.h"
+#include "simulation/internal/site_executor.h"
 
 namespace fl::simulation {
 
@@ -72,13 +73,9 @@ struct VirtualFederationOptions {
   // How site `index` (named name_prefix + index) reaches the engine while it joins and while it
   // works, and the id the engine knows it by. Empty: the in-process transport, and
   // VirtualSiteId(name). Called from worker threads: must be thread-safe.
-  std::function<absl::StatusOr<std::unique_ptr<client::Transport>>(int32_t index)> make_transport;
+  TransportFactory make_transport;
   std::function<std::string(int32_t index)> site_id;
 };
-
-// Makes site `index`'s trainer (called on a worker thread; must be thread-safe).
-using TrainerFactory =
-    std::function<absl::StatusOr<std::unique_ptr<client::Trainer>>(int32_t index)>;
 
 struct VirtualFederationStats {
   int64_t tasks = 0;         // tasks run by sites
@@ -99,6 +96,13 @@ std::string VirtualSiteId(const std::string& name);
 absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
     server::RoundEngine& engine, SimulatedClock& clock, const VirtualFederationOptions& options,
     const ModelSpec& spec, const TrainerFactory& make_trainer,
+    const std::function<void(int32_t joined)>& on_joined = {});
+
+// The same with the sites run by `executor` (which then makes their trainers and transports;
+// options.workers, make_transport and persistent_trainers are its business).
+absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
+    server::RoundEngine& engine, SimulatedClock& clock, const VirtualFederationOptions& options,
+    const ModelSpec& spec, SiteExecutor& executor,
     const std::function<void(int32_t joined)>& on_joined = {});
 
 }  // namespace fl::simulation

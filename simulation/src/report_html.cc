@@ -231,7 +231,8 @@ void AppendPartition(std::string& out, const RunReport& report) {
   if (parties.empty()) return;
   out += "<section id=\"partition\">\n<h2>Data partition</h2>\n";
   if (!report.partition_summary_text.empty()) {
-    absl::StrAppend(&out, "<p>", HtmlEscape(report.partition_summary_text), "</p>\n");
+    absl::StrAppend(&out, "<pre class=\"summary\">", HtmlEscape(report.partition_summary_text),
+                    "</pre>\n");
   }
   std::vector<size_t> order(parties.size());
   std::iota(order.begin(), order.end(), size_t{0});

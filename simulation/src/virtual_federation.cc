@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
-#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -13,6 +11,7 @@
 #include "fl/common/crypto.h"
 #include "fl/common/logging.h"
 #include "simulation/internal/inproc_transport.h"
+#include "simulation/internal/site_executor.h"
 
 namespace fl::simulation {
 namespace {
@@ -29,99 +28,6 @@ double UnitHash(uint64_t seed, const std::string& what) {
   return static_cast<double>(x) / static_cast<double>(uint64_t{1} << 52);
 }
 
-// Wraps the in-process transport: calls that only read pass through at once; what the site
-// sends is recorded, to be delivered by the driver at the site's simulated finish time.
-class RecordingTransport final : public client::Transport {
- public:
-  explicit RecordingTransport(std::unique_ptr<client::Transport> inner)
-      : inner_(std::move(inner)) {}
-
-  absl::StatusOr<client::JoinAnswer> Join(const client::JoinRequestInfo& r) override {
-    return inner_->Join(r);
-  }
-  absl::StatusOr<client::ClientTask> Poll(int64_t run_id, absl::Duration wait) override {
-    return inner_->Poll(run_id, wait);
-  }
-  absl::StatusOr<std::shared_ptr<const Model>> Download(const client::ClientTask& task,
-                                                        const ModelSpec& spec) override {
-    return inner_->Download(task, spec);
-  }
-  absl::Status SubmitUpdate(const client::UpdateHeader& header,
-                            const client::ChunkSource& next_chunk) override {
-    auto payload = std::make_shared<std::vector<std::byte>>();
-    payload->reserve(static_cast<size_t>(header.payload_bytes));
-    for (int64_t offset = 0; offset < header.payload_bytes;) {
-      std::span<const std::byte> bytes = next_chunk(offset);
-      payload->insert(payload->end(), bytes.begin(), bytes.end());
-      offset += static_cast<int64_t>(bytes.size());
-    }
-    bytes_up_ += header.payload_bytes;
-    recorded_.push_back([this, header, payload] {
-      return inner_->SubmitUpdate(header, [&](int64_t offset) {
-        const int64_t n = std::min<int64_t>(kMaxChunkBytes, header.payload_bytes - offset);
-        return std::span<const std::byte>(payload->data() + offset, static_cast<size_t>(n));
-      });
-    });
-    return absl::OkStatus();
-  }
-  absl::Status Decline(const client::ClientTask& task, const std::string& reason) override {
-    recorded_.push_back([this, task, reason] { return inner_->Decline(task, reason); });
-    return absl::OkStatus();
-  }
-  absl::Status SubmitEvaluation(const client::EvaluationReply& reply) override {
-    recorded_.push_back([this, reply] { return inner_->SubmitEvaluation(reply); });
-    return absl::OkStatus();
-  }
-  absl::Status SubmitSecAgg(const client::SecAggReply& reply) override {
-    recorded_.push_back([this, reply] { return inner_->SubmitSecAgg(reply); });
-    return absl::OkStatus();
-  }
-  absl::StatusOr<bool> Heartbeat(const client::ClientTask& task, std::string* message) override {
-    return inner_->Heartbeat(task, message);
-  }
-  bool wants_heartbeats() const override { return false; }
-  bool WaitForServer(absl::Duration d) override { return inner_->WaitForServer(d); }
-  void Cancel() override { inner_->Cancel(); }
-
-  // Delivers what was recorded, in order; the engine's refusals are counted, not fatal (a late
-  // update after a deadline is refused as it would be in production).
-  int Deliver(const std::string& site) {
-    int refused = 0;
-    for (auto& send : recorded_) {
-      absl::Status s = send();
-      if (!s.ok()) {
-        ++refused;
-        LogEvent(LogLevel::kDebug, "virtual_site_refused",
-                 {{"name", site}, {"error", s.ToString()}});
-      }
-    }
-    recorded_.clear();
-    return refused;
-  }
-  void Discard() { recorded_.clear(); }
-  int64_t TakeBytesUp() { return std::exchange(bytes_up_, 0); }
-
- private:
-  std::unique_ptr<client::Transport> inner_;
-  std::vector<std::function<absl::Status()>> recorded_;
-  int64_t bytes_up_ = 0;
-};
-
-struct ActiveSite {
-  std::unique_ptr<client::Trainer> trainer;
-  std::unique_ptr<client::Client> client;
-  RecordingTransport* transport = nullptr;  // owned by client
-};
-
-struct Work {
-  int32_t site = 0;
-  client::ClientTask task;
-  absl::Status error;  // a factory's failure
-  int64_t num_examples = 0;
-  absl::Time finish;
-  bool dropout = false;
-};
-
 }  // namespace
 
 std::string VirtualSiteId(const std::string& name) { return Sha256Hex(name); }
@@ -129,6 +35,29 @@ std::string VirtualSiteId(const std::string& name) { return Sha256Hex(name); }
 absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
     server::RoundEngine& engine, SimulatedClock& clock, const VirtualFederationOptions& options,
     const ModelSpec& spec, const TrainerFactory& make_trainer,
+    const std::function<void(int32_t joined)>& on_joined) {
+  LocalSiteOptions local;
+  local.workers = options.workers > 0
+                      ? options.workers
+                      : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  local.name_prefix = options.name_prefix;
+  local.persistent_trainers = options.persistent_trainers;
+  TransportFactory make_transport = options.make_transport;
+  if (!make_transport) {
+    make_transport = [&engine, &options](int32_t site) {
+      return absl::StatusOr<std::unique_ptr<client::Transport>>(std::make_unique<InprocTransport>(
+          &engine, options.site_id ? options.site_id(site)
+                                   : VirtualSiteId(absl::StrCat(options.name_prefix, site))));
+    };
+  }
+  std::unique_ptr<SiteExecutor> executor =
+      MakeLocalSiteExecutor(local, make_trainer, std::move(make_transport));
+  return DriveVirtualSites(engine, clock, options, spec, *executor, on_joined);
+}
+
+absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
+    server::RoundEngine& engine, SimulatedClock& clock, const VirtualFederationOptions& options,
+    const ModelSpec& spec, SiteExecutor& executor,
     const std::function<void(int32_t joined)>& on_joined) {
   if (options.num_sites < 1) {
     return absl::InvalidArgumentError(
@@ -143,9 +72,6 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
         "), dropout_fraction in [0, 1) (got ", het.dropout_fraction, ")"));
   }
   const int32_t n = options.num_sites;
-  const int workers = options.workers > 0
-                          ? options.workers
-                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   VirtualFederationStats stats;
   const absl::Time sim_start = clock.Now();
 
@@ -157,44 +83,12 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
         options.site_id ? options.site_id(i) : VirtualSiteId(absl::StrCat(options.name_prefix, i));
     by_id[static_cast<size_t>(i)] = i;
   }
-  auto make_transport = [&](int32_t site) -> absl::StatusOr<std::unique_ptr<client::Transport>> {
-    if (options.make_transport) return options.make_transport(site);
-    return std::make_unique<InprocTransport>(&engine, ids[static_cast<size_t>(site)]);
-  };
   const absl::Time join_start = absl::Now();
   {
-    // Joins run on the pool (a handshake each over gRPC); the engine admits them in any order.
     client::JoinRequestInfo join;
     join.capabilities = {"cpu", "fp32", "fp16", "int8"};
     join.model_spec = spec;
-    std::atomic<int32_t> next{0};
-    std::atomic<int32_t> joined{0};
-    std::mutex error_mu;
-    absl::Status error;
-    auto join_some = [&] {
-      client::JoinRequestInfo mine = join;
-      for (int32_t i = next++; i < n; i = next++) {
-        mine.client_name = absl::StrCat(options.name_prefix, i);
-        absl::StatusOr<std::unique_ptr<client::Transport>> transport = make_transport(i);
-        absl::Status s = transport.ok() ? (*transport)->Join(mine).status() : transport.status();
-        if (!s.ok()) {
-          std::lock_guard<std::mutex> lock(error_mu);
-          if (error.ok()) error = s;
-          next = n;
-          return;
-        }
-        const int32_t done = ++joined;
-        if (on_joined && (done % 10000 == 0 || done == n)) {
-          std::lock_guard<std::mutex> lock(error_mu);
-          on_joined(done);
-        }
-      }
-    };
-    std::vector<std::thread> pool;
-    for (int t = 1; t < std::min(workers, n); ++t) pool.emplace_back(join_some);
-    join_some();
-    for (std::thread& t : pool) t.join();
-    if (!error.ok()) return error;
+    if (absl::Status s = executor.Join(by_id, join, on_joined); !s.ok()) return s;
   }
   stats.join_time = absl::Now() - join_start;
   std::sort(by_id.begin(), by_id.end(), [&](int32_t a, int32_t b) {
@@ -211,59 +105,17 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
            UnitHash(options.seed, absl::StrCat("slow/", site)) < het.slow_fraction;
   };
 
-  std::map<int32_t, ActiveSite> active;  // sites with a trainer (and a client while working)
   std::vector<char> silent(static_cast<size_t>(n), 0);  // dropped out of the current attempt
   std::vector<std::string> silent_pending;  // PendingClients when the first site dropped out
   absl::Time last_keepalive = clock.Now();
 
-  // Runs a wave's tasks on the pool (each site's real SDK loop, its messages recorded), then
-  // gives each its simulated finish time and whether the site drops out of it.
-  auto RunWave = [&](std::vector<Work>& wave) {
-    for (const Work& w : wave) active.try_emplace(w.site);  // the workers only look sites up
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t i = next++; i < wave.size(); i = next++) {
-        Work& w = wave[i];
-        ActiveSite& a = active.at(w.site);
-        if (a.trainer == nullptr) {
-          absl::StatusOr<std::unique_ptr<client::Trainer>> trainer = make_trainer(w.site);
-          if (!trainer.ok()) {
-            w.error = trainer.status();
-            continue;
-          }
-          a.trainer = *std::move(trainer);
-        }
-        if (a.client == nullptr) {
-          absl::StatusOr<std::unique_ptr<client::Transport>> inner = make_transport(w.site);
-          if (!inner.ok()) {
-            w.error = inner.status();
-            continue;
-          }
-          auto transport = std::make_unique<RecordingTransport>(*std::move(inner));
-          a.transport = transport.get();
-          client::ClientOptions client_options;
-          client_options.name = absl::StrCat(options.name_prefix, w.site);
-          absl::StatusOr<std::unique_ptr<client::Client>> c =
-              client::internal::MakeClient(client_options, a.trainer.get(), std::move(transport));
-          if (!c.ok()) {
-            w.error = c.status();
-            continue;
-          }
-          a.client = *std::move(c);
-        }
-        a.client->set_on_task(
-            [&w](const client::TaskReport& r) { w.num_examples = r.num_examples; });
-        (void)client::internal::RunTask(*a.client, w.task);
-      }
-    };
-    std::vector<std::thread> pool;
-    const int threads = std::min<int>(workers, static_cast<int>(wave.size()));
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
-    for (std::thread& t : pool) t.join();
+  // Runs a wave's tasks (each site's real SDK loop, its messages recorded), then gives each its
+  // simulated finish time and whether the site drops out of it.
+  auto RunWave = [&](std::vector<SiteWork>& wave) {
+    executor.Run(wave);
     stats.tasks += static_cast<int64_t>(wave.size());
     const absl::Time now = clock.Now();
-    for (Work& w : wave) {
+    for (SiteWork& w : wave) {
       if (!w.error.ok()) continue;
       const double factor = slow(w.site) ? het.slow_factor : 1.0;
       const int64_t epochs = std::max<int32_t>(1, w.task.config.local_epochs);
@@ -272,7 +124,7 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
                                w.task.kind == client::ClientTask::Kind::kEvaluate;
       absl::Duration d = het.compute_per_example * static_cast<double>(w.num_examples * epochs);
       if (moves_model) {
-        const int64_t bytes = w.task.model_bytes + active.at(w.site).transport->TakeBytesUp();
+        const int64_t bytes = w.task.model_bytes + w.bytes_up;
         d += absl::Seconds(static_cast<double>(bytes) * 8 / (het.link_mbps * 1e6));
       }
       w.finish = now + d * factor;
@@ -284,9 +136,9 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
   };
 
   // Deliveries not yet made, by simulated finish time (ties by site): sites still busy.
-  std::vector<Work> in_flight;
+  std::vector<SiteWork> in_flight;
   std::vector<char> busy(static_cast<size_t>(n), 0);
-  auto earlier = [](const Work& a, const Work& b) {
+  auto earlier = [](const SiteWork& a, const SiteWork& b) {
     return std::tie(a.finish, a.site) < std::tie(b.finish, b.site);
   };
 
@@ -298,7 +150,7 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
     const uint64_t version = engine.version();
     while (clock.Now() < t) {
       clock.AdvanceTo(std::min(t, clock.Now() + options.heartbeat_interval));
-      for (const Work& w : in_flight) {
+      for (const SiteWork& w : in_flight) {
         if (!w.dropout) {
           engine.Heartbeat(ids[static_cast<size_t>(w.site)], w.task.round, w.task.task_id);
         }
@@ -324,7 +176,7 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
       std::fill(silent.begin(), silent.end(), 0);  // a new attempt or phase: everyone is back
       silent_pending.clear();
     }
-    std::vector<Work> wave;
+    std::vector<SiteWork> wave;
     for (const std::string& id : pending) {
       const int32_t site = lookup(id);
       if (site < 0 || silent[static_cast<size_t>(site)] || busy[static_cast<size_t>(site)]) {
@@ -335,14 +187,14 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
           task.kind == client::ClientTask::Kind::kDone) {
         continue;
       }
-      Work w;
+      SiteWork w;
       w.site = site;
       w.task = std::move(task);
       wave.push_back(std::move(w));
     }
     if (!wave.empty()) {
       RunWave(wave);
-      for (Work& w : wave) {
+      for (SiteWork& w : wave) {
         if (!w.error.ok()) return w.error;
         busy[static_cast<size_t>(w.site)] = 1;
         in_flight.push_back(std::move(w));
@@ -358,30 +210,21 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
       continue;
     }
     if (!advance_to(in_flight.front().finish)) continue;
-    Work w = std::move(in_flight.front());
+    SiteWork w = std::move(in_flight.front());
     in_flight.erase(in_flight.begin());
     busy[static_cast<size_t>(w.site)] = 0;
-    ActiveSite& a = active.at(w.site);
     if (w.dropout) {
-      a.transport->Discard();
+      executor.Discard(w.site);
       silent[static_cast<size_t>(w.site)] = 1;
       if (silent_pending.empty()) silent_pending = pending;
       ++stats.dropouts;
     } else {
-      stats.refused += a.transport->Deliver(absl::StrCat(options.name_prefix, w.site));
+      stats.refused += executor.Deliver(w.site);
     }
-    // A site keeps its client only inside a secure-aggregation round (its session), and its
-    // trainer only when asked to (SCAFFOLD).
-    const bool in_secagg = client::IsSecAgg(w.task.kind) &&
-                           w.task.kind != client::ClientTask::Kind::kSecAggUnmask && !w.dropout;
-    if (!in_secagg) {
-      if (options.persistent_trainers) {
-        a.client.reset();
-        a.transport = nullptr;
-      } else {
-        active.erase(w.site);
-      }
-    }
+    // A site keeps its client only inside a secure-aggregation round (its session).
+    executor.Release(w.site, client::IsSecAgg(w.task.kind) &&
+                                 w.task.kind != client::ClientTask::Kind::kSecAggUnmask &&
+                                 !w.dropout);
   }
   stats.simulated_time = clock.Now() - sim_start;
   return stats;

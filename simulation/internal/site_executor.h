@@ -1,0 +1,75 @@
+// Where virtual sites run (simulation/internal/virtual_federation.h): the driver decides what each
+// site does and when its messages reach the engine; a SiteExecutor runs the sites' SDK loops and
+// holds what they recorded until then. The local executor runs sites on a pool of threads in this
+// process; the MPI executor (mpi_sites.h) sends each site's work to the rank that owns it, which
+// runs it on a local executor of its own.
+//
+// Not thread-safe: the driver calls one method at a time.
+#ifndef FL_SIMULATION_INTERNAL_SITE_EXECUTOR_H_
+#define FL_SIMULATION_INTERNAL_SITE_EXECUTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client_sdk/internal/transport.h"
+#include "fl/client/trainer.h"
+
+namespace fl::simulation {
+
+// Makes site `index`'s trainer (called on a worker thread; must be thread-safe).
+using TrainerFactory =
+    std::function<absl::StatusOr<std::unique_ptr<client::Trainer>>(int32_t index)>;
+// Makes site `index`'s transport to the engine (called on a worker thread; must be thread-safe).
+using TransportFactory =
+    std::function<absl::StatusOr<std::unique_ptr<client::Transport>>(int32_t index)>;
+
+// One task of one site.
+struct SiteWork {
+  int32_t site = 0;
+  client::ClientTask task;  // as the engine hands it to the site
+  // Filled by SiteExecutor::Run:
+  absl::Status error;        // the trainer's or transport's factory failed
+  int64_t num_examples = 0;  // what the site trained or evaluated on
+  int64_t bytes_up = 0;      // what the site recorded to send
+  // Filled by the driver:
+  absl::Time finish;  // simulated time at which its messages reach the engine
+  bool dropout = false;
+};
+
+class SiteExecutor {
+ public:
+  virtual ~SiteExecutor() = default;
+  // Joins `sites` with `join` (its client_name set per site), calling `on_joined` with the
+  // number joined so far now and then. The first refusal or factory error.
+  virtual absl::Status Join(const std::vector<int32_t>& sites, const client::JoinRequestInfo& join,
+                            const std::function<void(int32_t joined)>& on_joined) = 0;
+  // Runs each work item's task in its site's SDK loop, recording what the site sends.
+  virtual void Run(std::vector<SiteWork>& wave) = 0;
+  // Sends what `site` recorded, in order; returns how many messages the engine refused.
+  virtual int Deliver(int32_t site) = 0;
+  // Forgets what `site` recorded (it dropped out).
+  virtual void Discard(int32_t site) = 0;
+  // The site is idle again: drops its SDK client unless `keep_client` (inside a
+  // secure-aggregation round, its session), and its trainer unless trainers persist.
+  virtual void Release(int32_t site, bool keep_client) = 0;
+};
+
+struct LocalSiteOptions {
+  int workers = 1;
+  std::string name_prefix = "site-";
+  bool persistent_trainers = false;  // SCAFFOLD: c_i lives in the trainer
+};
+
+// Runs sites in this process on `options.workers` threads.
+std::unique_ptr<SiteExecutor> MakeLocalSiteExecutor(const LocalSiteOptions& options,
+                                                    TrainerFactory make_trainer,
+                                                    TransportFactory make_transport);
+
+}  // namespace fl::simulation
+
+#endif  // FL_SIMULATION_INTERNAL_SITE_EXECUTOR_H_
