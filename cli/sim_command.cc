@@ -206,6 +206,9 @@ absl::Status AddSimCommand(CLI::App& app, int argc, char** argv, SimArgs& a) {
   AddTrainingFlags(cmd, a.config.sim);
   AddSiteFlags(cmd, a.config.sim);
   AddPrivacyFlags(cmd, a.config.sim);
+  cmd->add_flag("--mpi", a.config.sim.mpi,
+                "Spread the sites over the ranks of an MPI job (run under mpirun or srun): rank "
+                "0 runs the server, the others the sites, over gRPC");
   cmd->add_flag("--insecure-plaintext", a.plaintext, "grpc: loopback plaintext instead of TLS");
   cmd->add_flag("--verbose", a.verbose, "Log every server and client event to stderr");
   return early;
@@ -277,6 +280,15 @@ int RunSimCommand(SimArgs& a) {
     return 0;
   }
   if (!a.verbose && !std::getenv("FL_LOG_LEVEL")) SetLogLevel(LogLevel::kWarn);
+  absl::StatusOr<int32_t> rank = simulation::SimulationRank(options);
+  if (!rank.ok()) return Fail(rank.status());
+  if (*rank > 0) {  // an MPI rank that runs sites for rank 0, which reports
+    absl::StatusOr<simulation::SimulationResult> served = simulation::RunSimulation(options);
+    if (!served.ok())
+      return Fail(absl::Status(served.status().code(),
+                               absl::StrCat("rank ", *rank, ": ", served.status().message())));
+    return 0;
+  }
   // Refuse bad choices before printing the run's header.
   if (absl::Status s = options.strategy.Validate(); !s.ok()) return Fail(s);
   if (absl::Status s = client::ParseModelKind(options.model).status(); !s.ok()) return Fail(s);

@@ -183,6 +183,11 @@ std::vector<Key> ModelAndSiteKeys() {
       tk::BoolKey<C>(
           "sites", "tls", "grpc: mutual TLS (false: plaintext on loopback).",
           [](auto& c) -> auto& { return c.sim.tls; }),
+      tk::BoolKey<C>(
+          "sites", "mpi",
+          "Spread the sites over the ranks of an MPI job (mpirun, srun): rank 0 runs "
+          "the server, the others the sites, over gRPC.",
+          [](auto& c) -> auto& { return c.sim.mpi; }),
       tk::SecondsKey<C>(
           "sites", "compute_per_example_s",
           "Simulated time one example takes for one local epoch on a site of normal speed.",

@@ -9,6 +9,7 @@ packages=(
   libssl-dev libsqlite3-dev libeigen3-dev zlib1g-dev
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
   libcpp-httplib-dev
+  libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
 )
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Creates the Python environment of Flower's side of bench/flower_compare.sh: a venv with
-# flwr==1.42.0 and numpy from PyPI. Idempotent: an existing venv that already imports that flwr
-# is left as it is.
+# Creates the Python environment of Flower's side of bench/flower_compare.sh and
+# bench/sim_throughput.sh: a venv with flwr[simulation]==1.42.0 (Flower and its Ray simulation
+# runtime), numpy and threadpoolctl (to report which BLAS kernel numpy runs) from PyPI.
+# Idempotent: an existing venv that already imports that flwr, ray, numpy and threadpoolctl is
+# left as it is; one that lacks any of them gets them installed.
 #   bench/flower/setup.sh [VENV_DIR]     (default: $FLOWER_VENV, else /tmp/fl-flower-venv)
 # Prints the venv's python on its last line.
 set -euo pipefail
@@ -11,7 +13,8 @@ VENV="${1:-${FLOWER_VENV:-/tmp/fl-flower-venv}}"
 PY="$VENV/bin/python"
 
 installed_version() {
-  "$PY" -c 'import importlib.metadata as m, numpy; print(m.version("flwr"))' 2>/dev/null || true
+  "$PY" -c 'import importlib.metadata as m, numpy, ray, threadpoolctl; print(m.version("flwr"))' \
+    2>/dev/null || true
 }
 
 if [[ -x "$PY" && "$(installed_version)" == "$FLWR_VERSION" ]]; then
@@ -36,10 +39,13 @@ if ! python3 -c 'import ensurepip, venv' 2>/dev/null; then
   fi
 fi
 
-echo "creating $VENV and installing flwr==$FLWR_VERSION numpy from PyPI" >&2
-python3 -m venv "$VENV" >&2
-"$PY" -m pip install --quiet --upgrade pip >&2
-"$PY" -m pip install --quiet "flwr==$FLWR_VERSION" numpy >&2
+if [[ ! -x "$PY" ]]; then
+  echo "creating $VENV" >&2
+  python3 -m venv "$VENV" >&2
+  "$PY" -m pip install --quiet --upgrade pip >&2
+fi
+echo "installing flwr[simulation]==$FLWR_VERSION numpy threadpoolctl from PyPI into $VENV" >&2
+"$PY" -m pip install --quiet "flwr[simulation]==$FLWR_VERSION" numpy threadpoolctl >&2
 if [[ "$(installed_version)" != "$FLWR_VERSION" ]]; then
   echo "flwr $FLWR_VERSION did not install into $VENV" >&2
   exit 1

@@ -18,6 +18,9 @@
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
 #include "fl/simulation/simulation.h"
+#include "simulation/internal/mpi_sites.h"
+#include "simulation/internal/site_executor.h"
+#include "simulation/internal/virtual_federation.h"
 
 namespace fl::simulation::internal {
 
@@ -64,9 +67,27 @@ absl::Status FinishResult(server::Store& store, SimulationResult& result,
 absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& options,
                                                      const SimulationData& data,
                                                      const SimulationCallbacks& callbacks);
+// Over gRPC; with `mpi` (may be null) of more than one rank, this is rank 0 and the sites run on
+// the others (grpc_simulation.cc).
 absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& options,
                                                    const SimulationData& data,
-                                                   const SimulationCallbacks& callbacks);
+                                                   const SimulationCallbacks& callbacks,
+                                                   const MpiJob* mpi);
+// A rank above 0 of an MPI job: runs its slice of the sites for rank 0 until the run ends.
+absl::StatusOr<SimulationResult> RunMpiWorker(const SimulationOptions& options,
+                                              const SimulationData& data, const MpiJob& mpi);
+
+// What the runs share (federation_runs.cc): a setup step for the caller to hear; the initial
+// global model; the number of workers; each site's trainer; and the driving of the sites against
+// `engine` (on a local pool, or by `executor` when it is not null) to the end of its run.
+void SaySetup(const SimulationCallbacks& callbacks, const std::string& step);
+absl::StatusOr<Model> InitialModelFor(const SimulationOptions& options, const SimulationData& data);
+int WorkersFor(const SimulationOptions& options);
+TrainerFactory TrainerFactoryFor(const SimulationOptions& options, const SimulationData& data);
+absl::Status DriveSites(const SimulationOptions& options, const SimulationData& data,
+                        server::RoundEngine& engine, SimulatedClock& clock, const ModelSpec& spec,
+                        const SimulationCallbacks& callbacks, VirtualFederationOptions sites,
+                        SiteExecutor* executor = nullptr);
 
 }  // namespace fl::simulation::internal
 

@@ -32,6 +32,9 @@ using TransportFactory =
 struct SiteWork {
   int32_t site = 0;
   client::ClientTask task;  // as the engine hands it to the site
+  // > 0: the site fetches its task itself, polling this run over its transport, before running
+  // it (work that rank 0 hands to another rank, whose `task` it does not send).
+  int64_t poll_run_id = 0;
   // Filled by SiteExecutor::Run:
   absl::Status error;        // the trainer's or transport's factory failed
   int64_t num_examples = 0;  // what the site trained or evaluated on

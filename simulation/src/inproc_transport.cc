@@ -87,8 +87,7 @@ ClientTask ToClientTask(const Task& task) {
   t.task_id = task.task_id;
   t.message = task.message;
   t.run_failed = task.run_status == server::RunStatus::kFailed;
-  const bool trains =
-      task.kind == Task::Kind::kFit || task.kind == Task::Kind::kSecAggMaskedInput;
+  const bool trains = task.kind == Task::Kind::kFit || task.kind == Task::Kind::kSecAggMaskedInput;
   t.config.round = task.round;
   if (trains) {
     // What the gRPC service puts in a FitTask, the same way.
@@ -156,9 +155,9 @@ absl::StatusOr<std::shared_ptr<const Model>> InprocTransport::Download(
       engine_->ModelForTask(client_id_, task.run_id, task.round, task.task_id);
   if (!global.ok()) return global.status();
   if (!(global->model->spec() == spec)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the round's model ", global->model->spec().ToJson(),
-                     " is not the task's ", spec.ToJson()));
+    return absl::InvalidArgumentError(absl::StrCat("the round's model ",
+                                                   global->model->spec().ToJson(),
+                                                   " is not the task's ", spec.ToJson()));
   }
   return global->model;
 }
@@ -172,8 +171,7 @@ absl::Status InprocTransport::SubmitUpdate(const client::UpdateHeader& header,
   meta.payload_bytes = header.payload_bytes;
   meta.spec = header.spec;
   meta.encoding = ToServerEncoding(header.encoding);
-  absl::StatusOr<std::unique_ptr<server::Upload>> upload =
-      engine_->BeginUpload(client_id_, meta);
+  absl::StatusOr<std::unique_ptr<server::Upload>> upload = engine_->BeginUpload(client_id_, meta);
   if (!upload.ok()) return upload.status();
   Sha256 sha;
   for (int64_t offset = 0; offset < header.payload_bytes;) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "fl/client/builtin_models.h"
@@ -168,20 +169,38 @@ absl::StatusOr<SimulationResult> RunSimulation(
 absl::StatusOr<SimulationResult> RunSimulation(const SimulationOptions& requested,
                                                const SimulationCallbacks& callbacks) {
   const absl::Time start = absl::Now();
+  std::optional<internal::MpiJob> mpi;
+  if (requested.mpi) {
+    absl::StatusOr<internal::MpiJob> job = internal::JoinMpiJob();
+    if (!job.ok()) return job.status();
+    mpi = *job;
+  }
   absl::StatusOr<internal::SimulationData> data =
       internal::PrepareSimulation(requested, callbacks.on_setup);
   if (!data.ok()) return data.status();
-  if (callbacks.on_partition) callbacks.on_partition(data->summary);
   SimulationOptions options = requested;  // with the number of sites the partition gave
   options.num_clients = static_cast<int32_t>(data->parts.size());
+  if (mpi.has_value()) {
+    options.transport = "grpc";
+    if (mpi->rank > 0) return internal::RunMpiWorker(options, *data, *mpi);
+  }
+  if (callbacks.on_partition) callbacks.on_partition(data->summary);
   absl::StatusOr<SimulationResult> result =
-      options.transport == "inproc" ? internal::RunInprocSimulation(options, *data, callbacks)
-                                    : internal::RunGrpcSimulation(options, *data, callbacks);
+      options.transport == "inproc"
+          ? internal::RunInprocSimulation(options, *data, callbacks)
+          : internal::RunGrpcSimulation(options, *data, callbacks, mpi ? &*mpi : nullptr);
   if (result.ok()) {
     result->partition = data->summary;
     result->wall_time = absl::Now() - start;
   }
   return result;
+}
+
+absl::StatusOr<int32_t> SimulationRank(const SimulationOptions& options) {
+  if (!options.mpi) return 0;
+  absl::StatusOr<internal::MpiJob> job = internal::JoinMpiJob();
+  if (!job.ok()) return job.status();
+  return job->rank;
 }
 
 }  // namespace fl::simulation

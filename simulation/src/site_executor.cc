@@ -198,6 +198,15 @@ class LocalSiteExecutor final : public SiteExecutor {
       }
       a.client = *std::move(c);
     }
+    if (w.poll_run_id > 0) {
+      absl::StatusOr<client::ClientTask> task =
+          a.transport->Poll(w.poll_run_id, absl::ZeroDuration());
+      if (!task.ok()) {
+        w.error = task.status();
+        return;
+      }
+      w.task = *std::move(task);
+    }
     a.client->set_on_task([&w](const client::TaskReport& r) { w.num_examples = r.num_examples; });
     (void)client::internal::RunTask(*a.client, w.task);
     w.bytes_up = a.transport->TakeBytesUp();

@@ -105,6 +105,12 @@ struct SimulationOptions {
   int32_t workers = 0;  // threads that run sites' tasks; 0: the machine's cores
   Heterogeneity heterogeneity;
   bool tls = true;               // grpc: false for plaintext on loopback
+  // Spread the sites over the ranks of an MPI job (`mpirun -n R fl sim --mpi ...` or `srun`):
+  // rank 0 runs the server and the driver, every other rank runs its share of the sites, which
+  // connect to rank 0 over gRPC (so transport is taken as "grpc"; with tls, rank 0 listens on
+  // every address under its host name). Every rank must be given the same options; work_dir
+  // must be on a file system every rank sees. Needs a build with MPI.
+  bool mpi = false;
   absl::Duration round_timeout = absl::Minutes(5);
 };
 
@@ -123,6 +129,9 @@ struct SimulationRound {
 };
 
 struct SimulationResult {
+  // The MPI rank of this process (options.mpi); a rank above 0 ran sites for rank 0, which alone
+  // fills the rest.
+  int32_t rank = 0;
   int64_t run_id = 0;
   PartitionSummary partition;  // examples and classes per site, as trained
   std::vector<SimulationRound> rounds;
@@ -151,6 +160,9 @@ struct SimulationCallbacks {
 // when the run failed (with its reason), or the first error of a client or of the server.
 absl::StatusOr<SimulationResult> RunSimulation(const SimulationOptions& options,
                                                const SimulationCallbacks& callbacks);
+// This process's rank in the MPI job of options.mpi (joining it), 0 without MPI: a caller that
+// prints should print only on rank 0. UNIMPLEMENTED in a build without MPI.
+absl::StatusOr<int32_t> SimulationRank(const SimulationOptions& options);
 // The same, hearing only the rounds.
 absl::StatusOr<SimulationResult> RunSimulation(
     const SimulationOptions& options, std::function<void(const SimulationRound&)> on_round = {});

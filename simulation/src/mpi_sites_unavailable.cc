@@ -1,0 +1,23 @@
+// simulation/internal/mpi_sites.h in a build without MPI: every entry point says how to get it.
+#include "simulation/internal/mpi_sites.h"
+
+namespace fl::simulation::internal {
+namespace {
+
+absl::Status NoMpi() {
+  return absl::UnimplementedError(
+      "this build of fl has no MPI: install Debian's libopenmpi-dev and openmpi-bin "
+      "(scripts/install-deps.sh does) and rebuild, then run it under mpirun or srun");
+}
+
+}  // namespace
+
+absl::StatusOr<MpiJob> JoinMpiJob() { return NoMpi(); }
+absl::Status BroadcastSetup(const MpiJob&, MpiSetup&) { return NoMpi(); }
+int OwnerOfSite(int32_t, int) { return 0; }
+std::unique_ptr<SiteExecutor> MakeMpiSiteExecutor(const MpiJob&) { return nullptr; }
+absl::Status ServeMpiSites(const MpiJob&, SiteExecutor&, int64_t, const client::JoinRequestInfo&) {
+  return NoMpi();
+}
+
+}  // namespace fl::simulation::internal
