@@ -4,7 +4,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <tuple>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -281,14 +282,16 @@ void EngineImpl::ForgetClient(const std::string& client_id, const std::string& r
 }
 
 void EngineImpl::SortByNameLocked(std::vector<std::string>& ids) const {
-  auto name_of = [this](const std::string& id) -> const std::string& {
-    static const std::string kNone;
+  // One lookup per client, then a sort of (name, id) pairs: a round start stays O(n log n) string
+  // comparisons with 100,000 clients online.
+  std::vector<std::pair<std::string_view, std::string>> keyed;
+  keyed.reserve(ids.size());
+  for (std::string& id : ids) {
     auto it = clients_.find(id);
-    return it == clients_.end() ? kNone : it->second.name;
-  };
-  std::sort(ids.begin(), ids.end(), [&](const std::string& a, const std::string& b) {
-    return std::tie(name_of(a), a) < std::tie(name_of(b), b);
-  });
+    keyed.emplace_back(it == clients_.end() ? std::string_view() : it->second.name, std::move(id));
+  }
+  std::sort(keyed.begin(), keyed.end());
+  for (size_t i = 0; i < keyed.size(); ++i) ids[i] = std::move(keyed[i].second);
 }
 
 }  // namespace fl::server::internal

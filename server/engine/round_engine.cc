@@ -229,7 +229,10 @@ void EngineImpl::MaybeAdvanceLocked() {
   }
   // A closed round is followed at once by the next, when enough clients are still online.
   if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_) {
-    std::vector<std::string> online = OnlineLocked(now);
+    // With fewer clients known than min_clients none can start: skip listing who is online, so
+    // that each of 100,000 joins stays O(log n) rather than O(n).
+    std::vector<std::string> online;
+    if (static_cast<int64_t>(clients_.size()) >= options_.min_clients) online = OnlineLocked(now);
     if (static_cast<int32_t>(online.size()) >= options_.min_clients) {
       if (NeedsStatisticsLocked()) {
         StartStatisticsLocked(std::move(online), now);
@@ -237,7 +240,8 @@ void EngineImpl::MaybeAdvanceLocked() {
         StartRoundLocked(std::move(online));
       }
     } else if (now - waiting_since_ > options_.wait_timeout) {
-      FailRunLocked(absl::StrCat("only ", online.size(), " of the ", options_.min_clients,
+      FailRunLocked(absl::StrCat("only ", OnlineLocked(now).size(), " of the ",
+                                 options_.min_clients,
                                  " clients needed (min_clients) came online within ",
                                  absl::FormatDuration(options_.wait_timeout)));
     }

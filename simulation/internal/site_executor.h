@@ -66,6 +66,10 @@ struct LocalSiteOptions {
   int workers = 1;
   std::string name_prefix = "site-";
   bool persistent_trainers = false;  // SCAFFOLD: c_i lives in the trainer
+  // Sites (the first this many to connect) that keep their transport from their join on, as a
+  // real site keeps its channel: over gRPC this saves a TLS handshake per task, at the memory of
+  // an open connection per site. 0: a new transport for every join and task.
+  int64_t open_transports = 0;
 };
 
 // Runs sites in this process on `options.workers` threads.

@@ -74,6 +74,7 @@ struct VirtualFederationOptions {
   // works, and the id the engine knows it by. Empty: the in-process transport, and
   // VirtualSiteId(name). Called from worker threads: must be thread-safe.
   TransportFactory make_transport;
+  int64_t open_transports = 0;  // LocalSiteOptions::open_transports
   std::function<std::string(int32_t index)> site_id;
 };
 

@@ -21,6 +21,10 @@
 namespace fl::simulation::internal {
 namespace {
 
+// Sites per process that keep their channel open between tasks, as a real site does (a TLS
+// handshake saved per task); the rest connect for each task.
+constexpr int64_t kOpenTransports = 4096;
+
 // Site `i`'s gRPC transport to `address`, with its certificate under `certs` (or, in plaintext,
 // its name).
 TransportFactory GrpcTransportFactory(const std::string& address, const std::string& certs,
@@ -118,6 +122,7 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   sites.site_id = [&ids](int32_t i) { return ids[static_cast<size_t>(i)]; };
   const std::string address = absl::StrCat(host, ":", (*server)->port());
   sites.make_transport = GrpcTransportFactory(address, provision.out_dir, options.tls);
+  sites.open_transports = kOpenTransports;
   absl::Status driven;
   if (spread) {
     MpiSetup setup{options.work_dir, address, options.tls, result.run_id};
@@ -149,6 +154,7 @@ absl::StatusOr<SimulationResult> RunMpiWorker(const SimulationOptions& options,
   LocalSiteOptions local;
   local.workers = WorkersFor(options);
   local.persistent_trainers = options.strategy.name == "scaffold";
+  local.open_transports = kOpenTransports;
   std::unique_ptr<SiteExecutor> executor = MakeLocalSiteExecutor(
       local, TrainerFactoryFor(options, data),
       GrpcTransportFactory(setup.server_address, setup.work_dir + "/certs", setup.tls));

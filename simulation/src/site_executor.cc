@@ -20,7 +20,7 @@ namespace {
 // sends is recorded, to be delivered by the driver at the site's simulated finish time.
 class RecordingTransport final : public client::Transport {
  public:
-  explicit RecordingTransport(std::unique_ptr<client::Transport> inner)
+  explicit RecordingTransport(std::shared_ptr<client::Transport> inner)
       : inner_(std::move(inner)) {}
 
   absl::StatusOr<client::JoinAnswer> Join(const client::JoinRequestInfo& r) override {
@@ -89,7 +89,7 @@ class RecordingTransport final : public client::Transport {
   int64_t TakeBytesUp() { return std::exchange(bytes_up_, 0); }
 
  private:
-  std::unique_ptr<client::Transport> inner_;
+  std::shared_ptr<client::Transport> inner_;
   std::vector<std::function<absl::Status()>> recorded_;
   int64_t bytes_up_ = 0;
 };
@@ -121,7 +121,7 @@ class LocalSiteExecutor final : public SiteExecutor {
       for (int32_t i = next++; i < n; i = next++) {
         const int32_t site = sites[static_cast<size_t>(i)];
         mine.client_name = absl::StrCat(options_.name_prefix, site);
-        absl::StatusOr<std::unique_ptr<client::Transport>> transport = make_transport_(site);
+        absl::StatusOr<std::shared_ptr<client::Transport>> transport = TransportOf(site);
         absl::Status s = transport.ok() ? (*transport)->Join(mine).status() : transport.status();
         std::lock_guard<std::mutex> lock(mu);
         if (!s.ok()) {
@@ -181,7 +181,7 @@ class LocalSiteExecutor final : public SiteExecutor {
       a.trainer = *std::move(trainer);
     }
     if (a.client == nullptr) {
-      absl::StatusOr<std::unique_ptr<client::Transport>> inner = make_transport_(w.site);
+      absl::StatusOr<std::shared_ptr<client::Transport>> inner = TransportOf(w.site);
       if (!inner.ok()) {
         w.error = inner.status();
         return;
@@ -212,6 +212,23 @@ class LocalSiteExecutor final : public SiteExecutor {
     w.bytes_up = a.transport->TakeBytesUp();
   }
 
+  // Site `site`'s transport: the one it keeps open (up to options_.open_transports sites keep
+  // theirs, as a real site keeps its channel), or a new one. Any thread.
+  absl::StatusOr<std::shared_ptr<client::Transport>> TransportOf(int32_t site) {
+    if (options_.open_transports > 0) {
+      std::lock_guard<std::mutex> lock(open_mu_);
+      if (auto it = open_.find(site); it != open_.end()) return it->second;
+    }
+    absl::StatusOr<std::unique_ptr<client::Transport>> made = make_transport_(site);
+    if (!made.ok()) return made.status();
+    std::shared_ptr<client::Transport> transport = *std::move(made);
+    if (options_.open_transports > 0) {
+      std::lock_guard<std::mutex> lock(open_mu_);
+      if (static_cast<int64_t>(open_.size()) < options_.open_transports) open_[site] = transport;
+    }
+    return transport;
+  }
+
   // Runs `body` on min(workers, jobs) threads, this one among them.
   void RunOnPool(int32_t jobs, const std::function<void()>& body) const {
     std::vector<std::thread> pool;
@@ -225,6 +242,8 @@ class LocalSiteExecutor final : public SiteExecutor {
   const TrainerFactory make_trainer_;
   const TransportFactory make_transport_;
   std::map<int32_t, ActiveSite> active_;  // sites with a trainer (and a client while working)
+  std::mutex open_mu_;
+  std::map<int32_t, std::shared_ptr<client::Transport>> open_;  // guarded by open_mu_
 };
 
 }  // namespace

@@ -42,6 +42,7 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
                       : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   local.name_prefix = options.name_prefix;
   local.persistent_trainers = options.persistent_trainers;
+  local.open_transports = options.open_transports;
   TransportFactory make_transport = options.make_transport;
   if (!make_transport) {
     make_transport = [&engine, &options](int32_t site) {
