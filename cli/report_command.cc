@@ -77,6 +77,13 @@ absl::StatusOr<int64_t> ChooseRun(server::Store& store, int64_t wanted) {
 
 std::string OutPrefix(const ReportArgs& a, const std::string& data_dir, int64_t run_id) {
   if (a.out.empty()) return absl::StrCat(data_dir, "/report-run-", run_id);
+  // A directory (existing, or named with a trailing '/'): the default names, in it.
+  std::error_code ec;
+  if (absl::EndsWith(a.out, "/") || std::filesystem::is_directory(a.out, ec)) {
+    std::string dir = a.out;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    return absl::StrCat(dir, "/report-run-", run_id);
+  }
   for (const char* ext : {".html", ".csv", ".json"}) {
     if (absl::EndsWith(a.out, ext) && a.out.size() > std::string(ext).size()) {
       return a.out.substr(0, a.out.size() - std::string(ext).size());
@@ -113,7 +120,8 @@ CLI::App* AddReportCommand(CLI::App& app, ReportArgs& a) {
   cmd->add_option("--run", a.run_id, "Run id (default: the newest run)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--out", a.out,
-                  "Write <PREFIX>.html, .csv and .json (default: <data dir>/report-run-<run id>)");
+                  "Write <PREFIX>.html, .csv and .json (default: <data dir>/report-run-<run id>; "
+                  "a directory: report-run-<run id> in it)");
   cmd->add_option("--format", a.format, "html, csv, json, or all three")
       ->capture_default_str()
       ->check(CLI::IsMember({"html", "csv", "json", "all"}));

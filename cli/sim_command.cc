@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,9 +38,12 @@ void AddRunFlags(CLI::App* cmd, SimArgs& a) {
       ->capture_default_str();
   cmd->add_option("--clients", sim.num_clients,
                   "Virtual sites (0: one per key or device with a natural split, else 10)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--rounds", sim.num_rounds)->capture_default_str();
-  cmd->add_option("--sample-fraction", sim.sample_fraction)->capture_default_str();
+  cmd->add_option("--rounds", sim.num_rounds)->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--sample-fraction", sim.sample_fraction, "Share of the sites sampled, in (0, 1]")
+      ->check(CLI::Range(1e-12, 1.0))
+      ->capture_default_str();
   cmd->add_option("--min-fit-clients", sim.min_fit_clients,
                   "Accepted updates a round needs (0: every sampled site)")
       ->capture_default_str();
@@ -54,7 +58,9 @@ void AddRunFlags(CLI::App* cmd, SimArgs& a) {
       "No progress bar, even on a terminal");
 }
 
-void AddDataFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
+void AddDataFlags(CLI::App* cmd, SimConfig& config) {
+  simulation::SimulationOptions& sim = config.sim;
+  ClientDataConfig& csv = config.csv;
   cmd->add_option("--data", sim.data, "fashion-mnist, csv or synthetic")
       ->check(CLI::IsMember({"fashion-mnist", "csv", "synthetic"}))
       ->capture_default_str();
@@ -64,7 +70,16 @@ void AddDataFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
       ->each([&sim](const std::string&) { sim.data = "csv"; });
   cmd->add_option("--test-csv", sim.test_csv_path,
                   "csv: the server's test file (default: --test-fraction of the rows)");
-  cmd->add_option("--label-column", sim.csv.label_column, "csv: the label column")
+  cmd->add_option("--label-column", csv.label_column, "csv: the label column")
+      ->capture_default_str();
+  cmd->add_option("--delimiter", csv.delimiter, "csv: the field separator (\"\\t\": a tab)")
+      ->capture_default_str();
+  cmd->add_option("--missing-values", csv.missing_values,
+                  "csv: what a missing value does: refuse the file, drop_row or impute")
+      ->check(CLI::IsMember({"refuse", "drop_row", "impute"}))
+      ->capture_default_str();
+  cmd->add_option("--impute-value", csv.impute_value,
+                  "csv, --missing-values impute: what a missing feature becomes")
       ->capture_default_str();
   cmd->add_option("--key-column", sim.csv.key_column,
                   "csv: a column (e.g. hospital id) whose values are the natural split's sites");
@@ -130,6 +145,7 @@ void AddSiteFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
   cmd->add_option("--workers", sim.workers,
                   "Threads that run the sampled sites' tasks (0: every core); the result "
                   "does not depend on it")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--slow-fraction", sim.heterogeneity.slow_fraction,
                   "Share of the sites that are slower (simulated time)")
@@ -145,13 +161,11 @@ void AddSiteFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
       ->capture_default_str();
 }
 
-// The server's differential-privacy flags; any numeric one turns DP on unless --dp-mode is given.
-void AddPrivacyFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
-  auto on = [&sim, cmd](const auto&) {
-    if (cmd->get_option("--dp-mode")->count() == 0 && sim.privacy.mode == "off") {
-      sim.privacy.mode = sim.secure_aggregation.enabled ? "distributed" : "central";
-    }
-  };
+// The server's differential-privacy flags; any numeric one turns DP on unless --dp-mode is given
+// (in the mode that --secagg allows, decided after parsing: see RunSimCommand).
+void AddPrivacyFlags(CLI::App* cmd, SimArgs& a) {
+  simulation::SimulationOptions& sim = a.config.sim;
+  auto on = [&a](const auto&) { a.dp_value_given = true; };
   cmd->add_option("--dp-mode", sim.privacy.mode,
                   "Differential privacy: off, central, or distributed (with --secagg)")
       ->capture_default_str();
@@ -202,10 +216,10 @@ absl::Status AddSimCommand(CLI::App& app, int argc, char** argv, SimArgs& a) {
   cmd->add_flag("--print-effective-config", a.print_effective_config,
                 "Print the configuration from the preset, --config and the flags, and exit");
   AddRunFlags(cmd, a);
-  AddDataFlags(cmd, a.config.sim);
+  AddDataFlags(cmd, a.config);
   AddTrainingFlags(cmd, a.config.sim);
   AddSiteFlags(cmd, a.config.sim);
-  AddPrivacyFlags(cmd, a.config.sim);
+  AddPrivacyFlags(cmd, a);
   cmd->add_flag("--mpi", a.config.sim.mpi,
                 "Spread the sites over the ranks of an MPI job (run under mpirun or srun): rank "
                 "0 runs the server, the others the sites, over gRPC");
@@ -221,18 +235,23 @@ std::string Describe(const simulation::SimulationOptions& o) {
                            : o.data == "synthetic" ? absl::StrCat("Synthetic(", o.synthetic.alpha,
                                                                   ", ", o.synthetic.beta, ")")
                                                    : std::string("Fashion-MNIST");
-  const bool natural = o.data == "synthetic" || !o.csv.key_column.empty();
-  const std::string sites = o.num_clients > 0 ? absl::StrCat(o.num_clients, " sites")
-                            : natural         ? std::string("a site per key")
-                                              : std::string("10 sites");
+  // As PartitionSimulationData decides: the data's own split when it has one and none is named.
+  const bool has_natural = o.data == "synthetic" || (o.data == "csv" && !o.csv.key_column.empty());
   const std::string split = !o.partition.name.empty() ? o.partition.name
-                            : natural                 ? "natural"
+                            : has_natural             ? "natural"
                                                       : "iid";
+  const bool natural = split == "natural" || split == "column";
+  const std::string sites = o.num_clients > 0       ? absl::StrCat(o.num_clients, " sites")
+                            : !natural              ? std::string("10 sites")
+                            : o.data == "synthetic" ? std::string("30 sites (devices)")
+                                                    : std::string("a site per key");
+  const std::string how =
+      o.mpi ? "virtual sites on the ranks of an MPI job, over gRPC (simulated clock)"
+      : o.transport == "inproc" ? "in process (virtual sites, simulated clock)"
+      : o.tls ? "virtual sites over loopback gRPC with mutual TLS (simulated clock)"
+              : "virtual sites over plaintext loopback gRPC (simulated clock)";
   return absl::StrCat("Simulated federation: ", sites, ", ", o.num_rounds, " rounds, ",
-                      o.strategy.name, ", ", o.model, " on ", data, " (", split, " split), ",
-                      o.transport == "inproc" ? "in process (virtual sites, simulated clock)"
-                      : o.tls ? "virtual sites over loopback gRPC with mutual TLS (simulated clock)"
-                              : "virtual sites over plaintext loopback gRPC (simulated clock)");
+                      o.strategy.name, ", ", o.model, " on ", data, " (", split, " split), ", how);
 }
 
 // The report of the run, from its store as `fl report` makes it, with what only the simulation
@@ -264,12 +283,32 @@ absl::Status WriteSimReport(const SimConfig& config, const simulation::Simulatio
   return simulation::WriteReportFiles(*report, prefix);
 }
 
+// The report of a run that failed, from its store alone; best effort (the run's error matters
+// more than the report's).
+void WriteFailedRunReport(const SimConfig& config, const std::string& data_dir) {
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
+  if (!store.ok()) return;
+  absl::StatusOr<int64_t> run_id = simulation::NewestRunId(**store);
+  if (!run_id.ok()) return;
+  absl::StatusOr<simulation::RunReport> report = simulation::ReportFromStore(**store, *run_id);
+  if (!report.ok()) return;
+  report->configuration_json = SimConfigToToml(config);
+  report->generated_by = "fl sim";
+  if (simulation::WriteReportFiles(*report, data_dir + "/report").ok()) {
+    std::fprintf(stderr, "Report: %s/report.html (and .csv, .json)\n", data_dir.c_str());
+  }
+}
+
 }  // namespace
 
 int RunSimCommand(SimArgs& a) {
   SimConfig& config = a.config;
   simulation::SimulationOptions& options = config.sim;
   if (a.plaintext) options.tls = false;
+  if (a.dp_value_given && a.command->get_option("--dp-mode")->count() == 0 &&
+      options.privacy.mode == "off") {
+    options.privacy.mode = options.secure_aggregation.enabled ? "distributed" : "central";
+  }
   if (a.no_report) config.report = false;
   if (a.print_config_reference) {
     std::fputs(SimConfigReference().c_str(), stdout);
@@ -279,6 +318,7 @@ int RunSimCommand(SimArgs& a) {
     std::fputs(SimConfigToToml(config).c_str(), stdout);
     return 0;
   }
+  if (absl::Status s = FinishSimConfig(config); !s.ok()) return Fail(s);
   if (!a.verbose && !std::getenv("FL_LOG_LEVEL")) SetLogLevel(LogLevel::kWarn);
   absl::StatusOr<int32_t> rank = simulation::SimulationRank(options);
   if (!rank.ok()) return Fail(rank.status());
@@ -316,13 +356,23 @@ int RunSimCommand(SimArgs& a) {
   callbacks.on_partition = [&progress](const simulation::PartitionSummary& summary) {
     progress.Partition(summary);
   };
+  callbacks.on_training_start = [&progress] { progress.TrainingStarted(); };
   callbacks.on_round = [&progress](const simulation::SimulationRound& round) {
     progress.Round(round);
   };
   absl::StatusOr<simulation::SimulationResult> result =
       simulation::RunSimulation(options, callbacks);
   progress.Finish();
-  if (!result.ok()) return Fail(result.status());
+  if (!result.ok()) {
+    // A run that failed is what a researcher most needs to look at: say where it is, and write
+    // its report from the store when the run got that far.
+    const std::string data_dir = options.work_dir + "/server";
+    if (std::filesystem::exists(data_dir + "/federation.db")) {
+      std::fprintf(stderr, "SQLite file with the run: %s/federation.db\n", data_dir.c_str());
+      if (config.report) WriteFailedRunReport(config, data_dir);
+    }
+    return Fail(result.status());
+  }
   int committed = 0;
   for (const auto& r : result->rounds) committed += r.summary.committed ? 1 : 0;
   if (!result->finish_reason.empty()) {

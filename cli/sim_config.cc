@@ -107,7 +107,26 @@ std::vector<Key> DataKeys() {
           true, [](auto& c) -> auto& { return c.sim.test_csv_path; }),
       tk::StringKey<C>(
           "data", "label_column", "csv: the column of integer class labels.", false,
-          [](auto& c) -> auto& { return c.sim.csv.label_column; }),
+          [](auto& c) -> auto& { return c.csv.label_column; }),
+      tk::StringKey<C>(
+          "data", "delimiter",
+          "csv: the field separator, one character such as \",\", \";\", \"|\" or "
+          "\"\\t\" (a tab).",
+          false, [](auto& c) -> auto& { return c.csv.delimiter; }),
+      tk::StringArrayKey<C>(
+          "data", "feature_columns",
+          "csv: exactly these columns, in this order, are the features; empty: "
+          "every column but the label, the key and drop_columns.",
+          [](auto& c) -> auto& { return c.csv.feature_columns; }),
+      tk::StringKey<C>("data", "missing_values",
+                       "csv: a value that is empty or NA, N/A, NaN, null, ? (any case): "
+                       "\"refuse\" the file, \"drop_row\" or \"impute\".",
+                       false, [](auto& c) -> auto& { return c.csv.missing_values; },
+                       {"refuse", "drop_row", "impute"}),
+      tk::FloatKey<C>(
+          "data", "impute_value",
+          "csv, missing_values = \"impute\": what a missing feature becomes.", Range::kAny,
+          [](auto& c) -> auto& { return c.csv.impute_value; }),
       tk::StringKey<C>(
           "data", "key_column",
           "csv: a column (e.g. a hospital id) whose values are the natural split's "
@@ -115,7 +134,7 @@ std::vector<Key> DataKeys() {
           true, [](auto& c) -> auto& { return c.sim.csv.key_column; }),
       tk::StringArrayKey<C>(
           "data", "drop_columns", "csv: columns that are not features.",
-          [](auto& c) -> auto& { return c.sim.csv.drop_columns; }),
+          [](auto& c) -> auto& { return c.csv.drop_columns; }),
       tk::FloatKey<C>(
           "data", "test_fraction",
           "csv without test_csv, synthetic: the share of rows the server tests on.",
@@ -302,6 +321,14 @@ absl::Status ApplySimPreset(const std::string& name, SimConfig& config) {
 
 absl::Status ApplySimConfig(const std::string& path, SimConfig& config) {
   return tk::ApplyTomlFile(path, Tables(), Keys(), config);
+}
+
+absl::Status FinishSimConfig(SimConfig& config) {
+  absl::StatusOr<client::CsvOptions> csv = CsvOptionsFromConfig(config.csv, 0);
+  if (!csv.ok()) return csv.status();
+  csv->key_column = config.sim.csv.key_column;
+  config.sim.csv = *std::move(csv);
+  return absl::OkStatus();
 }
 
 std::string SimConfigToToml(const SimConfig& config) {

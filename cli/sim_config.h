@@ -21,12 +21,17 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "cli/client_config.h"
 #include "fl/simulation/simulation.h"
 
 namespace fl::cli {
 
 struct SimConfig {
   simulation::SimulationOptions sim;
+  // How a CSV is read ([data] label_column, delimiter, drop_columns, feature_columns,
+  // missing_values, impute_value, as `fl client` reads a site's file); FinishSimConfig turns it
+  // into sim.csv. Its other fields are not used.
+  ClientDataConfig csv;
   std::string export_path;  // the final global model as safetensors; empty: not written
   bool report = true;       // report.html, .csv and .json next to the SQLite file
 };
@@ -44,6 +49,10 @@ absl::Status ApplySimPreset(const std::string& name, SimConfig& config);
 // path when the file does not exist, INVALID_ARGUMENT (file:line and the key) for a syntax error,
 // an unknown table or key, a wrong type or a value out of range.
 absl::Status ApplySimConfig(const std::string& path, SimConfig& config);
+
+// Sets config.sim.csv from config.csv (keeping sim.csv.key_column): INVALID_ARGUMENT naming the
+// key and its flag for a delimiter or missing_values that cannot be used.
+absl::Status FinishSimConfig(SimConfig& config);
 
 // `config` as a TOML file that ApplySimConfig reads back to the same values, every key with a
 // one-line comment (`fl sim --print-effective-config`).

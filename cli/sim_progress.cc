@@ -22,8 +22,7 @@ SimProgress::SimProgress(std::FILE* out, bool bar, int32_t rounds, bool dp)
 
 void SimProgress::Setup(const std::string& step) {
   ClearBar();
-  std::fprintf(out_, "[%6.1f s] %s\n", absl::ToDoubleSeconds(absl::Now() - start_),
-               step.c_str());
+  std::fprintf(out_, "[%6.1f s] %s\n", absl::ToDoubleSeconds(absl::Now() - start_), step.c_str());
   std::fflush(out_);
 }
 
@@ -36,7 +35,6 @@ void SimProgress::Partition(const simulation::PartitionSummary& summary) {
 void SimProgress::Header() {
   if (header_printed_) return;
   header_printed_ = true;
-  training_start_ = absl::Now();
   std::fprintf(out_, "%6s %9s %11s %10s %9s%s\n", "round", "clients", "train loss", "test acc",
                "time", dp_ ? absl::StrFormat(" %9s", "epsilon").c_str() : "");
 }

@@ -23,6 +23,8 @@ class SimProgress {
 
   void Setup(const std::string& step);
   void Partition(const simulation::PartitionSummary& summary);
+  // Every site joined: the bar's elapsed time and ETA count from here.
+  void TrainingStarted() { training_start_ = absl::Now(); }
   void Round(const simulation::SimulationRound& round);
   // Clears the bar (before the closing lines).
   void Finish();
@@ -41,7 +43,7 @@ class SimProgress {
   int32_t committed_ = 0;
   double last_accuracy_ = -1;
   absl::Time start_ = absl::Now();
-  absl::Time training_start_ = absl::InfinitePast();
+  absl::Time training_start_ = absl::Now();
 };
 
 }  // namespace fl::cli

@@ -32,6 +32,10 @@ struct MpiJob {
 // MPI is finalised at exit. UNIMPLEMENTED (saying how to get MPI) in a build without it.
 absl::StatusOr<MpiJob> JoinMpiJob();
 
+// Prints "error: rank R: <status>" to stderr and ends every rank of the job (MPI_Abort): an error
+// on one rank must not leave the others waiting for it.
+[[noreturn]] void AbortMpiJob(const MpiJob& job, const absl::Status& status);
+
 // What the workers need from rank 0 before they can work.
 struct MpiSetup {
   std::string work_dir;        // the run's directory, its certificates under work_dir/certs

@@ -52,11 +52,12 @@ client::BuiltinTrainerOptions TrainerOptionsFor(const SimulationOptions& options
                                                 int cpu_threads);
 // Sets hooks.on_round_end to append each round to `result` (under `result_mu`, with the epsilon
 // read from `store` once set) and to call `on_round`; wraps hooks.evaluate (set it first) to time
-// the evaluation of each round.
-void MakeRoundRecorder(const SimulationOptions& options, SimulationResult& result,
-                       std::mutex& result_mu, std::atomic<server::Store*>& store,
-                       std::function<void(const SimulationRound&)> on_round,
-                       server::EngineHooks& hooks);
+// the evaluation of each round. Returns what marks the start of training: round 1's wall time
+// counts from there, not from setup.
+std::function<void()> MakeRoundRecorder(const SimulationOptions& options, SimulationResult& result,
+                                        std::mutex& result_mu, std::atomic<server::Store*>& store,
+                                        std::function<void(const SimulationRound&)> on_round,
+                                        server::EngineHooks& hooks);
 // Reads how the run ended: ABORTED when it did not finish, INTERNAL with the first of
 // `site_errors`; otherwise fills the final accuracy, finish reason and epsilon.
 absl::Status FinishResult(server::Store& store, SimulationResult& result,
@@ -84,9 +85,11 @@ void SaySetup(const SimulationCallbacks& callbacks, const std::string& step);
 absl::StatusOr<Model> InitialModelFor(const SimulationOptions& options, const SimulationData& data);
 int WorkersFor(const SimulationOptions& options);
 TrainerFactory TrainerFactoryFor(const SimulationOptions& options, const SimulationData& data);
+// `training_started` is called once every site has joined (then callbacks.on_training_start).
 absl::Status DriveSites(const SimulationOptions& options, const SimulationData& data,
                         server::RoundEngine& engine, SimulatedClock& clock, const ModelSpec& spec,
                         const SimulationCallbacks& callbacks, VirtualFederationOptions sites,
+                        const std::function<void()>& training_started,
                         SiteExecutor* executor = nullptr);
 
 }  // namespace fl::simulation::internal

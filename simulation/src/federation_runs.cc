@@ -49,7 +49,7 @@ TrainerFactory TrainerFactoryFor(const SimulationOptions& options, const Simulat
 absl::Status DriveSites(const SimulationOptions& options, const SimulationData& data,
                         server::RoundEngine& engine, SimulatedClock& clock, const ModelSpec& spec,
                         const SimulationCallbacks& callbacks, VirtualFederationOptions sites,
-                        SiteExecutor* executor) {
+                        const std::function<void()>& training_started, SiteExecutor* executor) {
   const int32_t n = options.num_clients;
   sites.num_sites = n;
   sites.workers = options.workers;
@@ -59,9 +59,12 @@ absl::Status DriveSites(const SimulationOptions& options, const SimulationData& 
   SaySetup(callbacks, absl::StrCat("joining ", n, " virtual sites (", options.transport, ", ",
                                    WorkersFor(options), " workers",
                                    executor != nullptr ? " on each MPI rank" : "", ")"));
-  auto on_joined = [&callbacks, n](int32_t joined) {
+  auto on_joined = [&callbacks, &training_started, n](int32_t joined) {
     SaySetup(callbacks, joined == n ? absl::StrCat("all ", n, " sites joined; training")
                                     : absl::StrCat(joined, " sites joined"));
+    if (joined < n) return;
+    if (training_started) training_started();
+    if (callbacks.on_training_start) callbacks.on_training_start();
   };
   absl::StatusOr<VirtualFederationStats> stats =
       executor != nullptr ? DriveVirtualSites(engine, clock, sites, spec, *executor, on_joined)
@@ -105,7 +108,8 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   std::atomic<server::Store*> store_ptr{store->get()};
   server::EngineHooks hooks;
   hooks.evaluate = BuiltinTestSetEvaluation(data.arch, data.test, options.backend);
-  MakeRoundRecorder(options, result, result_mu, store_ptr, callbacks.on_round, hooks);
+  const std::function<void()> training_started =
+      MakeRoundRecorder(options, result, result_mu, store_ptr, callbacks.on_round, hooks);
   SimulatedClock clock(absl::Now());
   absl::StatusOr<std::unique_ptr<server::RoundEngine>> engine = server::RoundEngine::Create(
       engine_options, store->get(), strategy->get(), &clock, *std::move(initial), hooks);
@@ -115,7 +119,8 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
 
   VirtualFederationOptions sites;
   sites.client_timeout = engine_options.client_timeout;
-  if (absl::Status s = DriveSites(options, data, **engine, clock, spec, callbacks, sites);
+  if (absl::Status s =
+          DriveSites(options, data, **engine, clock, spec, callbacks, sites, training_started);
       !s.ok()) {
     return s;
   }

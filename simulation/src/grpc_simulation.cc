@@ -103,7 +103,8 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   std::atomic<server::Store*> store{nullptr};
   server::EngineHooks hooks;
   hooks.evaluate = BuiltinTestSetEvaluation(data.arch, data.test, options.backend);
-  MakeRoundRecorder(options, result, result_mu, store, callbacks.on_round, hooks);
+  const std::function<void()> training_started =
+      MakeRoundRecorder(options, result, result_mu, store, callbacks.on_round, hooks);
   absl::StatusOr<Model> initial = InitialModelFor(options, data);
   if (!initial.ok()) return initial.status();
   const ModelSpec spec = initial->spec();
@@ -130,11 +131,11 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
     if (driven.ok()) {
       std::unique_ptr<SiteExecutor> executor = MakeMpiSiteExecutor(*mpi);
       driven = DriveSites(options, data, (*server)->engine(), clock, spec, callbacks,
-                          std::move(sites), executor.get());
+                          std::move(sites), training_started, executor.get());
     }
   } else {
-    driven =
-        DriveSites(options, data, (*server)->engine(), clock, spec, callbacks, std::move(sites));
+    driven = DriveSites(options, data, (*server)->engine(), clock, spec, callbacks,
+                        std::move(sites), training_started);
   }
   (*server)->Shutdown();
   if (!driven.ok()) return driven;

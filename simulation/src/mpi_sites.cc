@@ -8,6 +8,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -186,6 +187,13 @@ absl::StatusOr<MpiJob> JoinMpiJob() {
   });
   if (!status.ok()) return status;
   return job;
+}
+
+void AbortMpiJob(const MpiJob& job, const absl::Status& status) {
+  std::fprintf(stderr, "error: rank %d: %s\n", job.rank, status.ToString().c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();  // MPI_Abort does not return
 }
 
 absl::Status BroadcastSetup(const MpiJob& job, MpiSetup& setup) {

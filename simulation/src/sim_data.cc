@@ -124,6 +124,16 @@ absl::Status MakeSyntheticData(const SimulationOptions& o, SimulationData& data)
 }  // namespace
 
 absl::Status LoadSimulationData(const SimulationOptions& o, SimulationData& data) {
+  if (o.data != "fashion-mnist" && o.data != "csv" && o.data != "synthetic") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown data '", o.data, "'; choose fashion-mnist, csv or synthetic"));
+  }
+  if (o.data != "csv" &&
+      (!o.csv_path.empty() || !o.test_csv_path.empty() || !o.csv.key_column.empty())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a CSV file, test file or key column is set but the data is '", o.data,
+                     "': set data.source = \"csv\" (--data csv, or give the file with --csv)"));
+  }
   if (!(o.test_fraction > 0 && o.test_fraction < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("test_fraction must be in (0, 1), got ", o.test_fraction));
@@ -145,7 +155,7 @@ absl::Status PartitionSimulationData(const SimulationOptions& o, SimulationData&
     if (!has_natural) {
       return absl::InvalidArgumentError(
           "partition 'natural' needs data with a split of its own: a CSV key column "
-          "(--csv-key COLUMN) or synthetic data");
+          "(--key-column COLUMN, data.key_column) or synthetic data");
     }
     if (data.natural.has_value()) {
       data.parts = *data.natural;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -70,7 +71,9 @@ server::EngineOptions internal::EngineOptionsFor(const SimulationOptions& option
   engine.min_fit_clients =
       options.min_fit_clients > 0
           ? options.min_fit_clients
-          : std::max(1, static_cast<int32_t>(options.num_clients * options.sample_fraction));
+          // Every sampled site: the engine samples ceil(n x fraction) (the epsilon as its own).
+          : std::max(1, static_cast<int32_t>(
+                            std::ceil(options.num_clients * options.sample_fraction - 1e-9)));
   engine.sample_fraction = options.sample_fraction;
   engine.round_timeout = options.round_timeout;
   engine.seed = options.seed;
@@ -115,10 +118,10 @@ absl::Status internal::FinishResult(server::Store& store, SimulationResult& resu
   return absl::OkStatus();
 }
 
-void internal::MakeRoundRecorder(const SimulationOptions& options, SimulationResult& result,
-                                 std::mutex& result_mu, std::atomic<server::Store*>& store,
-                                 std::function<void(const SimulationRound&)> on_round,
-                                 server::EngineHooks& hooks) {
+std::function<void()> internal::MakeRoundRecorder(
+    const SimulationOptions& options, SimulationResult& result, std::mutex& result_mu,
+    std::atomic<server::Store*>& store, std::function<void(const SimulationRound&)> on_round,
+    server::EngineHooks& hooks) {
   // The evaluation's wall time, measured around the hook and read when its round ends (the
   // engine calls both from the thread that finishes the round).
   auto evaluate_time = std::make_shared<std::atomic<int64_t>>(0);
@@ -130,15 +133,16 @@ void internal::MakeRoundRecorder(const SimulationOptions& options, SimulationRes
       return metrics;
     };
   }
-  hooks.on_round_end = [&options, &result, &result_mu, &store, last = absl::Now(), evaluate_time,
+  // When the last round attempt ended (or training started), for the next one's wall time.
+  auto last_ns = std::make_shared<std::atomic<int64_t>>(absl::ToUnixNanos(absl::Now()));
+  hooks.on_round_end = [&options, &result, &result_mu, &store, last_ns, evaluate_time,
                         on_round =
                             std::move(on_round)](const server::RoundSummary& summary) mutable {
     SimulationRound round;
     round.summary = summary;
     round.evaluate_time = absl::Nanoseconds(evaluate_time->exchange(0));
-    const absl::Time now = absl::Now();
-    round.wall_time = now - last;
-    last = now;
+    const int64_t now = absl::ToUnixNanos(absl::Now());
+    round.wall_time = absl::Nanoseconds(now - last_ns->exchange(now));
     server::Store* s = store.load();
     if (options.privacy.accounted() && summary.committed && s != nullptr) {
       // The engine records the epsilon with the round it commits; read it back from there.
@@ -157,6 +161,7 @@ void internal::MakeRoundRecorder(const SimulationOptions& options, SimulationRes
     }
     if (on_round) on_round(round);
   };
+  return [last_ns] { last_ns->store(absl::ToUnixNanos(absl::Now())); };
 }
 
 absl::StatusOr<SimulationResult> RunSimulation(
@@ -166,15 +171,12 @@ absl::StatusOr<SimulationResult> RunSimulation(
   return RunSimulation(options, callbacks);
 }
 
-absl::StatusOr<SimulationResult> RunSimulation(const SimulationOptions& requested,
-                                               const SimulationCallbacks& callbacks) {
+namespace {
+
+absl::StatusOr<SimulationResult> RunOnThisRank(const SimulationOptions& requested,
+                                               const SimulationCallbacks& callbacks,
+                                               const std::optional<internal::MpiJob>& mpi) {
   const absl::Time start = absl::Now();
-  std::optional<internal::MpiJob> mpi;
-  if (requested.mpi) {
-    absl::StatusOr<internal::MpiJob> job = internal::JoinMpiJob();
-    if (!job.ok()) return job.status();
-    mpi = *job;
-  }
   absl::StatusOr<internal::SimulationData> data =
       internal::PrepareSimulation(requested, callbacks.on_setup);
   if (!data.ok()) return data.status();
@@ -193,6 +195,19 @@ absl::StatusOr<SimulationResult> RunSimulation(const SimulationOptions& requeste
     result->partition = data->summary;
     result->wall_time = absl::Now() - start;
   }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<SimulationResult> RunSimulation(const SimulationOptions& requested,
+                                               const SimulationCallbacks& callbacks) {
+  if (!requested.mpi) return RunOnThisRank(requested, callbacks, std::nullopt);
+  absl::StatusOr<internal::MpiJob> job = internal::JoinMpiJob();
+  if (!job.ok()) return job.status();
+  absl::StatusOr<SimulationResult> result = RunOnThisRank(requested, callbacks, *job);
+  // An error on one rank ends them all, rather than leaving the others waiting for it.
+  if (!result.ok() && job->size > 1) internal::AbortMpiJob(*job, result.status());
   return result;
 }
 

@@ -28,6 +28,13 @@ double UnitHash(uint64_t seed, const std::string& what) {
   return static_cast<double>(x) / static_cast<double>(uint64_t{1} << 52);
 }
 
+// The round attempt a task belongs to, the same over every transport: its id without the client
+// part ("r3.a0" of "r3.a0.<client id>").
+std::string AttemptOf(const client::ClientTask& task) {
+  const size_t dot = task.task_id.rfind('.');
+  return dot == std::string::npos ? task.task_id : task.task_id.substr(0, dot);
+}
+
 }  // namespace
 
 std::string VirtualSiteId(const std::string& name) { return Sha256Hex(name); }
@@ -132,7 +139,8 @@ absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
       w.dropout =
           (w.task.kind == client::ClientTask::Kind::kFit || client::IsSecAgg(w.task.kind)) &&
           het.dropout_fraction > 0 &&
-          UnitHash(options.seed, absl::StrCat("drop/", w.task.task_id)) < het.dropout_fraction;
+          UnitHash(options.seed, absl::StrCat("drop/", w.site, "/", AttemptOf(w.task))) <
+              het.dropout_fraction;
     }
   };
 

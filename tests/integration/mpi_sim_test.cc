@@ -102,5 +102,15 @@ TEST_F(MpiSimTest, ABadOptionStopsEveryRankWithItsError) {
   EXPECT_THAT(out, HasSubstr("shards_per_client"));
 }
 
+TEST_F(MpiSimTest, AnErrorOnRankZeroAloneEndsEveryRank) {
+  // Only rank 0 writes the run directory: the workers wait for its setup, and must not wait on.
+  std::string out;
+  const int code = MpiRun(3, "--clients 6 --rounds 1 --work-dir /proc/fl-mpi-sim-test", out);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(code, 124) << "the job hung: " << out;
+  EXPECT_THAT(out, HasSubstr("error: rank 0:"));
+  EXPECT_THAT(out, HasSubstr("/proc/fl-mpi-sim-test"));
+}
+
 }  // namespace
 }  // namespace fl::simulation

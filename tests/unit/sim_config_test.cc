@@ -3,6 +3,7 @@
 #include "cli/sim_config.h"
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "fl/common/file_util.h"
@@ -77,6 +78,29 @@ TEST_F(SimConfigTest, AFileOverAPresetSetsOnlyItsKeys) {
   EXPECT_EQ(c.sim.strategy.name, "fedprox");
   EXPECT_DOUBLE_EQ(c.sim.strategy.proximal_mu, 0.1);
   EXPECT_EQ(c.sim.privacy.mode, "central");
+}
+
+TEST_F(SimConfigTest, CsvReadingKeysBecomeTheLoadersOptions) {
+  SimConfig c;
+  ASSERT_TRUE(ApplySimConfig(Write("sim.toml",
+                                   "[data]\nsource = \"csv\"\ncsv = \"p.csv\"\n"
+                                   "delimiter = \";\"\nmissing_values = \"impute\"\n"
+                                   "impute_value = -1\nlabel_column = \"y\"\n"
+                                   "key_column = \"site\"\ndrop_columns = [\"id\"]\n"),
+                             c)
+                  .ok());
+  ASSERT_TRUE(FinishSimConfig(c).ok());
+  EXPECT_EQ(c.sim.csv.delimiter, ';');
+  EXPECT_EQ(c.sim.csv.missing_values, client::MissingValues::kImpute);
+  EXPECT_FLOAT_EQ(c.sim.csv.impute_value, -1.0f);
+  EXPECT_EQ(c.sim.csv.label_column, "y");
+  EXPECT_EQ(c.sim.csv.key_column, "site");
+  EXPECT_EQ(c.sim.csv.drop_columns, std::vector<std::string>{"id"});
+  SimConfig bad;
+  bad.csv.delimiter = "ab";
+  const absl::Status s = FinishSimConfig(bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("data.delimiter (--delimiter)"));
 }
 
 TEST_F(SimConfigTest, ErrorsNameTheFileTheLineAndTheKey) {

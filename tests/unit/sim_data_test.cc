@@ -125,6 +125,9 @@ TEST_F(SimDataTest, RefusalsSayWhatToChange) {
   o.data = "mnist";
   EXPECT_THAT(refusal(o), HasSubstr("unknown data 'mnist'; choose fashion-mnist, csv or"));
   o = CsvOptions(100);
+  o.data = "fashion-mnist";  // a CSV file and key column given, but not the CSV source
+  EXPECT_THAT(refusal(o), HasSubstr("set data.source = \"csv\""));
+  o = CsvOptions(100);
   o.partition.name = "sampled";
   o.num_clients = 10;
   EXPECT_THAT(refusal(o), HasSubstr("set --examples-per-client"));

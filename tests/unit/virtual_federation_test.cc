@@ -74,6 +74,30 @@ TEST_F(VirtualFederationTest, InprocGivesTheModelOfTheGrpcPath) {
   EXPECT_EQ(b->rounds.front().summary.num_sampled, 4);
 }
 
+TEST_F(VirtualFederationTest, DropoutsAreTheSameSitesOverEitherTransport) {
+  // Which sites drop out is drawn from the site and the round attempt, not from ids that differ
+  // between transports (a certificate's fingerprint, a name's hash, "plain:" and the name).
+  std::vector<std::vector<std::string>> models;
+  for (const char* transport : {"inproc", "grpc", "plaintext"}) {
+    SimulationOptions o = Options(absl::StrCat("dropouts-", transport));
+    o.num_clients = 12;
+    o.sample_fraction = 0.5;
+    o.min_fit_clients = 2;
+    o.num_rounds = 3;
+    o.heterogeneity.dropout_fraction = 0.3;
+    o.transport = std::string(transport) == "inproc" ? "inproc" : "grpc";
+    o.tls = std::string(transport) != "plaintext";
+    absl::StatusOr<SimulationResult> r = RunSimulation(o);
+    ASSERT_TRUE(r.ok()) << transport << ": " << r.status();
+    models.push_back(CommittedCheckpoints(*r));
+    int accepted = 0;
+    for (const SimulationRound& round : r->rounds) accepted += round.summary.num_accepted;
+    EXPECT_LT(accepted, 3 * 6) << transport << ": some sampled sites should have dropped out";
+  }
+  EXPECT_EQ(models[0], models[1]);
+  EXPECT_EQ(models[0], models[2]);
+}
+
 TEST_F(VirtualFederationTest, WorkerCountDoesNotChangeTheModel) {
   std::vector<std::vector<std::string>> models;
   for (int workers : {1, 3, 8}) {

@@ -7,7 +7,8 @@
 // engine has a task for it, training a built-in model (softmax regression, an MLP or the simple
 // CNN). The engine's clock is simulated, so deadlines, stragglers and dropouts act exactly and
 // without waiting, and the same seed gives a bit-identical model whatever the number of workers
-// and over either transport: "inproc" calls the engine in this process; "grpc" starts the real
+// and over either transport (float32 updates without DP or secure aggregation: their rounding,
+// noise and masks draw from the system's CSPRNG by design): "inproc" calls the engine in this process; "grpc" starts the real
 // server on a loopback port and the working sites connect with the SDK's gRPC transport (mutual
 // TLS, a certificate per site). The server evaluates every new global model on the test set.
 // With `privacy` on, the server clips, averages with equal weights and noises the updates
@@ -153,6 +154,7 @@ struct SimulationCallbacks {
   std::function<void(const std::string& step)> on_setup;
   // The partition, once made and before any training.
   std::function<void(const PartitionSummary&)> on_partition;
+  std::function<void()> on_training_start;  // every site has joined; round 1 is on
   std::function<void(const SimulationRound&)> on_round;  // each round attempt as it ends
 };
 
