@@ -82,7 +82,8 @@ std::string OutPrefix(const ReportArgs& a, const std::string& data_dir, int64_t 
   if (absl::EndsWith(a.out, "/") || std::filesystem::is_directory(a.out, ec)) {
     std::string dir = a.out;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-    return absl::StrCat(dir, "/report-run-", run_id);
+    std::filesystem::create_directories(dir, ec);  // a new directory named with a trailing '/'
+    return absl::StrCat(dir == "/" ? "" : dir, "/report-run-", run_id);
   }
   for (const char* ext : {".html", ".csv", ".json"}) {
     if (absl::EndsWith(a.out, ext) && a.out.size() > std::string(ext).size()) {

@@ -45,7 +45,9 @@ void AddRunFlags(CLI::App* cmd, SimArgs& a) {
       ->check(CLI::Range(1e-12, 1.0))
       ->capture_default_str();
   cmd->add_option("--min-fit-clients", sim.min_fit_clients,
-                  "Accepted updates a round needs (0: every sampled site)")
+                  "Accepted updates a round needs (0: every sampled site; set it lower with "
+                  "--dropout-fraction or slow sites, or their rounds fail and are retried)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--seed", sim.seed)->capture_default_str();
   AddSecondsFlag(cmd, "--round-timeout", sim.round_timeout, "Round deadline in seconds");
@@ -320,20 +322,22 @@ int RunSimCommand(SimArgs& a) {
   }
   if (absl::Status s = FinishSimConfig(config); !s.ok()) return Fail(s);
   if (!a.verbose && !std::getenv("FL_LOG_LEVEL")) SetLogLevel(LogLevel::kWarn);
-  absl::StatusOr<int32_t> rank = simulation::SimulationRank(options);
-  if (!rank.ok()) return Fail(rank.status());
-  if (*rank > 0) {  // an MPI rank that runs sites for rank 0, which reports
-    absl::StatusOr<simulation::SimulationResult> served = simulation::RunSimulation(options);
-    if (!served.ok())
-      return Fail(absl::Status(served.status().code(),
-                               absl::StrCat("rank ", *rank, ": ", served.status().message())));
-    return 0;
-  }
-  // Refuse bad choices before printing the run's header.
+  // Refuse bad choices before printing the run's header (on every MPI rank alike, before any of
+  // them waits for another).
   if (absl::Status s = options.strategy.Validate(); !s.ok()) return Fail(s);
   if (absl::Status s = client::ParseModelKind(options.model).status(); !s.ok()) return Fail(s);
   if (absl::Status s = options.privacy.Validate(); !s.ok()) return Fail(s);
   if (absl::Status s = options.secure_aggregation.Validate(); !s.ok()) return Fail(s);
+  absl::StatusOr<int32_t> rank = simulation::SimulationRank(options);
+  if (!rank.ok()) return Fail(rank.status());
+  if (*rank > 0) {  // an MPI rank that runs sites for rank 0, which reports
+    absl::StatusOr<simulation::SimulationResult> served = simulation::RunSimulation(options);
+    if (!served.ok()) {
+      return Fail(absl::Status(served.status().code(),
+                               absl::StrCat("rank ", *rank, ": ", served.status().message())));
+    }
+    return 0;
+  }
   const bool dp = options.privacy.accounted();
   options.work_dir = absl::StrCat(options.work_dir, "/run-", absl::ToUnixMillis(absl::Now()));
   std::printf("%s\n", Describe(options).c_str());

@@ -324,6 +324,19 @@ absl::Status ApplySimConfig(const std::string& path, SimConfig& config) {
 }
 
 absl::Status FinishSimConfig(SimConfig& config) {
+  if (config.sim.data != "csv") {
+    const ClientDataConfig defaults;
+    const ClientDataConfig& c = config.csv;
+    if (c.label_column != defaults.label_column || c.delimiter != defaults.delimiter ||
+        !c.drop_columns.empty() || !c.feature_columns.empty() ||
+        c.missing_values != defaults.missing_values || c.impute_value != defaults.impute_value) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.label_column, delimiter, drop_columns, feature_columns, missing_values and "
+          "impute_value (--label-column, --delimiter, --missing-values, --impute-value) are for "
+          "a CSV file, but the data is '",
+          config.sim.data, "': set data.source = \"csv\" or leave them out"));
+    }
+  }
   absl::StatusOr<client::CsvOptions> csv = CsvOptionsFromConfig(config.csv, 0);
   if (!csv.ok()) return csv.status();
   csv->key_column = config.sim.csv.key_column;

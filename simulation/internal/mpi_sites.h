@@ -42,10 +42,14 @@ struct MpiSetup {
   std::string server_address;  // host:port of rank 0's server
   bool tls = true;
   int64_t run_id = 0;
+  // Not empty: rank 0 failed before its sites could work (why); the other ranks then stop.
+  std::string error;
 };
 
-// Rank 0 sends `setup`; the other ranks receive it into `setup`.
+// Rank 0 sends `setup`; the other ranks receive it into `setup`. Once per job.
 absl::Status BroadcastSetup(const MpiJob& job, MpiSetup& setup);
+// Whether this process (rank 0) has sent its setup: until then the other ranks wait for it.
+bool SetupWasBroadcast();
 
 // The rank that owns site `site` in a job of `size` ranks (never 0 when size > 1).
 int OwnerOfSite(int32_t site, int size);

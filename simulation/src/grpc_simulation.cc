@@ -3,8 +3,10 @@
 // only the sites at work hold a channel, so thousands of sites need neither thousands of threads
 // nor of connections. With MPI (simulation/internal/mpi_sites.h) rank 0 runs this and the other
 // ranks run RunMpiWorker.
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 
@@ -21,9 +23,25 @@
 namespace fl::simulation::internal {
 namespace {
 
-// Sites per process that keep their channel open between tasks, as a real site does (a TLS
-// handshake saved per task); the rest connect for each task.
-constexpr int64_t kOpenTransports = 4096;
+// How many sites of this process may keep their channel open between tasks, as a real site
+// does (a TLS handshake saved per task; the rest connect for each task): at most 4096, and no
+// more than the file descriptors allow, each open site holding two in the process that also runs
+// the server (its socket and the server's), `sharers` sites' worth per descriptor there when
+// several MPI ranks connect to one server. Raises the soft descriptor limit to the hard one.
+int64_t OpenTransportBudget(int sharers) {
+  constexpr int64_t kMost = 4096;
+  constexpr int64_t kReserve = 512;  // the server's files, SQLite, spill files, gRPC's own
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 0;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  const int64_t fds =
+      limit.rlim_cur == RLIM_INFINITY ? int64_t{1} << 20 : static_cast<int64_t>(limit.rlim_cur);
+  return std::clamp<int64_t>((fds - kReserve) / 2 / std::max(1, sharers), 0, kMost);
+}
 
 // Site `i`'s gRPC transport to `address`, with its certificate under `certs` (or, in plaintext,
 // its name).
@@ -123,10 +141,10 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   sites.site_id = [&ids](int32_t i) { return ids[static_cast<size_t>(i)]; };
   const std::string address = absl::StrCat(host, ":", (*server)->port());
   sites.make_transport = GrpcTransportFactory(address, provision.out_dir, options.tls);
-  sites.open_transports = kOpenTransports;
+  sites.open_transports = OpenTransportBudget(1);
   absl::Status driven;
   if (spread) {
-    MpiSetup setup{options.work_dir, address, options.tls, result.run_id};
+    MpiSetup setup{options.work_dir, address, options.tls, result.run_id, ""};
     driven = BroadcastSetup(*mpi, setup);
     if (driven.ok()) {
       std::unique_ptr<SiteExecutor> executor = MakeMpiSiteExecutor(*mpi);
@@ -147,6 +165,9 @@ absl::StatusOr<SimulationResult> RunMpiWorker(const SimulationOptions& options,
                                               const SimulationData& data, const MpiJob& mpi) {
   MpiSetup setup;
   if (absl::Status s = BroadcastSetup(mpi, setup); !s.ok()) return s;
+  SimulationResult result;
+  result.rank = mpi.rank;
+  if (!setup.error.empty()) return result;  // rank 0 failed and says why; nothing to serve
   absl::StatusOr<Model> initial = InitialModelFor(options, data);
   if (!initial.ok()) return initial.status();
   client::JoinRequestInfo join;
@@ -155,13 +176,11 @@ absl::StatusOr<SimulationResult> RunMpiWorker(const SimulationOptions& options,
   LocalSiteOptions local;
   local.workers = WorkersFor(options);
   local.persistent_trainers = options.strategy.name == "scaffold";
-  local.open_transports = kOpenTransports;
+  local.open_transports = OpenTransportBudget(mpi.size - 1);
   std::unique_ptr<SiteExecutor> executor = MakeLocalSiteExecutor(
       local, TrainerFactoryFor(options, data),
       GrpcTransportFactory(setup.server_address, setup.work_dir + "/certs", setup.tls));
   if (absl::Status s = ServeMpiSites(mpi, *executor, setup.run_id, join); !s.ok()) return s;
-  SimulationResult result;
-  result.rank = mpi.rank;
   result.run_id = setup.run_id;
   return result;
 }

@@ -8,6 +8,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -110,8 +111,9 @@ class MpiSiteExecutor final : public SiteExecutor {
       if (!s.ok() && first.ok()) {
         first = absl::Status(s.code(), absl::StrCat("rank ", rank, ": ", s.message()));
       }
+      if (!s.ok()) continue;
       joined += static_cast<int32_t>(mine.size());
-      if (on_joined && s.ok()) on_joined(joined);
+      if (on_joined && first.ok()) on_joined(joined);
     }
     return first;
   }
@@ -196,6 +198,10 @@ void AbortMpiJob(const MpiJob& job, const absl::Status& status) {
   std::abort();  // MPI_Abort does not return
 }
 
+std::atomic<bool> g_setup_broadcast{false};
+
+bool SetupWasBroadcast() { return g_setup_broadcast.load(); }
+
 absl::Status BroadcastSetup(const MpiJob& job, MpiSetup& setup) {
   Buffer b;
   if (job.rank == 0) {
@@ -203,6 +209,8 @@ absl::Status BroadcastSetup(const MpiJob& job, MpiSetup& setup) {
     b.PutString(setup.server_address);
     b.PutInt(setup.tls ? 1 : 0);
     b.PutInt(setup.run_id);
+    b.PutString(setup.error);
+    g_setup_broadcast = true;
   }
   int64_t size = static_cast<int64_t>(b.bytes().size());
   MPI_Bcast(&size, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
@@ -215,6 +223,7 @@ absl::Status BroadcastSetup(const MpiJob& job, MpiSetup& setup) {
     setup.server_address = in.String();
     setup.tls = in.Int() != 0;
     setup.run_id = in.Int();
+    setup.error = in.String();
   }
   return absl::OkStatus();
 }

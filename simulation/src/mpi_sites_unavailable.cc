@@ -17,6 +17,7 @@ absl::Status NoMpi() {
 
 absl::StatusOr<MpiJob> JoinMpiJob() { return NoMpi(); }
 absl::Status BroadcastSetup(const MpiJob&, MpiSetup&) { return NoMpi(); }
+bool SetupWasBroadcast() { return false; }
 void AbortMpiJob(const MpiJob&, const absl::Status& status) {
   std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
   std::exit(1);

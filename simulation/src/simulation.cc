@@ -206,8 +206,17 @@ absl::StatusOr<SimulationResult> RunSimulation(const SimulationOptions& requeste
   absl::StatusOr<internal::MpiJob> job = internal::JoinMpiJob();
   if (!job.ok()) return job.status();
   absl::StatusOr<SimulationResult> result = RunOnThisRank(requested, callbacks, *job);
-  // An error on one rank ends them all, rather than leaving the others waiting for it.
-  if (!result.ok() && job->size > 1) internal::AbortMpiJob(*job, result.status());
+  if (!result.ok() && job->size > 1) {
+    // Rank 0 may be waited for, the others may not: a worker's error ends the job; rank 0 tells
+    // the workers that still wait for its setup to stop (after that, its executor stopped them)
+    // and returns its error, for its caller to report.
+    if (job->rank > 0) internal::AbortMpiJob(*job, result.status());
+    if (!internal::SetupWasBroadcast()) {
+      internal::MpiSetup failed;
+      failed.error = result.status().ToString();
+      (void)internal::BroadcastSetup(*job, failed);
+    }
+  }
   return result;
 }
 

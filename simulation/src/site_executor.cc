@@ -68,7 +68,9 @@ class RecordingTransport final : public client::Transport {
   }
   bool wants_heartbeats() const override { return false; }
   bool WaitForServer(absl::Duration d) override { return inner_->WaitForServer(d); }
-  void Cancel() override { inner_->Cancel(); }
+  // Not passed on: the site's transport may outlive this client (kept open for its next tasks),
+  // and a cancelled transport stays cancelled. The simulation never stops a client mid-task.
+  void Cancel() override {}
 
   // Delivers what was recorded, in order; the engine's refusals are counted, not fatal (a late
   // update after a deadline is refused as it would be in production).

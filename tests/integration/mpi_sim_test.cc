@@ -108,8 +108,43 @@ TEST_F(MpiSimTest, AnErrorOnRankZeroAloneEndsEveryRank) {
   const int code = MpiRun(3, "--clients 6 --rounds 1 --work-dir /proc/fl-mpi-sim-test", out);
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(code, 124) << "the job hung: " << out;
-  EXPECT_THAT(out, HasSubstr("error: rank 0:"));
   EXPECT_THAT(out, HasSubstr("/proc/fl-mpi-sim-test"));
+}
+
+TEST_F(MpiSimTest, AFailedRunSaysWhereItIsAndWritesItsReport) {
+  // Every sampled site must report and most drop out: the run fails, as it would in one process.
+  std::string out;
+  const std::string dir = (dir_ / "failed").string();
+  const int code = MpiRun(2,
+                          absl::StrCat("--clients 4 --rounds 1 --examples-per-client 50 "
+                                       "--dropout-fraction 0.6 --work-dir ",
+                                       dir),
+                          out);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(code, 124) << "the job hung: " << out;
+  EXPECT_THAT(out, HasSubstr("SQLite file with the run"));
+  EXPECT_THAT(out, HasSubstr("report.html"));
+}
+
+TEST_F(MpiSimTest, AnErrorOnOneWorkerAloneEndsEveryRank) {
+  // Rank 1 cannot read the data (as on a node without it); rank 0 must not wait for it forever.
+  const std::string log = (dir_ / "mpmd.log").string();
+  const std::string common =
+      absl::StrCat(FL_BINARY,
+                   " sim --mpi --no-progress --clients 4 --rounds 1 --examples-per-client 50 "
+                   "--work-dir ",
+                   (dir_ / "mpmd").string());
+  const std::string command =
+      absl::StrCat("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 300 ",
+                   FL_MPIEXEC, " --oversubscribe -n 1 ", common, " : -n 1 ", common,
+                   " --dataset-dir /nonexistent >", log, " 2>&1");
+  const int status = std::system(command.c_str());
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const std::string out = ReadFile(log).value_or("");
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(code, 124) << "the job hung: " << out;
+  EXPECT_THAT(out, HasSubstr("error: rank 1:"));
+  EXPECT_THAT(out, HasSubstr("/nonexistent"));
 }
 
 }  // namespace

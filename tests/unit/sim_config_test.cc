@@ -97,10 +97,16 @@ TEST_F(SimConfigTest, CsvReadingKeysBecomeTheLoadersOptions) {
   EXPECT_EQ(c.sim.csv.key_column, "site");
   EXPECT_EQ(c.sim.csv.drop_columns, std::vector<std::string>{"id"});
   SimConfig bad;
+  bad.sim.data = "csv";
   bad.csv.delimiter = "ab";
   const absl::Status s = FinishSimConfig(bad);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("data.delimiter (--delimiter)"));
+  // A CSV's reading options with other data are refused, not ignored.
+  SimConfig not_csv;
+  not_csv.csv.missing_values = "impute";
+  EXPECT_THAT(FinishSimConfig(not_csv).message(), HasSubstr("are for a CSV file, but the data is "
+                                                            "'fashion-mnist'"));
 }
 
 TEST_F(SimConfigTest, ErrorsNameTheFileTheLineAndTheKey) {
