@@ -66,7 +66,7 @@ struct ClientTask {
   // what to train and from which model. `config.secure_aggregation` is set for the kSecAgg*
   // kinds.
   FitConfig config;
-  bool has_spec = false;                   // the server named the model's tensors
+  bool has_spec = false;                         // the server named the model's tensors
   absl::StatusOr<ModelSpec> spec = ModelSpec{};  // what it named, or why that is unusable
   int64_t model_bytes = 0;
   std::string model_sha256;
@@ -83,8 +83,8 @@ struct ClientTask {
   int32_t secagg_id = -1;
   absl::StatusOr<SecAggRoundParams> secagg_params = SecAggRoundParams{};
   absl::StatusOr<secagg::KeyDirectory> directory = secagg::KeyDirectory{};  // kSecAggShare
-  absl::StatusOr<secagg::ShareBundle> bundle = secagg::ShareBundle{};      // kSecAggMaskedInput
-  absl::StatusOr<secagg::UnmaskRequest> unmask = secagg::UnmaskRequest{};  // kSecAggUnmask
+  absl::StatusOr<secagg::ShareBundle> bundle = secagg::ShareBundle{};       // kSecAggMaskedInput
+  absl::StatusOr<secagg::UnmaskRequest> unmask = secagg::UnmaskRequest{};   // kSecAggUnmask
 };
 
 // "fit", or the secure-aggregation stage ("secagg_advertise_keys", ...), as TaskReport names it.
@@ -193,6 +193,16 @@ class Transport {
 // in plaintext). INVALID_ARGUMENT for missing TLS paths, plaintext to another host or a
 // certificate without a common name; a ReadFile error for a file that cannot be read.
 absl::StatusOr<std::unique_ptr<Transport>> MakeGrpcTransport(ClientOptions& options);
+
+// One plaintext connection that many sites' transports share: the server tells them apart by the
+// name each call carries (plaintext mode), so thousands of simulated sites need one channel. With
+// TLS a site is its certificate, which a connection carries once: there is no such sharing.
+class SharedConnection;
+// INVALID_ARGUMENT unless options.insecure_plaintext (to a loopback address, as MakeGrpcTransport).
+absl::StatusOr<std::shared_ptr<SharedConnection>> MakeSharedConnection(ClientOptions& options);
+// A transport for the site `options.name` over `connection`.
+absl::StatusOr<std::unique_ptr<Transport>> MakeGrpcTransport(
+    ClientOptions& options, std::shared_ptr<SharedConnection> connection);
 
 namespace internal {
 

@@ -363,11 +363,41 @@ class GrpcTransport final : public Transport {
 
 }  // namespace
 
+class SharedConnection {
+ public:
+  explicit SharedConnection(std::shared_ptr<grpc::Channel> channel)
+      : channel_(std::move(channel)) {}
+  const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+
+ private:
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+absl::StatusOr<std::shared_ptr<SharedConnection>> MakeSharedConnection(ClientOptions& options) {
+  if (!options.insecure_plaintext) {
+    return absl::InvalidArgumentError(
+        "a shared connection is for plaintext only: with TLS each site's certificate needs its "
+        "own connection");
+  }
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = internal::MakeChannel(options);
+  if (!channel.ok()) return channel.status();
+  return std::make_shared<SharedConnection>(*std::move(channel));
+}
+
+absl::StatusOr<std::unique_ptr<Transport>> MakeGrpcTransport(
+    ClientOptions& options, std::shared_ptr<SharedConnection> connection) {
+  if (!options.insecure_plaintext || connection == nullptr) {
+    return absl::InvalidArgumentError(
+        "a transport over a shared connection needs plaintext and the connection");
+  }
+  return std::unique_ptr<Transport>(
+      std::make_unique<GrpcTransport>(options, connection->channel()));
+}
+
 absl::StatusOr<std::unique_ptr<Transport>> MakeGrpcTransport(ClientOptions& options) {
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = internal::MakeChannel(options);
   if (!channel.ok()) return channel.status();
-  return std::unique_ptr<Transport>(
-      std::make_unique<GrpcTransport>(options, *std::move(channel)));
+  return std::unique_ptr<Transport>(std::make_unique<GrpcTransport>(options, *std::move(channel)));
 }
 
 }  // namespace fl::client

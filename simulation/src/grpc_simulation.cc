@@ -47,6 +47,21 @@ int64_t OpenTransportBudget(int sharers) {
 // its name).
 TransportFactory GrpcTransportFactory(const std::string& address, const std::string& certs,
                                       bool tls) {
+  if (!tls) {  // every site over one connection, told apart by the name its calls carry
+    client::ClientOptions c;
+    c.server_address = address;
+    c.insecure_plaintext = true;
+    absl::StatusOr<std::shared_ptr<client::SharedConnection>> connection =
+        client::MakeSharedConnection(c);
+    return [address, connection](int32_t i) -> absl::StatusOr<std::unique_ptr<client::Transport>> {
+      if (!connection.ok()) return connection.status();
+      client::ClientOptions c;
+      c.server_address = address;
+      c.name = absl::StrCat("site-", i);
+      c.insecure_plaintext = true;
+      return client::MakeGrpcTransport(c, *connection);
+    };
+  }
   return [address, certs, tls](int32_t i) -> absl::StatusOr<std::unique_ptr<client::Transport>> {
     client::ClientOptions c;
     c.server_address = address;
@@ -141,7 +156,7 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   sites.site_id = [&ids](int32_t i) { return ids[static_cast<size_t>(i)]; };
   const std::string address = absl::StrCat(host, ":", (*server)->port());
   sites.make_transport = GrpcTransportFactory(address, provision.out_dir, options.tls);
-  sites.open_transports = OpenTransportBudget(1);
+  sites.open_transports = options.tls ? OpenTransportBudget(1) : 0;  // plaintext: one shared
   absl::Status driven;
   if (spread) {
     MpiSetup setup{options.work_dir, address, options.tls, result.run_id, ""};
@@ -176,7 +191,7 @@ absl::StatusOr<SimulationResult> RunMpiWorker(const SimulationOptions& options,
   LocalSiteOptions local;
   local.workers = WorkersFor(options);
   local.persistent_trainers = options.strategy.name == "scaffold";
-  local.open_transports = OpenTransportBudget(mpi.size - 1);
+  local.open_transports = setup.tls ? OpenTransportBudget(mpi.size - 1) : 0;
   std::unique_ptr<SiteExecutor> executor = MakeLocalSiteExecutor(
       local, TrainerFactoryFor(options, data),
       GrpcTransportFactory(setup.server_address, setup.work_dir + "/certs", setup.tls));

@@ -213,5 +213,30 @@ TEST(ClientLoopTest, RunTaskDoesOneTaskAsRunWould) {
   EXPECT_EQ(h.trainer.last_config.round, 4);
 }
 
+TEST(SharedConnectionTest, IsForPlaintextOnlyAndCarriesEachSitesName) {
+  ClientOptions tls;
+  tls.server_address = "127.0.0.1:1";
+  absl::StatusOr<std::shared_ptr<SharedConnection>> refused = MakeSharedConnection(tls);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("plaintext only"));
+
+  ClientOptions plain;
+  plain.server_address = "127.0.0.1:1";
+  plain.insecure_plaintext = true;
+  absl::StatusOr<std::shared_ptr<SharedConnection>> connection = MakeSharedConnection(plain);
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  for (const char* name : {"site-0", "site-1"}) {
+    ClientOptions site = plain;
+    site.name = name;
+    EXPECT_TRUE(MakeGrpcTransport(site, *connection).ok()) << name;
+  }
+  EXPECT_EQ(MakeGrpcTransport(tls, *connection).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // A plaintext connection goes to a loopback address only, as any plaintext transport.
+  ClientOptions remote = plain;
+  remote.server_address = "example.org:443";
+  EXPECT_FALSE(MakeSharedConnection(remote).ok());
+}
+
 }  // namespace
 }  // namespace fl::client
