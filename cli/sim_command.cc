@@ -158,6 +158,11 @@ void AddSiteFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
   cmd->add_option("--dropout-fraction", sim.heterogeneity.dropout_fraction,
                   "Chance that a sampled site drops out of a round")
       ->capture_default_str();
+  cmd->add_option("--availability", sim.heterogeneity.availability,
+                  "Chance that a site is there in a round (per site and round): a sampled site "
+                  "that is not is dropped by the client timeout")
+      ->check(CLI::Range(1e-12, 1.0))
+      ->capture_default_str();
   cmd->add_option("--link-mbps", sim.heterogeneity.link_mbps,
                   "Every site's simulated link speed, each direction")
       ->capture_default_str();

@@ -225,6 +225,11 @@ std::vector<Key> ModelAndSiteKeys() {
           "sites", "dropout_fraction", "Chance that a sampled site drops out of a round attempt.",
           Range::kHalfOpenFraction,
           [](auto& c) -> auto& { return c.sim.heterogeneity.dropout_fraction; }),
+      tk::FloatKey<C>(
+          "sites", "availability",
+          "Chance that a site is there in a round, drawn per site and round; a "
+          "sampled site that is not is dropped by the server's client timeout.",
+          Range::kFraction, [](auto& c) -> auto& { return c.sim.heterogeneity.availability; }),
   };
 }
 

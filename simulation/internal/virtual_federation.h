@@ -81,6 +81,7 @@ struct VirtualFederationOptions {
 struct VirtualFederationStats {
   int64_t tasks = 0;         // tasks run by sites
   int64_t dropouts = 0;      // site rounds lost to dropout_fraction
+  int64_t unavailable = 0;   // sampled sites not there in their round (availability)
   int64_t refused = 0;       // messages the engine refused (stale after a deadline, ...)
   absl::Duration join_time;  // joining every site
   absl::Duration simulated_time;

@@ -74,6 +74,7 @@ absl::Status DriveSites(const SimulationOptions& options, const SimulationData& 
   LogEvent(LogLevel::kInfo, "simulation_sites_done",
            {{"tasks", absl::StrCat(stats->tasks)},
             {"dropouts", absl::StrCat(stats->dropouts)},
+            {"unavailable", absl::StrCat(stats->unavailable)},
             {"refused", absl::StrCat(stats->refused)},
             {"join_time", absl::FormatDuration(stats->join_time)},
             {"simulated_time", absl::FormatDuration(stats->simulated_time)}});

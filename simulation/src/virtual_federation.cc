@@ -73,11 +73,13 @@ absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
   }
   const Heterogeneity& het = options.heterogeneity;
   if (het.slow_factor < 1 || het.link_mbps <= 0 || het.slow_fraction < 0 || het.slow_fraction > 1 ||
-      het.dropout_fraction < 0 || het.dropout_fraction >= 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heterogeneity: slow_factor must be >= 1 (got ", het.slow_factor, "), link_mbps > 0 (got ",
-        het.link_mbps, "), slow_fraction in [0, 1] (got ", het.slow_fraction,
-        "), dropout_fraction in [0, 1) (got ", het.dropout_fraction, ")"));
+      het.dropout_fraction < 0 || het.dropout_fraction >= 1 || !(het.availability > 0) ||
+      het.availability > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heterogeneity: slow_factor must be >= 1 (got ", het.slow_factor,
+                     "), link_mbps > 0 (got ", het.link_mbps, "), slow_fraction in [0, 1] (got ",
+                     het.slow_fraction, "), dropout_fraction in [0, 1) (got ", het.dropout_fraction,
+                     "), availability in (0, 1] (got ", het.availability, ")"));
   }
   const int32_t n = options.num_sites;
   VirtualFederationStats stats;
@@ -107,6 +109,12 @@ absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
         by_id.begin(), by_id.end(), id,
         [&](int32_t a, const std::string& v) { return ids[static_cast<size_t>(a)] < v; });
     return it != by_id.end() && ids[static_cast<size_t>(*it)] == id ? *it : -1;
+  };
+  // Whether a site is there in the round the engine runs or is about to run.
+  auto available = [&](int32_t site) {
+    return het.availability >= 1 ||
+           UnitHash(options.seed, absl::StrCat("up/", site, "/", engine.committed_round() + 1)) <
+               het.availability;
   };
   auto slow = [&](int32_t site) {
     return het.slow_fraction > 0 &&
@@ -189,6 +197,12 @@ absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
     for (const std::string& id : pending) {
       const int32_t site = lookup(id);
       if (site < 0 || silent[static_cast<size_t>(site)] || busy[static_cast<size_t>(site)]) {
+        continue;
+      }
+      if (!available(site)) {  // not there this round: silent, as a device that is off
+        silent[static_cast<size_t>(site)] = 1;
+        if (silent_pending.empty()) silent_pending = pending;
+        ++stats.unavailable;
         continue;
       }
       client::ClientTask task = ToClientTask(engine.Poll(id));

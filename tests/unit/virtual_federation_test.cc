@@ -98,6 +98,37 @@ TEST_F(VirtualFederationTest, DropoutsAreTheSameSitesOverEitherTransport) {
   EXPECT_EQ(models[0], models[2]);
 }
 
+TEST_F(VirtualFederationTest, SitesAwayInARoundAreDroppedByTheClientTimeout) {
+  // About 30 % of the sites are away in each round (drawn per site and round): sampled, they
+  // never answer, the client timeout drops them on the simulated clock, and the round commits
+  // with the rest; the same sites are away over either transport and with any number of workers.
+  std::vector<std::vector<std::string>> models;
+  for (const char* variant : {"inproc-1", "inproc-3", "plaintext"}) {
+    SimulationOptions o = Options(absl::StrCat("away-", variant));
+    o.num_clients = 20;
+    o.sample_fraction = 0.5;
+    o.min_fit_clients = 3;
+    o.num_rounds = 4;
+    o.heterogeneity.availability = 0.7;
+    o.workers = std::string(variant) == "inproc-3" ? 3 : 1;
+    o.transport = std::string(variant) == "plaintext" ? "grpc" : "inproc";
+    o.tls = false;
+    absl::StatusOr<SimulationResult> r = RunSimulation(o);
+    ASSERT_TRUE(r.ok()) << variant << ": " << r.status();
+    models.push_back(CommittedCheckpoints(*r));
+    ASSERT_EQ(models.back().size(), 4u) << variant;
+    int sampled = 0, accepted = 0;
+    for (const SimulationRound& round : r->rounds) {
+      sampled += round.summary.num_sampled;
+      accepted += round.summary.num_accepted;
+    }
+    EXPECT_LT(accepted, sampled) << variant << ": some sampled sites should have been away";
+    EXPECT_GT(accepted, sampled / 2) << variant;
+  }
+  EXPECT_EQ(models[0], models[1]);
+  EXPECT_EQ(models[0], models[2]);
+}
+
 TEST_F(VirtualFederationTest, WorkerCountDoesNotChangeTheModel) {
   std::vector<std::vector<std::string>> models;
   for (int workers : {1, 3, 8}) {

@@ -8,14 +8,14 @@
 // CNN). The engine's clock is simulated, so deadlines, stragglers and dropouts act exactly and
 // without waiting, and the same seed gives a bit-identical model whatever the number of workers
 // and over either transport (float32 updates without DP or secure aggregation: their rounding,
-// noise and masks draw from the system's CSPRNG by design): "inproc" calls the engine in this process; "grpc" starts the real
-// server on a loopback port and the working sites connect with the SDK's gRPC transport (mutual
-// TLS, a certificate per site). The server evaluates every new global model on the test set.
-// With `privacy` on, the server clips, averages with equal weights and noises the updates
-// (central DP), records the epsilon spent with every committed round, and ends the run before a
-// round that would exceed the budget. With `secure_aggregation` on, every round runs SecAgg+ so
-// that the server sees only the sum of the sites' changes; privacy "distributed" then has each
-// site add its share of the noise.
+// noise and masks draw from the system's CSPRNG by design): "inproc" calls the engine in this
+// process; "grpc" starts the real server on a loopback port and the working sites connect with the
+// SDK's gRPC transport (mutual TLS, a certificate per site). The server evaluates every new global
+// model on the test set. With `privacy` on, the server clips, averages with equal weights and
+// noises the updates (central DP), records the epsilon spent with every committed round, and ends
+// the run before a round that would exceed the budget. With `secure_aggregation` on, every round
+// runs SecAgg+ so that the server sees only the sum of the sites' changes; privacy "distributed"
+// then has each site add its share of the noise.
 #ifndef FL_SIMULATION_SIMULATION_H_
 #define FL_SIMULATION_SIMULATION_H_
 
@@ -42,6 +42,11 @@ struct Heterogeneity {
   double slow_fraction = 0;     // share of the sites (fixed by the seed) that are slower ...
   double slow_factor = 4;       // ... by this factor, in compute and link
   double dropout_fraction = 0;  // chance that a sampled site drops out of a round attempt
+  // Chance that a site is there in a round (drawn per site and round from the seed). A site that
+  // is not may still be sampled (the driver keeps idle sites online, since every site must be
+  // online for a round to start); it then neither fetches its task nor heartbeats, and the
+  // server's client_timeout drops it, so the round commits with min_fit_clients or is retried.
+  double availability = 1;
 };
 
 struct SimulationOptions {
@@ -105,7 +110,7 @@ struct SimulationOptions {
   std::string transport = "inproc";
   int32_t workers = 0;  // threads that run sites' tasks; 0: the machine's cores
   Heterogeneity heterogeneity;
-  bool tls = true;               // grpc: false for plaintext on loopback
+  bool tls = true;  // grpc: false for plaintext on loopback
   // Spread the sites over the ranks of an MPI job (`mpirun -n R fl sim --mpi ...` or `srun`):
   // rank 0 runs the server and the driver, every other rank runs its share of the sites, which
   // connect to rank 0 over gRPC (so transport is taken as "grpc"; with tls, rank 0 listens on
@@ -154,7 +159,7 @@ struct SimulationCallbacks {
   std::function<void(const std::string& step)> on_setup;
   // The partition, once made and before any training.
   std::function<void(const PartitionSummary&)> on_partition;
-  std::function<void()> on_training_start;  // every site has joined; round 1 is on
+  std::function<void()> on_training_start;               // every site has joined; round 1 is on
   std::function<void(const SimulationRound&)> on_round;  // each round attempt as it ends
 };
 
