@@ -28,7 +28,8 @@
 #
 #   bench/sim_throughput.sh [path/to/fl]
 # Environment: REPS (3), ROUNDS (100), CLIENTS (1000), EXAMPLES (60), FRACTION (0.01),
-#   WORKERS (2: Flower's Ray CPUs), SIDES ("ours grpc flower numpy"), TIMEOUT (900 s a run),
+#   WORKERS (2: Flower's Ray CPUs), SIDES ("ours grpc flower numpy"; also "plain": grpc in
+#   plaintext, every site over one shared connection), TIMEOUT (900 s a run),
 #   GRPC_TIMEOUT (600 s), RETRIES (2), SEED (0), DATASET_DIR (/usr/share/datasets/fashion-mnist),
 #   ACCURACY_SEEDS (5: after the timed runs, ours in process and the numpy loop run untimed with
 #   seeds 0 to ACCURACY_SEEDS-1, since one seed's final accuracy varies by about a point; 0: none),
@@ -130,13 +131,16 @@ for rep in $(seq 1 "$REPS"); do
       grpc) measure grpc "$rep" fl "$GRPC_TIMEOUT" \
               "$fl" sim --transport grpc "${common[@]}" --seed "$SEED" \
               --dataset-dir "$DATASET_DIR" --work-dir "$LOG_DIR/work" ;;
+      plain) measure plain "$rep" fl "$GRPC_TIMEOUT" \
+               "$fl" sim --transport grpc --insecure-plaintext "${common[@]}" --seed "$SEED" \
+               --dataset-dir "$DATASET_DIR" --work-dir "$LOG_DIR/work" ;;
       flower) measure flower "$rep" py "$TIMEOUT" "${nopenblas[@]}" \
                 "$py" "$here/flower/sim_throughput_flower.py" "${common[@]}" --seed "$SEED" \
                 --dataset-dir "$DATASET_DIR" --workers "$WORKERS" ;;
       numpy) measure numpy "$rep" py "$TIMEOUT" "${nopenblas[@]}" \
                "$py" "$here/flower/sim_throughput_numpy.py" "${common[@]}" --seed "$SEED" \
                --dataset-dir "$DATASET_DIR" ;;
-      *) echo "unknown side '$side' (ours, grpc, flower, numpy)" >&2; exit 1 ;;
+      *) echo "unknown side '$side' (ours, grpc, plain, flower, numpy)" >&2; exit 1 ;;
     esac
   done
 done
@@ -171,6 +175,7 @@ import statistics, sys
 rows = [dict(f.split("=", 1) for f in line.split()[1:]) for line in open(sys.argv[1])]
 reps, clients, rounds, workers = sys.argv[2:6]
 names = {"ours": "fl sim (inproc)", "grpc": "fl sim --transport grpc",
+         "plain": "fl sim --transport grpc --insecure-plaintext",
          "flower": "Flower 1.42 (Ray)", "numpy": "numpy loop (floor)"}
 sides = [s for s in names if any(r["side"] == s for r in rows)]
 
@@ -214,6 +219,7 @@ print("| ratio | total wall | to end of round 1 | per round after | peak PSS |")
 print("|---|---|---|---|---|")
 for a, b, label in [("flower", "ours", "Flower / ours (inproc)"),
                     ("flower", "grpc", "Flower / ours (grpc)"),
+                    ("flower", "plain", "Flower / ours (grpc, plaintext)"),
                     ("ours", "numpy", "ours (inproc) / floor"),
                     ("grpc", "numpy", "ours (grpc) / floor"),
                     ("flower", "numpy", "Flower / floor")]:
