@@ -344,6 +344,7 @@ int RunSimCommand(SimArgs& a) {
     return 0;
   }
   const bool dp = options.privacy.accounted();
+  const SimConfig as_given = config;  // for the report: rerunning it makes a new run directory
   options.work_dir = absl::StrCat(options.work_dir, "/run-", absl::ToUnixMillis(absl::Now()));
   std::printf("%s\n", Describe(options).c_str());
   if (options.secure_aggregation.enabled) {
@@ -378,7 +379,7 @@ int RunSimCommand(SimArgs& a) {
     const std::string data_dir = options.work_dir + "/server";
     if (std::filesystem::exists(data_dir + "/federation.db")) {
       std::fprintf(stderr, "SQLite file with the run: %s/federation.db\n", data_dir.c_str());
-      if (config.report) WriteFailedRunReport(config, data_dir);
+      if (config.report) WriteFailedRunReport(as_given, data_dir);
     }
     return Fail(result.status());
   }
@@ -401,7 +402,7 @@ int RunSimCommand(SimArgs& a) {
       evaluate_seconds.push_back(absl::ToDoubleSeconds(r.evaluate_time));
     }
     std::string prefix;
-    if (absl::Status s = WriteSimReport(config, *result, evaluate_seconds, prefix); !s.ok()) {
+    if (absl::Status s = WriteSimReport(as_given, *result, evaluate_seconds, prefix); !s.ok()) {
       return Fail(s);
     }
     std::printf("Report: %s.html (and .csv, .json)\n", prefix.c_str());
