@@ -242,12 +242,8 @@ std::string Describe(const simulation::SimulationOptions& o) {
                            : o.data == "synthetic" ? absl::StrCat("Synthetic(", o.synthetic.alpha,
                                                                   ", ", o.synthetic.beta, ")")
                                                    : std::string("Fashion-MNIST");
-  // As PartitionSimulationData decides: the data's own split when it has one and none is named.
-  const bool has_natural = o.data == "synthetic" || (o.data == "csv" && !o.csv.key_column.empty());
-  const std::string split = !o.partition.name.empty() ? o.partition.name
-                            : has_natural             ? "natural"
-                                                      : "iid";
-  const bool natural = split == "natural" || split == "column";
+  const std::string split = simulation::PartitionNameFor(o);
+  const bool natural = split == "natural";
   const std::string sites = o.num_clients > 0       ? absl::StrCat(o.num_clients, " sites")
                             : !natural              ? std::string("10 sites")
                             : o.data == "synthetic" ? std::string("30 sites (devices)")

@@ -22,6 +22,19 @@ NUM_FEATURES = 784
 NUM_CLASSES = 10
 
 
+def add_workload_args(ap):
+    """The workload's flags, the same for every side (and as `fl sim` names them)."""
+    ap.add_argument("--dataset-dir", default="/usr/share/datasets/fashion-mnist")
+    ap.add_argument("--clients", type=int, default=1000)
+    ap.add_argument("--examples-per-client", type=int, default=60)
+    ap.add_argument("--sample-fraction", type=float, default=0.01)
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--local-epochs", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=10)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--seed", type=int, default=0)
+
+
 def load_idx(images_path, labels_path):
     """(images uint8 [n, 784], labels int64 [n]) from a pair of IDX files, gzipped or not."""
 

@@ -108,15 +108,7 @@ def make_server_app(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset-dir", default="/usr/share/datasets/fashion-mnist")
-    ap.add_argument("--clients", type=int, default=1000)
-    ap.add_argument("--examples-per-client", type=int, default=60)
-    ap.add_argument("--sample-fraction", type=float, default=0.01)
-    ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--local-epochs", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=10)
-    ap.add_argument("--lr", type=float, default=0.1)
-    ap.add_argument("--seed", type=int, default=0)
+    sm.add_workload_args(ap)
     ap.add_argument("--workers", type=int, default=2,
                     help="CPUs given to Ray, one per ClientApp actor")
     ap.add_argument("--verbose", action="store_true", help="Flower's DEBUG logs")

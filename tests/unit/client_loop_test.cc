@@ -213,7 +213,7 @@ TEST(ClientLoopTest, RunTaskDoesOneTaskAsRunWould) {
   EXPECT_EQ(h.trainer.last_config.round, 4);
 }
 
-TEST(SharedConnectionTest, IsForPlaintextOnlyAndCarriesEachSitesName) {
+TEST(SharedConnectionTest, IsForPlaintextToALoopbackAddressOnly) {
   ClientOptions tls;
   tls.server_address = "127.0.0.1:1";
   absl::StatusOr<std::shared_ptr<SharedConnection>> refused = MakeSharedConnection(tls);

@@ -44,6 +44,11 @@ class VirtualFederationTest : public ::testing::Test {
     o.round_timeout = absl::Seconds(60);
     return o;
   }
+  // "inproc"; "grpc": the real server, mutual TLS on loopback; "plaintext": gRPC, one connection.
+  static void UseTransport(SimulationOptions& o, const std::string& transport) {
+    o.transport = transport == "inproc" ? "inproc" : "grpc";
+    o.tls = transport == "grpc";
+  }
 };
 
 TEST_F(VirtualFederationTest, InprocGivesTheModelOfTheGrpcPath) {
@@ -55,11 +60,10 @@ TEST_F(VirtualFederationTest, InprocGivesTheModelOfTheGrpcPath) {
   inproc.num_rounds = 3;
   SimulationOptions grpc = inproc;
   grpc.work_dir = Options("grpc").work_dir;
-  grpc.transport = "grpc";  // the real server, the SDK's gRPC transport, mutual TLS on loopback
+  UseTransport(grpc, "grpc");
   SimulationOptions plaintext = inproc;
   plaintext.work_dir = Options("plaintext").work_dir;
-  plaintext.transport = "grpc";
-  plaintext.tls = false;
+  UseTransport(plaintext, "plaintext");
   absl::StatusOr<SimulationResult> a = RunSimulation(inproc);
   absl::StatusOr<SimulationResult> b = RunSimulation(grpc);
   absl::StatusOr<SimulationResult> c = RunSimulation(plaintext);
@@ -85,8 +89,7 @@ TEST_F(VirtualFederationTest, DropoutsAreTheSameSitesOverEitherTransport) {
     o.min_fit_clients = 2;
     o.num_rounds = 3;
     o.heterogeneity.dropout_fraction = 0.3;
-    o.transport = std::string(transport) == "inproc" ? "inproc" : "grpc";
-    o.tls = std::string(transport) != "plaintext";
+    UseTransport(o, transport);
     absl::StatusOr<SimulationResult> r = RunSimulation(o);
     ASSERT_TRUE(r.ok()) << transport << ": " << r.status();
     models.push_back(CommittedCheckpoints(*r));
@@ -111,8 +114,7 @@ TEST_F(VirtualFederationTest, SitesAwayInARoundAreDroppedByTheClientTimeout) {
     o.num_rounds = 4;
     o.heterogeneity.availability = 0.7;
     o.workers = std::string(variant) == "inproc-3" ? 3 : 1;
-    o.transport = std::string(variant) == "plaintext" ? "grpc" : "inproc";
-    o.tls = false;
+    UseTransport(o, std::string(variant) == "plaintext" ? "plaintext" : "inproc");
     absl::StatusOr<SimulationResult> r = RunSimulation(o);
     ASSERT_TRUE(r.ok()) << variant << ": " << r.status();
     models.push_back(CommittedCheckpoints(*r));

@@ -167,6 +167,11 @@ struct SimulationCallbacks {
 // when the run failed (with its reason), or the first error of a client or of the server.
 absl::StatusOr<SimulationResult> RunSimulation(const SimulationOptions& options,
                                                const SimulationCallbacks& callbacks);
+// The partitioner a run with these options uses: options.partition.name ("column" read as
+// "natural"), or, when it is empty, "natural" for data with a split of its own (synthetic, a CSV
+// with a key column) and "iid" for other data.
+std::string PartitionNameFor(const SimulationOptions& options);
+
 // This process's rank in the MPI job of options.mpi (joining it), 0 without MPI: a caller that
 // prints should print only on rank 0. UNIMPLEMENTED in a build without MPI.
 absl::StatusOr<int32_t> SimulationRank(const SimulationOptions& options);
