@@ -76,6 +76,9 @@ class Backend {
   virtual std::string Describe() const = 0;
 
   // --- memory ---
+  // Whether buffers are this process's host memory, so that kernels may read host arrays as
+  // they are (the CPU backend): evaluation then reads the dataset in place instead of copying it.
+  virtual bool host_memory() const { return false; }
   virtual std::unique_ptr<Buffer> Allocate(int64_t floats) = 0;
   std::unique_ptr<Buffer> AllocateInts(int64_t n) { return Allocate(n); }
   virtual void Upload(const float* host, int64_t n, float* dst) = 0;
@@ -116,7 +119,8 @@ class Backend {
                                 float* grad_x) = 0;
 
   // --- convolution via patch matrices ---
-  // patches[p][(ky*kernel + kx)*channels + c] = x[n][oy+ky][ox+kx][c], p = (n*out_h + oy)*out_w + ox.
+  // patches[p][(ky*kernel + kx)*channels + c] = x[n][oy+ky][ox+kx][c], p = (n*out_h + oy)*out_w +
+  // ox.
   virtual void Im2Col(const ConvShape& shape, const float* x, float* patches) = 0;
   // The adjoint of Im2Col: grad_x = 0, then every patch entry is added back to its pixel.
   virtual void Col2Im(const ConvShape& shape, const float* grad_patches, float* grad_x) = 0;

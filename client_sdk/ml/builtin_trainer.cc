@@ -85,7 +85,9 @@ EvalResult Measure(ml::Network& net, const Dataset& data, ml::Buffer& labels) {
   const int64_t n = data.num_examples();
   const int64_t f = data.num_features;
   const bool binary = net.output_size() == 2;
-  std::unique_ptr<ml::Buffer> x = backend.Allocate(std::min(n, kEvalBlockRows) * f);
+  // A staging buffer only where the kernels cannot read the dataset where it is (a GPU).
+  std::unique_ptr<ml::Buffer> x;
+  if (!backend.host_memory()) x = backend.Allocate(std::min(n, kEvalBlockRows) * f);
   double loss = 0;
   int64_t correct = 0;
   std::vector<float> scores;  // logit 1 - logit 0: ranks rows as p(class 1) does
@@ -93,9 +95,13 @@ EvalResult Measure(ml::Network& net, const Dataset& data, ml::Buffer& labels) {
   if (binary) scores.reserve(static_cast<size_t>(n));
   for (int64_t start = 0; start < n; start += kEvalBlockRows) {
     const int64_t rows = std::min(kEvalBlockRows, n - start);
-    backend.Upload(data.row(start), rows * f, x->data());
+    const float* input = data.row(start);
+    if (x != nullptr) {
+      backend.Upload(input, rows * f, x->data());
+      input = x->data();
+    }
     backend.UploadInts(data.labels.data() + start, rows, labels.ints());
-    float* logits = net.Forward(rows, x->data());
+    float* logits = net.Forward(rows, input);
     if (binary) {
       block_logits.resize(static_cast<size_t>(rows * 2));
       backend.Download(logits, rows * 2, block_logits.data());

@@ -170,6 +170,16 @@ absl::Status AddSubjectAltNames(X509* cert, const std::vector<std::string>& name
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> FingerprintOf(X509* cert) {
+  unsigned char* der = nullptr;
+  int length = i2d_X509(cert, &der);
+  if (length < 0) return Internal("i2d_X509");
+  std::string fingerprint =
+      Sha256Hex(std::as_bytes(std::span<const unsigned char>(der, static_cast<size_t>(length))));
+  OPENSSL_free(der);
+  return fingerprint;
+}
+
 enum class CertKind { kAuthority, kServer, kClient };
 
 // Issues a certificate for a fresh P-256 key. `issuer`/`issuer_key` are null for a self-signed CA.
@@ -325,33 +335,53 @@ absl::StatusOr<CertAndKey> MakeCertificateAuthority(std::string_view common_name
 absl::StatusOr<CertAndKey> MakeServerCertificate(const CertAndKey& ca, std::string_view common_name,
                                                  const std::vector<std::string>& alt_names,
                                                  int valid_days) {
-  absl::StatusOr<ParsedCa> parsed = ParseCa(ca);
-  if (!parsed.ok()) return parsed.status();
-  // TLS clients (gRPC included) match the host against subjectAltName only, never the CN.
-  std::vector<std::string> names = alt_names;
-  if (names.empty()) names.emplace_back(common_name);
-  return Issue(CertKind::kServer, common_name, valid_days, names, parsed->cert.get(),
-               parsed->key.get());
+  absl::StatusOr<CertificateIssuer> issuer = CertificateIssuer::Load(ca);
+  if (!issuer.ok()) return issuer.status();
+  return issuer->IssueServer(common_name, alt_names, valid_days);
 }
 
 absl::StatusOr<CertAndKey> MakeClientCertificate(const CertAndKey& ca, std::string_view common_name,
                                                  int valid_days) {
+  absl::StatusOr<CertificateIssuer> issuer = CertificateIssuer::Load(ca);
+  if (!issuer.ok()) return issuer.status();
+  return issuer->IssueClient(common_name, valid_days);
+}
+
+struct CertificateIssuer::State {
+  ParsedCa ca;
+};
+
+CertificateIssuer::CertificateIssuer(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CertificateIssuer::CertificateIssuer(CertificateIssuer&&) noexcept = default;
+CertificateIssuer& CertificateIssuer::operator=(CertificateIssuer&&) noexcept = default;
+CertificateIssuer::~CertificateIssuer() = default;
+
+absl::StatusOr<CertificateIssuer> CertificateIssuer::Load(const CertAndKey& ca) {
   absl::StatusOr<ParsedCa> parsed = ParseCa(ca);
   if (!parsed.ok()) return parsed.status();
-  return Issue(CertKind::kClient, common_name, valid_days, {}, parsed->cert.get(),
-               parsed->key.get());
+  return CertificateIssuer(std::make_unique<State>(State{*std::move(parsed)}));
+}
+
+absl::StatusOr<CertAndKey> CertificateIssuer::IssueClient(std::string_view common_name,
+                                                          int valid_days) const {
+  return Issue(CertKind::kClient, common_name, valid_days, {}, state_->ca.cert.get(),
+               state_->ca.key.get());
+}
+
+absl::StatusOr<CertAndKey> CertificateIssuer::IssueServer(std::string_view common_name,
+                                                          const std::vector<std::string>& alt_names,
+                                                          int valid_days) const {
+  // TLS clients (gRPC included) match the host against subjectAltName only, never the CN.
+  std::vector<std::string> names = alt_names;
+  if (names.empty()) names.emplace_back(common_name);
+  return Issue(CertKind::kServer, common_name, valid_days, names, state_->ca.cert.get(),
+               state_->ca.key.get());
 }
 
 absl::StatusOr<std::string> CertificateFingerprint(std::string_view cert_pem) {
   absl::StatusOr<X509Ptr> cert = ParseCertificate(cert_pem, "input");
   if (!cert.ok()) return cert.status();
-  unsigned char* der = nullptr;
-  int length = i2d_X509(cert->get(), &der);
-  if (length < 0) return Internal("i2d_X509");
-  std::string fingerprint =
-      Sha256Hex(std::as_bytes(std::span<const unsigned char>(der, static_cast<size_t>(length))));
-  OPENSSL_free(der);
-  return fingerprint;
+  return FingerprintOf(cert->get());
 }
 
 absl::StatusOr<std::string> CertificateCommonName(std::string_view cert_pem) {
@@ -364,18 +394,22 @@ absl::StatusOr<std::string> CertificateCommonName(std::string_view cert_pem) {
   return common_name;
 }
 
-absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view ca_pem) {
-  absl::StatusOr<X509Ptr> cert = ParseCertificate(cert_pem, "client certificate");
-  if (!cert.ok()) return cert.status();
+namespace {
+
+absl::StatusOr<X509StorePtr> TrustStoreOf(std::string_view ca_pem) {
   absl::StatusOr<X509Ptr> ca = ParseCertificate(ca_pem, "CA certificate");
   if (!ca.ok()) return ca.status();
-
   X509StorePtr store(X509_STORE_new());
   if (store == nullptr || X509_STORE_add_cert(store.get(), ca->get()) != 1) {
     return Internal("building the trust store");
   }
+  return store;
+}
+
+// VerifyClientCertificate's checks of a parsed certificate against a trust store.
+absl::Status VerifyAgainst(X509_STORE* store, X509* cert_ptr) {
   X509StoreCtxPtr ctx(X509_STORE_CTX_new());
-  if (ctx == nullptr || X509_STORE_CTX_init(ctx.get(), store.get(), cert->get(), nullptr) != 1 ||
+  if (ctx == nullptr || X509_STORE_CTX_init(ctx.get(), store, cert_ptr, nullptr) != 1 ||
       X509_STORE_CTX_set_purpose(ctx.get(), X509_PURPOSE_SSL_CLIENT) != 1) {
     return Internal("initializing certificate verification");
   }
@@ -385,11 +419,11 @@ absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view
   if (verified < 0 || error == X509_V_OK) return Internal("X509_verify_cert");
   ERR_clear_error();  // The reason is in `error`; the queue may hold related noise.
 
-  const std::string subject = absl::StrCat("subject CN=", CommonNameOf(cert->get()));
+  const std::string subject = absl::StrCat("subject CN=", CommonNameOf(cert_ptr));
   // The certificate the error is about: the client's (depth 0) or the CA (depth 1).
   X509* failed = X509_STORE_CTX_get_current_cert(ctx.get());
   const bool about_ca = X509_STORE_CTX_get_error_depth(ctx.get()) > 0;
-  if (failed == nullptr) failed = cert->get();
+  if (failed == nullptr) failed = cert_ptr;
   const std::string whose = about_ca ? "the federation's CA certificate" : "client certificate";
   switch (error) {
     case X509_V_ERR_UNABLE_TO_GET_ISSUER_CERT_LOCALLY:
@@ -414,6 +448,45 @@ absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view
           "client certificate verification failed: ", X509_verify_cert_error_string(error), " (",
           subject, ")"));
   }
+}
+
+}  // namespace
+
+absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view ca_pem) {
+  absl::StatusOr<X509Ptr> cert = ParseCertificate(cert_pem, "client certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<X509StorePtr> store = TrustStoreOf(ca_pem);
+  if (!store.ok()) return store.status();
+  return VerifyAgainst(store->get(), cert->get());
+}
+
+struct ClientCertificateVerifier::State {
+  X509StorePtr store;
+};
+
+ClientCertificateVerifier::ClientCertificateVerifier(std::unique_ptr<State> state)
+    : state_(std::move(state)) {}
+ClientCertificateVerifier::ClientCertificateVerifier(ClientCertificateVerifier&&) noexcept =
+    default;
+ClientCertificateVerifier& ClientCertificateVerifier::operator=(
+    ClientCertificateVerifier&&) noexcept = default;
+ClientCertificateVerifier::~ClientCertificateVerifier() = default;
+
+absl::StatusOr<ClientCertificateVerifier> ClientCertificateVerifier::Create(
+    std::string_view ca_pem) {
+  absl::StatusOr<X509StorePtr> store = TrustStoreOf(ca_pem);
+  if (!store.ok()) return store.status();
+  return ClientCertificateVerifier(std::make_unique<State>(State{*std::move(store)}));
+}
+
+absl::StatusOr<CertificateIdentity> ClientCertificateVerifier::Verify(
+    std::string_view cert_pem) const {
+  absl::StatusOr<X509Ptr> cert = ParseCertificate(cert_pem, "client certificate");
+  if (!cert.ok()) return cert.status();
+  if (absl::Status s = VerifyAgainst(state_->store.get(), cert->get()); !s.ok()) return s;
+  absl::StatusOr<std::string> fingerprint = FingerprintOf(cert->get());
+  if (!fingerprint.ok()) return fingerprint.status();
+  return CertificateIdentity{*std::move(fingerprint), CommonNameOf(cert->get())};
 }
 
 std::string NameListSha256(const std::vector<std::string>& names) {

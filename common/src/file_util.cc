@@ -112,7 +112,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
   return contents;
 }
 
-absl::Status WriteFileAtomic(const std::string& path, std::string_view contents, int mode) {
+absl::Status WriteFileAtomic(const std::string& path, std::string_view contents, int mode,
+                             bool durable) {
   if (mode < 0 || (mode & ~07777) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat("invalid mode 0%o for %s", mode, path));
   }
@@ -130,7 +131,7 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view contents,
   if (int error = WriteAll(fd.get(), contents); error != 0) return fail(error, "cannot write");
   // fchmod is not subject to the umask. It comes before fsync so that the mode is durable too.
   if (::fchmod(fd.get(), static_cast<mode_t>(mode)) != 0) return fail(errno, "cannot chmod");
-  if (::fsync(fd.get()) != 0) return fail(errno, "cannot fsync");
+  if (durable && ::fsync(fd.get()) != 0) return fail(errno, "cannot fsync");
   if (int error = fd.Close(); error != 0) return fail(error, "cannot close");
   if (::rename(temp.c_str(), path.c_str()) != 0) {
     const int error = errno;
@@ -138,7 +139,7 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view contents,
     return absl::Status(CodeForErrno(error), absl::StrCat("cannot rename ", temp, " to ", path,
                                                           ": ", std::strerror(error)));
   }
-  return SyncDirectory(dir);
+  return durable ? SyncDirectory(dir) : absl::OkStatus();
 }
 
 absl::Status SyncDirectory(const std::string& dir) {

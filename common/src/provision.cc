@@ -10,9 +10,9 @@ namespace fl {
 namespace {
 
 absl::Status WritePair(const CertAndKey& pair, const std::string& cert_path,
-                       const std::string& key_path) {
-  if (absl::Status s = WriteFileAtomic(key_path, pair.key_pem, 0600); !s.ok()) return s;
-  return WriteFileAtomic(cert_path, pair.cert_pem, 0644);
+                       const std::string& key_path, bool durable) {
+  if (absl::Status s = WriteFileAtomic(key_path, pair.key_pem, 0600, durable); !s.ok()) return s;
+  return WriteFileAtomic(cert_path, pair.cert_pem, 0644, durable);
 }
 
 }  // namespace
@@ -37,17 +37,26 @@ absl::StatusOr<ProvisionedFiles> ProvisionFederation(const ProvisionOptions& opt
   absl::StatusOr<CertAndKey> ca =
       MakeCertificateAuthority(options.federation_name + " CA", options.valid_days);
   if (!ca.ok()) return ca.status();
-  absl::StatusOr<CertAndKey> server = MakeServerCertificate(
-      *ca, options.federation_name + " server", options.server_names, options.valid_days);
+  absl::StatusOr<CertificateIssuer> issuer = CertificateIssuer::Load(*ca);
+  if (!issuer.ok()) return issuer.status();
+  absl::StatusOr<CertAndKey> server = issuer->IssueServer(options.federation_name + " server",
+                                                          options.server_names, options.valid_days);
   if (!server.ok()) return server.status();
-  if (absl::Status s = WritePair(*ca, files.ca_cert, files.ca_key); !s.ok()) return s;
-  if (absl::Status s = WritePair(*server, files.server_cert, files.server_key); !s.ok()) return s;
+  const bool durable = options.durable;
+  if (absl::Status s = WritePair(*ca, files.ca_cert, files.ca_key, durable); !s.ok()) return s;
+  if (absl::Status s = WritePair(*server, files.server_cert, files.server_key, durable); !s.ok()) {
+    return s;
+  }
   for (const std::string& name : options.client_names) {
-    absl::StatusOr<CertAndKey> client = MakeClientCertificate(*ca, name, options.valid_days);
+    absl::StatusOr<CertAndKey> client = issuer->IssueClient(name, options.valid_days);
     if (!client.ok()) return client.status();
+    absl::StatusOr<std::string> fingerprint = CertificateFingerprint(client->cert_pem);
+    if (!fingerprint.ok()) return fingerprint.status();
+    files.client_fingerprints.push_back(*std::move(fingerprint));
     files.client_certs.push_back(options.out_dir + "/clients/" + name + ".pem");
     files.client_keys.push_back(options.out_dir + "/clients/" + name + ".key");
-    if (absl::Status s = WritePair(*client, files.client_certs.back(), files.client_keys.back());
+    if (absl::Status s =
+            WritePair(*client, files.client_certs.back(), files.client_keys.back(), durable);
         !s.ok()) {
       return s;
     }

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,14 @@
 
 namespace fl::server {
 namespace {
+
+// A certificate's identity without checking it: plaintext mode has no CA to check against.
+absl::StatusOr<CertificateIdentity> UncheckedIdentity(const std::string& pem) {
+  absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pem);
+  if (!fingerprint.ok()) return fingerprint.status();
+  absl::StatusOr<std::string> common_name = CertificateCommonName(pem);
+  return CertificateIdentity{*std::move(fingerprint), common_name.ok() ? *common_name : ""};
+}
 
 // gRPC reports TLS handshakes that fail before any call (a plaintext client, a client without a
 // certificate) only in its log. The serving engine, if any, audits them from there.
@@ -114,24 +123,37 @@ class ServerImpl final : public Server {
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.data_dir);
     if (!store.ok()) return store.status();
     store_ = *std::move(store);
+    std::shared_ptr<const ClientCertificateVerifier> verifier;
+    if (!options_.insecure_plaintext) {
+      absl::StatusOr<ClientCertificateVerifier> made = ClientCertificateVerifier::Create(ca_pem);
+      if (!made.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(options_.ca_cert_path, ": ", made.status().message()));
+      }
+      verifier = std::make_shared<const ClientCertificateVerifier>(*std::move(made));
+    }
+    // A certificate listed in the configuration must not undo `fl admin revoke` at the next
+    // restart: a revoked client stays revoked until an operator enrolls it again by hand.
+    absl::flat_hash_set<std::string> revoked_ids;
+    if (!options_.enroll_cert_paths.empty()) {
+      absl::StatusOr<std::vector<ClientRecord>> known = store_->Clients();
+      if (!known.ok()) return known.status();
+      for (const ClientRecord& c : *known) {
+        if (c.revoked_at_ms != 0) revoked_ids.insert(c.client_id);
+      }
+    }
     const int64_t now_ms = absl::ToUnixMillis(absl::Now());
     for (const std::string& path : options_.enroll_cert_paths) {
       absl::StatusOr<std::string> pem = ReadFile(path);
       if (!pem.ok()) return pem.status();
-      if (absl::Status s = VerifyClientCertificate(*pem, ca_pem);
-          !options_.insecure_plaintext && !s.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("cannot enroll ", path, ": ", s.message()));
+      absl::StatusOr<CertificateIdentity> identity =
+          verifier != nullptr ? verifier->Verify(*pem) : UncheckedIdentity(*pem);
+      if (!identity.ok()) {
+        if (!verifier) return identity.status();
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot enroll ", path, ": ", identity.status().message()));
       }
-      absl::StatusOr<std::string> fp = CertificateFingerprint(*pem);
-      absl::StatusOr<std::string> cn = CertificateCommonName(*pem);
-      if (!fp.ok()) return fp.status();
-      // A certificate listed in the configuration must not undo `fl admin revoke` at the next
-      // restart: a revoked client stays revoked until an operator enrolls it again by hand.
-      absl::StatusOr<std::vector<ClientRecord>> known = store_->Clients();
-      if (!known.ok()) return known.status();
-      bool revoked = false;
-      for (const ClientRecord& c : *known) revoked |= c.client_id == *fp && c.revoked_at_ms != 0;
-      if (revoked) {
+      if (revoked_ids.contains(identity->fingerprint)) {
         LogEvent(LogLevel::kWarn, "enroll_skipped",
                  {{"certificate", path},
                   {"reason",
@@ -139,7 +161,8 @@ class ServerImpl final : public Server {
                    "re-admits it"}});
         continue;
       }
-      if (absl::Status s = store_->EnrollClient(*fp, cn.ok() ? *cn : path, now_ms); !s.ok()) {
+      const std::string& name = identity->common_name.empty() ? path : identity->common_name;
+      if (absl::Status s = store_->EnrollClient(identity->fingerprint, name, now_ms); !s.ok()) {
         return s;
       }
     }
@@ -155,7 +178,7 @@ class ServerImpl final : public Server {
 
     ServiceOptions service_options;
     service_options.insecure_plaintext = options_.insecure_plaintext;
-    service_options.ca_pem = ca_pem;
+    service_options.verifier = verifier;
     service_options.max_poll_wait = options_.max_poll_wait;
     service_ = MakeFederationService(service_options, engine_.get(), store_.get());
 

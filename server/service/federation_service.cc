@@ -15,8 +15,8 @@
 #include "fl/common/proto_serde.h"
 #include "grpcpp/grpcpp.h"
 #include "server/service/model_chunks.h"
-#include "server/store/checkpoint_file.h"
 #include "server/service/secagg_serde.h"
+#include "server/store/checkpoint_file.h"
 
 namespace fl::server {
 namespace {
@@ -444,22 +444,23 @@ class FederationService final
         return it->second.fingerprint;
       }
     }
-    absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pem);
-    if (!fingerprint.ok()) {
-      absl::Status s = absl::UnauthenticatedError(
-          absl::StrCat("unreadable client certificate: ", fingerprint.status().message()));
-      engine_->AuditRefusal("", "client_refused", s);
-      return s;
-    }
-    if (absl::Status s = VerifyClientCertificate(pem, options_.ca_pem); !s.ok()) {
-      engine_->AuditRefusal(*fingerprint, "client_refused", s);
-      return s;
+    absl::StatusOr<CertificateIdentity> identity = options_.verifier->Verify(pem);
+    if (!identity.ok()) {
+      absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pem);
+      if (!fingerprint.ok()) {
+        absl::Status s = absl::UnauthenticatedError(
+            absl::StrCat("unreadable client certificate: ", fingerprint.status().message()));
+        engine_->AuditRefusal("", "client_refused", s);
+        return s;
+      }
+      engine_->AuditRefusal(*fingerprint, "client_refused", identity.status());
+      return identity.status();
     }
     std::lock_guard<std::mutex> lock(verified_mu_);
     // Bounded: a federation has far fewer certificates; past the bound, start over.
     if (verified_.size() >= kMaxVerified) verified_.clear();
-    verified_[pem] = {*fingerprint, now};
-    return fingerprint;
+    verified_[pem] = {identity->fingerprint, now};
+    return std::move(identity->fingerprint);
   }
 
   static constexpr std::chrono::seconds kVerifiedFor{60};

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "fl/common/crypto.h"
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
 #include "fl/v1/federation.grpc.pb.h"
@@ -17,7 +18,8 @@ namespace fl::server {
 
 struct ServiceOptions {
   bool insecure_plaintext = false;
-  std::string ca_pem;  // the federation CA that client certificates must chain to
+  // Client certificates must chain to the federation CA it holds (null in plaintext).
+  std::shared_ptr<const ClientCertificateVerifier> verifier;
   absl::Duration max_poll_wait = absl::Seconds(20);
 };
 

@@ -11,7 +11,6 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
 #include "fl/common/provision.h"
 #include "fl/server/server.h"
@@ -95,6 +94,7 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   ProvisionOptions provision;
   if (remote) provision.server_names.push_back(host);
   provision.out_dir = options.work_dir + "/certs";
+  provision.durable = false;  // the run's own certificates, made again for every run
   for (int32_t i = 0; i < n; ++i) provision.client_names.push_back(absl::StrCat("site-", i));
   ProvisionedFiles files;
   std::vector<std::string> ids(static_cast<size_t>(n));
@@ -104,13 +104,7 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
     absl::StatusOr<ProvisionedFiles> made = ProvisionFederation(provision);
     if (!made.ok()) return made.status();
     files = *std::move(made);
-    for (int32_t i = 0; i < n; ++i) {  // the server knows a site by its certificate
-      absl::StatusOr<std::string> pem = ReadFile(files.client_certs[static_cast<size_t>(i)]);
-      if (!pem.ok()) return pem.status();
-      absl::StatusOr<std::string> fingerprint = CertificateFingerprint(*pem);
-      if (!fingerprint.ok()) return fingerprint.status();
-      ids[static_cast<size_t>(i)] = *std::move(fingerprint);
-    }
+    ids = files.client_fingerprints;  // the server knows a site by its certificate
   } else {
     for (int32_t i = 0; i < n; ++i) {  // and in plaintext by the name it sends
       ids[static_cast<size_t>(i)] = absl::StrCat("plain:", provision.client_names[i]);

@@ -226,5 +226,53 @@ TEST_F(CryptoTest, RejectsBadArguments) {
             absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(CryptoTest, IssuerMakesClientsTheFederationVerifies) {
+  auto issuer = CertificateIssuer::Load(ca());
+  ASSERT_TRUE(issuer.ok()) << issuer.status();
+  auto a = issuer->IssueClient("site-a", 30);
+  auto b = issuer->IssueClient("site-b", 30);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*CertificateFingerprint(a->cert_pem), *CertificateFingerprint(b->cert_pem));
+  EXPECT_TRUE(VerifyClientCertificate(a->cert_pem, ca().cert_pem).ok());
+  EXPECT_EQ(*CertificateCommonName(b->cert_pem), "site-b");
+  // A server certificate from the same issuer names its hosts and is no client certificate.
+  auto server = issuer->IssueServer("fl-server", {"127.0.0.1"}, 30);
+  ASSERT_TRUE(server.ok()) << server.status();
+  X509Ptr cert = ParseCert(server->cert_pem);
+  EXPECT_EQ(X509_check_ip_asc(cert.get(), "127.0.0.1", 0), 1);
+  EXPECT_EQ(VerifyClientCertificate(server->cert_pem, ca().cert_pem).code(),
+            absl::StatusCode::kUnauthenticated);
+  // The issuer refuses what the Make* functions refuse.
+  EXPECT_EQ(issuer->IssueClient("", 30).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(issuer->IssueClient("x", 0).status().code(), absl::StatusCode::kInvalidArgument);
+  auto leaf = issuer->IssueClient("leaf", 30);
+  ASSERT_TRUE(leaf.ok());
+  absl::Status not_ca = CertificateIssuer::Load(*leaf).status();
+  EXPECT_EQ(not_ca.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(not_ca.message(), HasSubstr("not a CA"));
+}
+
+TEST_F(CryptoTest, VerifierGivesTheIdentityAndRefusesAsVerifyClientCertificate) {
+  auto verifier = ClientCertificateVerifier::Create(ca().cert_pem);
+  ASSERT_TRUE(verifier.ok()) << verifier.status();
+  auto client = MakeClientCertificate(ca(), "hospital-3", 30);
+  ASSERT_TRUE(client.ok());
+  auto identity = verifier->Verify(client->cert_pem);
+  ASSERT_TRUE(identity.ok()) << identity.status();
+  EXPECT_EQ(identity->fingerprint, *CertificateFingerprint(client->cert_pem));
+  EXPECT_EQ(identity->common_name, "hospital-3");
+
+  auto other_ca = MakeCertificateAuthority("fl-ca", 30);
+  ASSERT_TRUE(other_ca.ok());
+  auto intruder = MakeClientCertificate(*other_ca, "mallory", 30);
+  ASSERT_TRUE(intruder.ok());
+  absl::Status refused = verifier->Verify(intruder->cert_pem).status();
+  EXPECT_EQ(refused, VerifyClientCertificate(intruder->cert_pem, ca().cert_pem));
+  EXPECT_THAT(refused.message(), HasSubstr("not signed by this federation's CA"));
+  EXPECT_EQ(verifier->Verify("garbage").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ClientCertificateVerifier::Create("garbage").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace fl

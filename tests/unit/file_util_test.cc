@@ -8,6 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "fl/common/crypto.h"
+#include "fl/common/provision.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -61,6 +63,34 @@ TEST_F(FileUtilTest, WriteFileAtomicThenReadFileRoundTrips) {
   int entries = 0;
   for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir_)) ++entries;
   EXPECT_EQ(entries, 1);
+}
+
+// A simulation's throwaway certificates are written without fsync: the same files, modes and
+// identities as an operator's, and the fingerprints the server will know each site by.
+TEST_F(FileUtilTest, ProvisioningWithoutFsyncWritesTheSameFederation) {
+  ProvisionOptions options;
+  options.out_dir = Path("certs");
+  options.client_names = {"site-0", "site-1", "site-2"};
+  options.durable = false;
+  auto files = ProvisionFederation(options);
+  ASSERT_TRUE(files.ok()) << files.status();
+  ASSERT_EQ(files->client_fingerprints.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    auto pem = ReadFile(files->client_certs[i]);
+    ASSERT_TRUE(pem.ok()) << pem.status();
+    EXPECT_EQ(*CertificateFingerprint(*pem), files->client_fingerprints[i]);
+    EXPECT_EQ(*CertificateCommonName(*pem), options.client_names[i]);
+    EXPECT_TRUE(VerifyClientCertificate(*pem, *ReadFile(files->ca_cert)).ok());
+    EXPECT_EQ(Mode(files->client_keys[i]), 0600);
+    EXPECT_EQ(Mode(files->client_certs[i]), 0644);
+  }
+  EXPECT_NE(files->client_fingerprints[0], files->client_fingerprints[1]);
+  // The refusal to replace a federation's CA does not depend on durability.
+  EXPECT_EQ(ProvisionFederation(options).status().code(), absl::StatusCode::kAlreadyExists);
+  // No temporary files are left behind.
+  for (const auto& entry : std::filesystem::directory_iterator(Path("certs/clients"))) {
+    EXPECT_THAT(entry.path().string(), ::testing::Not(HasSubstr(".tmp.")));
+  }
 }
 
 TEST_F(FileUtilTest, ReadFileOfMissingPathIsNotFound) {

@@ -70,6 +70,7 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads) : threads_(threads) {}
 
   std::string_view name() const override { return "cpu"; }
+  bool host_memory() const override { return true; }
   std::string Describe() const override {
     return absl::StrCat("cpu (Eigen ", EIGEN_WORLD_VERSION, ".", EIGEN_MAJOR_VERSION, ".",
                         EIGEN_MINOR_VERSION, ", ", threads_, " threads)");

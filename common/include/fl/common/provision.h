@@ -21,11 +21,15 @@ struct ProvisionOptions {
   std::vector<std::string> server_names = {"localhost", "127.0.0.1", "::1"};
   std::vector<std::string> client_names;  // e.g. {"hospital-a", "hospital-b"}
   int valid_days = 365;
+  // fsync every file (an operator's federation). False for throwaway certificates (a
+  // simulation's thousands of virtual sites), where the fsyncs would cost seconds.
+  bool durable = true;
 };
 
 struct ProvisionedFiles {
   std::string ca_cert, ca_key, server_cert, server_key;
   std::vector<std::string> client_certs, client_keys;  // in client_names order
+  std::vector<std::string> client_fingerprints;        // each CertificateFingerprint
 };
 
 // Creates the CA, the server certificate and the client certificates. Refuses (ALREADY_EXISTS) to
