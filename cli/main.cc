@@ -345,6 +345,8 @@ int main(int argc, char** argv) {
   // reports, in a build nobody ships; a deadlock would still show as a hang.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   CLI::App app{"fl: federated learning — aggregation server, client, simulation, provisioning"};
+  app.set_version_flag("--version", std::string("fl ") + FL_VERSION +
+                                        " (protocol fl.v1; gRPC over mutual TLS)");
   app.require_subcommand(1);
 
   CertsArgs certs;

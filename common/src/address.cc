@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
 namespace fl {
 
 std::string HostOf(const std::string& address) {
@@ -34,6 +37,31 @@ bool IsLoopbackAddress(const std::string& address) {
     if (IN6_IS_ADDR_V4MAPPED(&v6)) return v6.s6_addr[12] == 127;
   }
   return false;
+}
+
+absl::Status CheckListenAddress(const std::string& address) {
+  size_t colon = std::string::npos;
+  if (!address.empty() && address[0] == '[') {
+    const size_t close = address.find(']');
+    if (close != std::string::npos && close + 1 < address.size() && address[close + 1] == ':') {
+      colon = close + 1;
+    }
+  } else if (std::count(address.begin(), address.end(), ':') == 1) {
+    colon = address.find(':');
+  }
+  const std::string example = "e.g. 0.0.0.0:7443, 127.0.0.1:7443 or [::]:7443";
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("listen address '", address, "' is not host:port (", example, ")"));
+  }
+  uint32_t port = 0;
+  const std::string port_text = address.substr(colon + 1);
+  if (!absl::SimpleAtoi(port_text, &port) || port > 65535 ||
+      port_text.find_first_not_of("0123456789") != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen address '", address, "' has no port 0-65535 after the last ':' (", example, ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fl

@@ -82,6 +82,7 @@ class ServerImpl final : public Server {
     for (const auto& [key, value] : options_.strategy.ClientConfig()) {
       options_.engine.fit.extra[key] = value;
     }
+    if (absl::Status s = CheckListenAddress(options_.listen_address); !s.ok()) return s;
     if (options_.insecure_plaintext && !IsLoopbackAddress(options_.listen_address)) {
       return absl::InvalidArgumentError(
           absl::StrCat("plaintext is allowed only on a loopback address, not on ",
@@ -103,11 +104,36 @@ class ServerImpl final : public Server {
         *out = *std::move(text);
       }
     }
+    // `fl sim` and `fl report` print the SQLite file's path: take it for its directory.
+    if (std::filesystem::path db(options_.data_dir);
+        db.filename() == "federation.db" && std::filesystem::is_regular_file(db)) {
+      options_.data_dir = db.parent_path().empty() ? "." : db.parent_path().string();
+    } else if (std::filesystem::exists(db) && !std::filesystem::is_directory(db)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the data directory ", options_.data_dir,
+                       " is a file; give the directory that holds (or will hold) federation.db"));
+    }
     if (absl::Status s = MakeDirectories(options_.data_dir); !s.ok()) return s;
     // One server per data directory: a second one would resume the same run beside the first.
     const std::string lock_path = options_.data_dir + "/server.lock";
     lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (lock_fd_ < 0) {
+      const int error = errno;
+      const char* fix = error == EROFS ? "; it is on a read-only file system: choose another"
+                        : error == EACCES || error == EPERM
+                            ? "; make the data directory writable by the user running the server "
+                              "(check its owner and mode) or choose another"
+                            : "";
+      return absl::Status(
+          error == ENOENT || error == ENOTDIR ? absl::StatusCode::kNotFound
+                                              : absl::StatusCode::kPermissionDenied,
+          absl::StrCat("cannot create ", lock_path, ": ", std::strerror(error), fix));
+    }
+    if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot lock ", lock_path, ": ", std::strerror(errno)));
+      }
       return absl::FailedPreconditionError(
           absl::StrCat("another server is running on the data directory ", options_.data_dir, " (",
                        lock_path, " is locked)"));

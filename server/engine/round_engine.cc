@@ -350,8 +350,10 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
   current_ = nullptr;
   const absl::Time now = clock_->Now();
   std::vector<ParticipationRecord> participations;
+  // Each training metric is the example-weighted mean over the sites that reported it, as the
+  // federated evaluation's: a site without it neither counts as 0 nor adds its examples.
   std::map<std::string, double> metric_sums;
-  double metric_weight = 0;
+  std::map<std::string, double> metric_weights;
   CutOffUploadsLocked(*round,
                       absl::StrCat("round closed (", why, ") before the update was complete"));
   {
@@ -373,14 +375,18 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
       const UploadState& up = *it->second;
       participations.push_back(ParticipationFor(*round, up));
       if (up.phase == Phase::kAccepted) {
-        for (const auto& [k, v] : up.metrics) metric_sums[k] += v * up.num_examples;
-        metric_weight += static_cast<double>(up.num_examples);
+        for (const auto& [k, v] : up.metrics) {
+          metric_sums[k] += v * static_cast<double>(up.num_examples);
+          metric_weights[k] += static_cast<double>(up.num_examples);
+        }
       }
     }
   }
   RoundSummary summary;
   summary.num_accepted = round->aggregator->num_accepted();
-  for (const auto& [k, v] : metric_sums) summary.metrics["train_" + k] = v / metric_weight;
+  for (const auto& [k, v] : metric_sums) {
+    if (metric_weights[k] > 0) summary.metrics["train_" + k] = v / metric_weights[k];
+  }
 
   std::string failure;
   if (round->poisoned) {

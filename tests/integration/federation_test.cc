@@ -1,5 +1,8 @@
 // The real server and real clients over loopback gRPC with mutual TLS.
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +11,7 @@
 #include "fl/common/file_util.h"
 #include "fl/server/server.h"
 #include "fl/v1/federation.grpc.pb.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "sqlite3.h"
@@ -18,6 +22,8 @@ namespace {
 
 using server::RoundRecord;
 using server::RoundStatus;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 ModelSpec FashionSpec() { return client::SoftmaxRegressionSpec(784, 10); }
 
@@ -332,6 +338,75 @@ TEST(ServerStartTest, OneServerPerDataDirectory) {
   first->reset();
   EXPECT_TRUE(server::Server::Start(o, Model(FashionSpec())).ok())
       << "the lock outlived its server";
+}
+
+TEST(ServerStartTest, AListenAddressWithoutAPortIsRefused) {
+  TempDir dir;
+  server::ServerOptions o;
+  o.data_dir = dir.path() + "/server";
+  o.insecure_plaintext = true;
+  for (const char* address :
+       {"127.0.0.1", "localhost", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:http", "[::1]"}) {
+    o.listen_address = address;
+    absl::StatusOr<std::unique_ptr<server::Server>> s =
+        server::Server::Start(o, Model(FashionSpec()));
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << address;
+    EXPECT_THAT(s.status().message(), HasSubstr(absl::StrCat("listen address '", address)));
+    EXPECT_THAT(s.status().message(), HasSubstr("127.0.0.1:7443"));
+  }
+  o.listen_address = "[::1]:0";
+  EXPECT_TRUE(server::Server::Start(o, Model(FashionSpec())).ok());
+}
+
+// An unwritable data directory is not "another server is running".
+TEST(ServerStartTest, AnUnwritableDataDirectorySaysSo) {
+  TempDir dir;
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.insecure_plaintext = true;
+  if (::geteuid() != 0) {
+    o.data_dir = dir.path() + "/locked";
+    std::filesystem::create_directories(o.data_dir);
+    std::filesystem::permissions(
+        o.data_dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  } else if (std::filesystem::is_directory("/sys/kernel")) {
+    o.data_dir = "/sys";  // refuses new files even to root
+  } else {
+    GTEST_SKIP() << "running as root without /sys: no directory refuses a new file";
+  }
+  absl::StatusOr<std::unique_ptr<server::Server>> s =
+      server::Server::Start(o, Model(FashionSpec()));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kPermissionDenied) << s.status();
+  EXPECT_THAT(s.status().message(), HasSubstr("cannot create " + o.data_dir + "/server.lock"));
+  EXPECT_THAT(s.status().message(), HasSubstr("writable by the user running the server"));
+  EXPECT_THAT(s.status().message(), Not(HasSubstr("another server")));
+}
+
+// The SQLite path that `fl sim` prints is taken for its directory; another file is refused.
+TEST(ServerStartTest, TheDataDirectoryMayBeGivenAsItsSqliteFile) {
+  TempDir dir;
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.insecure_plaintext = true;
+  o.data_dir = dir.path() + "/server";
+  std::string db;
+  {
+    absl::StatusOr<std::unique_ptr<server::Server>> first =
+        server::Server::Start(o, Model(FashionSpec()));
+    ASSERT_TRUE(first.ok()) << first.status();
+    db = (*first)->store().db_path();
+  }
+  o.data_dir = db;
+  absl::StatusOr<std::unique_ptr<server::Server>> again =
+      server::Server::Start(o, Model(FashionSpec()));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->store().db_path(), db);
+  again->reset();
+  o.data_dir = dir.path() + "/server/server.lock";
+  absl::StatusOr<std::unique_ptr<server::Server>> file =
+      server::Server::Start(o, Model(FashionSpec()));
+  EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(file.status().message(), HasSubstr("is a file; give the directory"));
 }
 
 TEST(ServerStartTest, PlaintextOnlyOnLoopback) {

@@ -235,5 +235,14 @@ TEST_F(PreflightTest, DataThatDoesNotFitTheModelFails) {
               HasSubstr("site.csv has 2 feature columns but model softmax expects 30"));
 }
 
+// What an operator checks first on a host: which fl this is and which protocol it speaks.
+TEST(FlCommandTest, VersionNamesTheBuildAndTheProtocol) {
+  TempDir dir;
+  FlResult r = RunFl({"--version"}, dir.path());
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_THAT(r.out,
+              ::testing::MatchesRegex("fl [0-9]+\\.[0-9]+\\.[0-9]+ \\(protocol fl\\.v1; .*\\)\n"));
+}
+
 }  // namespace
 }  // namespace fl::testing
