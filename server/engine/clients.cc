@@ -5,11 +5,13 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "fl/common/logging.h"
+#include "fl/common/random.h"
 #include "server/engine/engine_impl.h"
 
 namespace fl::server::internal {
@@ -18,6 +20,7 @@ absl::StatusOr<int64_t> EngineImpl::Join(const std::string& client_id, const std
   {
     std::lock_guard<std::mutex> lock(mu_);
     ClientState& c = clients_[client_id];
+    if (c.name != name) ++clients_changes_;  // a rename reorders by_name_
     c.name = name;
     c.last_seen = clock_->Now();
     (void)store_->TouchClient(client_id, ToMs(c.last_seen));
@@ -207,6 +210,12 @@ void EngineImpl::FillFitLocked(const std::string& client_id, Task& t) const {
   t.feature_statistics = feature_stats_;
 }
 
+int64_t EngineImpl::CountOnlineLocked(absl::Time now) const {
+  int64_t n = 0;
+  for (const auto& [id, c] : clients_) n += now - c.last_seen <= options_.client_timeout ? 1 : 0;
+  return n;
+}
+
 std::vector<std::string> EngineImpl::OnlineLocked(absl::Time now) const {
   std::vector<std::string> online;
   for (const auto& [id, c] : clients_) {
@@ -216,10 +225,20 @@ std::vector<std::string> EngineImpl::OnlineLocked(absl::Time now) const {
 }
 
 void EngineImpl::DropOfflineClientsLocked(absl::Time now) {
-  for (const std::string& id : current_->sampled) {
-    if (current_->uploads.count(id) != 0) continue;  // reported, refused or uploading
+  // Called at every poll and upload: with 100 sampled among 100,000 clients, looking each one up
+  // every time was most of a simulated round.
+  RoundState& round = *current_;
+  if (now <= round.no_silence_until && now >= round.checked_silence_at) return;
+  absl::Time next = absl::InfiniteFuture();
+  for (const std::string& id : round.sampled) {
+    if (round.uploads.count(id) != 0) continue;  // reported, refused or uploading
     DropIfSilentLocked(id, now);
+    if (round.uploads.count(id) == 0) {  // still owing its update
+      next = std::min(next, clients_[id].last_seen + options_.client_timeout);
+    }
   }
+  round.no_silence_until = next;
+  round.checked_silence_at = now;
 }
 
 void EngineImpl::DropIfSilentLocked(const std::string& client_id, absl::Time now) {
@@ -263,6 +282,7 @@ void EngineImpl::ForgetClient(const std::string& client_id, const std::string& r
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (clients_.erase(client_id) == 0) return;  // never seen by this engine
+    ++clients_changes_;
     const absl::Time now = clock_->Now();
     if (current_ != nullptr && current_->task_of.count(client_id) != 0) {
       const SecAggRound* s = current_->secagg.get();
@@ -281,17 +301,32 @@ void EngineImpl::ForgetClient(const std::string& client_id, const std::string& r
   FlushSummaries();
 }
 
-void EngineImpl::SortByNameLocked(std::vector<std::string>& ids) const {
-  // One lookup per client, then a sort of (name, id) pairs: a round start stays O(n log n) string
-  // comparisons with 100,000 clients online.
-  std::vector<std::pair<std::string_view, std::string>> keyed;
-  keyed.reserve(ids.size());
-  for (std::string& id : ids) {
-    auto it = clients_.find(id);
-    keyed.emplace_back(it == clients_.end() ? std::string_view() : it->second.name, std::move(id));
+std::vector<const std::string*> EngineImpl::OnlineByNameLocked(absl::Time now) const {
+  if (by_name_.size() != clients_.size() || by_name_changes_ != clients_changes_) {
+    by_name_.clear();
+    by_name_.reserve(clients_.size());
+    for (auto it = clients_.begin(); it != clients_.end(); ++it) by_name_.push_back(it);
+    std::sort(by_name_.begin(), by_name_.end(), [](const auto& a, const auto& b) {
+      return std::tie(a->second.name, a->first) < std::tie(b->second.name, b->first);
+    });
+    by_name_changes_ = clients_changes_;
   }
-  std::sort(keyed.begin(), keyed.end());
-  for (size_t i = 0; i < keyed.size(); ++i) ids[i] = std::move(keyed[i].second);
+  std::vector<const std::string*> online;
+  online.reserve(by_name_.size());
+  for (const auto& it : by_name_) {
+    if (now - it->second.last_seen <= options_.client_timeout) online.push_back(&it->first);
+  }
+  return online;
+}
+
+std::vector<std::string> EngineImpl::DrawLocked(std::vector<const std::string*> online, int32_t k,
+                                                std::mt19937_64& rng) {
+  Shuffle(online, rng);
+  std::vector<std::string> drawn;
+  drawn.reserve(static_cast<size_t>(k));
+  for (int32_t i = 0; i < k; ++i) drawn.push_back(*online[static_cast<size_t>(i)]);
+  std::sort(drawn.begin(), drawn.end());
+  return drawn;
 }
 
 }  // namespace fl::server::internal

@@ -21,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -193,7 +194,7 @@ class EngineImpl final : public RoundEngine {
   }
   int clients_online() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int>(OnlineLocked(clock_->Now()).size());
+    return static_cast<int>(CountOnlineLocked(clock_->Now()));
   }
   int64_t run_id() const override { return run_.run_id; }
   int32_t committed_round() const override {
@@ -220,10 +221,15 @@ class EngineImpl final : public RoundEngine {
     cv_.notify_all();
   }
 
-  // Orders client ids by the clients' names, then ids: the order random draws start from, so that
-  // a federation of the same names samples the same sites whatever their ids (a simulation's
-  // sites over gRPC, a certificate's fingerprint each, and in process, a hash of the name).
-  void SortByNameLocked(std::vector<std::string>& ids) const;
+  // The online clients' ids in order of the clients' names, then ids: the order random draws
+  // start from, so that a federation of the same names samples the same sites whatever their ids
+  // (a simulation's sites over gRPC, a certificate's fingerprint each, and in process, a hash of
+  // the name). Pointers into clients_, valid until it next changes. O(online): the name order is
+  // kept between rounds (by_name_), so a round start with 100,000 clients sorts nothing.
+  std::vector<const std::string*> OnlineByNameLocked(absl::Time now) const;
+  // `k` of `online` drawn by a seeded Fisher-Yates shuffle of the pointers, returned sorted.
+  static std::vector<std::string> DrawLocked(std::vector<const std::string*> online, int32_t k,
+                                             std::mt19937_64& rng);
   ParticipationRecord ParticipationFor(const RoundState& round, const UploadState& up) const;
   absl::Status CheckTaskLocked(const std::string& client_id, int64_t run_id, int32_t round,
                                const std::string& task_id) const;
@@ -244,6 +250,8 @@ class EngineImpl final : public RoundEngine {
   void FinishEvaluationLocked(absl::Time now);
   // Clients seen within client_timeout, sorted.
   std::vector<std::string> OnlineLocked(absl::Time now) const;
+  // How many clients were seen within client_timeout.
+  int64_t CountOnlineLocked(absl::Time now) const;
   // Sampled clients of the open round that have neither reported nor been seen for
   // client_timeout are dropped from it, so that the round does not wait for them.
   void DropOfflineClientsLocked(absl::Time now);
@@ -260,7 +268,8 @@ class EngineImpl final : public RoundEngine {
   // or for anything but float32 together with secure aggregation.
   absl::Status SetUpUpdateEncoding();
   absl::Status MakeAccountant();
-  void StartRoundLocked(std::vector<std::string> online);
+  // Samples the round's clients from `by_name` (OnlineByNameLocked) and opens it.
+  void StartRoundLocked(std::vector<const std::string*> by_name);
   void CloseRoundLocked(const std::string& why);
   // Sets `closing` and takes the round's gate exclusively: uploads still streaming are aborted
   // with `reason` (their spills removed); none is mid-fold when this returns.
@@ -354,6 +363,11 @@ class EngineImpl final : public RoundEngine {
   bool aborted_ = false;  // Abort was called: no more rounds in this process
   std::shared_ptr<RoundState> current_;
   std::map<std::string, ClientState> clients_;
+  // clients_ in (name, id) order, rebuilt when a client was added (the size changed), removed or
+  // renamed (clients_changes_ moved on).
+  mutable std::vector<std::map<std::string, ClientState>::const_iterator> by_name_;
+  mutable uint64_t by_name_changes_ = ~uint64_t{0};
+  uint64_t clients_changes_ = 0;
   // Client id -> the last committed round that folded an accepted update of that client (see
   // Task::client_committed_round); rebuilt from the store when a run resumes.
   std::map<std::string, int32_t> client_committed_round_;

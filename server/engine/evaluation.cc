@@ -14,13 +14,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "fl/common/logging.h"
-#include "fl/common/random.h"
 #include "server/engine/engine_impl.h"
 
 namespace fl::server::internal {
 
 void EngineImpl::StartEvaluationLocked(absl::Time now) {
-  std::vector<std::string> online = OnlineLocked(now);
+  std::vector<const std::string*> online = OnlineByNameLocked(now);
   if (online.empty()) {
     LogEvent(LogLevel::kWarn, "evaluation_skipped",
              {{"round", absl::StrCat(committed_round_)}, {"reason", "no client online"}});
@@ -31,16 +30,12 @@ void EngineImpl::StartEvaluationLocked(absl::Time now) {
   auto eval = std::make_unique<EvalState>();
   eval->round = committed_round_;
   eval->deadline = now + options_.eval_timeout;
-  SortByNameLocked(online);
   std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(eval->round) * 7919u +
                       0x65766131u);
-  Shuffle(online, rng);
   const int32_t n = static_cast<int32_t>(online.size());
   const int32_t k =
       std::clamp(static_cast<int32_t>(std::ceil(options_.eval_fraction * n - 1e-9)), 1, n);
-  online.resize(static_cast<size_t>(k));
-  std::sort(online.begin(), online.end());
-  eval->sampled = online;
+  eval->sampled = DrawLocked(std::move(online), k, rng);
   for (const std::string& id : eval->sampled) {
     eval->task_of[id] = absl::StrFormat("e%d.%s", eval->round, id.substr(0, 12));
   }

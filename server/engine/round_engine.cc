@@ -16,7 +16,6 @@
 #include "fl/aggregation/dp/central_dp.h"
 #include "fl/common/crash_point.h"
 #include "fl/common/logging.h"
-#include "fl/common/random.h"
 #include "fl/server/engine.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/engine_impl.h"
@@ -231,41 +230,39 @@ void EngineImpl::MaybeAdvanceLocked() {
   if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_) {
     // With fewer clients known than min_clients none can start: skip listing who is online, so
     // that each of 100,000 joins stays O(log n) rather than O(n).
-    std::vector<std::string> online;
-    if (static_cast<int64_t>(clients_.size()) >= options_.min_clients) online = OnlineLocked(now);
-    if (static_cast<int32_t>(online.size()) >= options_.min_clients) {
+    std::vector<const std::string*> online;
+    if (static_cast<int64_t>(clients_.size()) >= options_.min_clients) {
+      online = OnlineByNameLocked(now);
+    }
+    if (static_cast<int64_t>(online.size()) >= options_.min_clients) {
       if (NeedsStatisticsLocked()) {
-        StartStatisticsLocked(std::move(online), now);
+        StartStatisticsLocked(OnlineLocked(now), now);
       } else {
         StartRoundLocked(std::move(online));
       }
     } else if (now - waiting_since_ > options_.wait_timeout) {
-      FailRunLocked(absl::StrCat("only ", OnlineLocked(now).size(), " of the ",
-                                 options_.min_clients,
+      FailRunLocked(absl::StrCat("only ", CountOnlineLocked(now), " of the ", options_.min_clients,
                                  " clients needed (min_clients) came online within ",
                                  absl::FormatDuration(options_.wait_timeout)));
     }
   }
 }
 
-void EngineImpl::StartRoundLocked(std::vector<std::string> online) {
+void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   auto round = std::make_shared<RoundState>();
   round->round = committed_round_ + 1;
   round->attempt = next_attempt_;
   round->started = clock_->Now();
   round->deadline = round->started + options_.round_timeout;
-  SortByNameLocked(online);
   std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(round->round) * 7919u +
                       static_cast<uint64_t>(round->attempt));
-  Shuffle(online, rng);
-  const int32_t n = static_cast<int32_t>(online.size());
+  const int32_t n = static_cast<int32_t>(by_name.size());
   // The epsilon keeps 0.07 * 100 = 7.000000000000001 from sampling 8.
   int32_t k = static_cast<int32_t>(std::ceil(options_.sample_fraction * n - 1e-9));
   // Secure aggregation needs 3 clients (the sum of 2 reveals each); n >= min_clients >= 3.
   const int32_t least = options_.secure_aggregation.enabled ? 3 : 1;
   k = std::clamp(std::max({k, options_.min_fit_clients, least}), 1, n);
-  online.resize(static_cast<size_t>(k));
-  std::sort(online.begin(), online.end());
+  std::vector<std::string> online = DrawLocked(std::move(by_name), k, rng);
   if (accountant_.has_value()) {
     const PrivacyOptions& p = options_.privacy;
     const double q = static_cast<double>(k) / n;

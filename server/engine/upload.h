@@ -62,6 +62,12 @@ struct RoundState {
   int32_t attempt = 0;
   absl::Time started;
   absl::Time deadline;
+  // No sampled client still owing an update can have been silent for client_timeout before
+  // this time (the earliest last_seen + client_timeout among them when last looked; last_seen
+  // only moves on): until then the check for silent clients is skipped. checked_silence_at:
+  // when that was computed, so that a clock stepped back makes it look again.
+  absl::Time no_silence_until = absl::InfinitePast();
+  absl::Time checked_silence_at = absl::InfinitePast();
   std::vector<std::string> sampled;
   std::map<std::string, std::string> task_of;  // client id -> task id
   std::unique_ptr<aggregation::RoundAggregator> aggregator;

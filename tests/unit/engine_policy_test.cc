@@ -297,6 +297,32 @@ TEST_F(EngineTest, ASilentClientIsDroppedFromItsRound) {
   EXPECT_FALSE(engine_->Heartbeat("client-c", 1, tc.task_id));
 }
 
+// The engine skips looking for silent clients until the earliest one could be; a heartbeat
+// moves that time on, and a wall clock stepped back makes it look again rather than wait.
+TEST_F(EngineTest, SilenceIsFoundOnTimeAfterHeartbeatsAndAClockSteppedBack) {
+  StartEngine();  // client_timeout 90 s
+  JoinAll();
+  Task ta = engine_->Poll("client-a"), tb = engine_->Poll("client-b"),
+       tc = engine_->Poll("client-c");
+  ASSERT_TRUE(Submit("client-a", ta, RandomModel(1), 1).ok());
+  clock_.Advance(absl::Seconds(80));
+  ASSERT_TRUE(engine_->Heartbeat("client-b", 1, tb.task_id));
+  engine_->Tick();  // nobody silent yet; client-c could be first, at 90 s
+  clock_.Advance(absl::Seconds(11));
+  engine_->Tick();  // 91 s: client-c is dropped, client-b (heard at 80 s) is not
+  EXPECT_FALSE(engine_->Heartbeat("client-c", 1, tc.task_id));
+  EXPECT_TRUE(engine_->Heartbeat("client-b", 1, tb.task_id));  // heard again at 91 s
+  EXPECT_EQ(engine_->committed_round(), 0);
+
+  clock_.Advance(absl::Seconds(-60));  // the wall clock steps back: now 31 s
+  ASSERT_TRUE(engine_->Heartbeat("client-b", 1, tb.task_id));  // heard at 31 s
+  engine_->Tick();
+  clock_.Advance(absl::Seconds(91));  // 122 s: 91 s after client-b was last heard
+  engine_->Tick();
+  EXPECT_FALSE(engine_->Heartbeat("client-b", 1, tb.task_id)) << "dropped on time";
+  EXPECT_EQ(engine_->committed_round(), 0);  // 1 of min_fit_clients 2: the attempt fails
+}
+
 TEST_F(EngineTest, HeartbeatsKeepALongTrainingInTheRound) {
   options_.round_timeout = absl::Minutes(30);
   StartEngine();

@@ -68,20 +68,7 @@ TEST_F(EngineTest, ATrainingMetricIsAveragedOverTheSitesThatReportedIt) {
   const std::vector<int64_t> examples = {100, 300, 600};
   for (size_t i = 0; i < clients_.size(); ++i) {
     Task task = engine_->Poll(clients_[i]);
-    UpdateMeta meta = MetaFor(task, examples[i]);
-    meta.metrics = reported[i];
-    absl::StatusOr<std::unique_ptr<Upload>> upload = engine_->BeginUpload(clients_[i], meta);
-    ASSERT_TRUE(upload.ok()) << upload.status();
-    const Model model = RandomModel(i);
-    ASSERT_TRUE(ForEachChunk(model.bytes(), kMaxChunkBytes,
-                             [&](int64_t offset, std::span<const std::byte> bytes) {
-                               return (*upload)->AddChunk(
-                                   offset,
-                                   std::string_view(reinterpret_cast<const char*>(bytes.data()),
-                                                    bytes.size()));
-                             })
-                    .ok());
-    ASSERT_TRUE((*upload)->Finish(model.Sha256Hex()).ok());
+    ASSERT_TRUE(Submit(clients_[i], task, RandomModel(i), examples[i], reported[i]).ok());
   }
   ASSERT_EQ(engine_->committed_round(), 1);
   absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(engine_->run_id());

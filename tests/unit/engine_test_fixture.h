@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -119,10 +121,12 @@ class EngineTest : public ::testing::Test {
     }
   }
 
+  // `metrics` replaces MetaFor's {"loss": 1} when given.
   absl::Status Submit(const std::string& client, const Task& task, const Model& model,
-                      int64_t examples) {
-    absl::StatusOr<std::unique_ptr<Upload>> upload =
-        engine_->BeginUpload(client, MetaFor(task, examples));
+                      int64_t examples, std::optional<std::map<std::string, double>> metrics = {}) {
+    UpdateMeta meta = MetaFor(task, examples);
+    if (metrics.has_value()) meta.metrics = *std::move(metrics);
+    absl::StatusOr<std::unique_ptr<Upload>> upload = engine_->BeginUpload(client, meta);
     if (!upload.ok()) return upload.status();
     absl::Status s = ForEachChunk(
         model.bytes(), kMaxChunkBytes, [&](int64_t offset, std::span<const std::byte> bytes) {
