@@ -146,7 +146,9 @@ class ServerImpl final : public Server {
       if (entry.path().extension() == ".part") std::filesystem::remove(entry.path(), ec);
     }
 
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.data_dir);
+    StoreOpenOptions store_options;
+    store_options.durable = options_.durable;
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.data_dir, store_options);
     if (!store.ok()) return store.status();
     store_ = *std::move(store);
     std::shared_ptr<const ClientCertificateVerifier> verifier;

@@ -114,7 +114,7 @@ int64_t CheckpointFileSize(const Model& model) {
   return static_cast<int64_t>(kHeaderBytes + model.spec().ToJson().size()) + model.NumBytes();
 }
 
-absl::Status WriteCheckpointFile(const std::string& path, const Model& model) {
+absl::Status WriteCheckpointFile(const std::string& path, const Model& model, bool durable) {
   const std::string dir = std::filesystem::path(path).parent_path().string();
   std::string temp = absl::StrCat(path, ".tmp.XXXXXX");
   UniqueFd fd(::mkostemp(temp.data(), O_CLOEXEC));
@@ -128,7 +128,7 @@ absl::Status WriteCheckpointFile(const std::string& path, const Model& model) {
   if (absl::Status s = WriteAll(fd.get(), header, temp); !s.ok()) return s;
   if (absl::Status s = WriteAll(fd.get(), std::as_bytes(std::span(spec)), temp); !s.ok()) return s;
   if (absl::Status s = WriteAll(fd.get(), model.bytes(), temp); !s.ok()) return s;
-  if (::fsync(fd.get()) != 0) {
+  if (durable && ::fsync(fd.get()) != 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("fsync checkpoint ", temp));
   }
   if (fd.Close() != 0) return absl::ErrnoToStatus(errno, absl::StrCat("close checkpoint ", temp));
@@ -137,7 +137,7 @@ absl::Status WriteCheckpointFile(const std::string& path, const Model& model) {
     return absl::ErrnoToStatus(errno, absl::StrCat("rename checkpoint ", temp, " to ", path));
   }
   guard.Release();
-  return SyncDirectory(dir);
+  return durable ? SyncDirectory(dir) : absl::OkStatus();
 }
 
 absl::StatusOr<Model> ReadCheckpointFile(const std::string& path, absl::string_view sha256) {

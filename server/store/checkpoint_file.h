@@ -30,7 +30,9 @@ int64_t CheckpointFileSize(const Model& model);
 // Writes `model` to `path` crash-safely: a temporary file in the same directory, fsync, rename
 // over `path`, fsync of the directory. The temporary file is removed on failure. Errors name the
 // file and the system call.
-absl::Status WriteCheckpointFile(const std::string& path, const Model& model);
+// With `durable` false nothing is fsynced (a simulation's store): still written whole and
+// renamed into place, so a process that dies leaves no partial checkpoint.
+absl::Status WriteCheckpointFile(const std::string& path, const Model& model, bool durable = true);
 
 // Reads the checkpoint at `path` and checks that its payload hashes to `sha256`. NOT_FOUND when
 // there is no such file; DATA_LOSS naming the file when the magic, spec, length or hash is wrong.

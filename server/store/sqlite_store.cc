@@ -53,10 +53,12 @@ void RemoveStaleTempFiles(const std::string& dir) {
 
 class SqliteStore final : public Store {
  public:
-  SqliteStore(std::string data_dir, sqlite::DbPtr db, int version, bool read_only)
+  SqliteStore(std::string data_dir, sqlite::DbPtr db, int version, bool read_only,
+              bool durable = true)
       : data_dir_(std::move(data_dir)),
         schema_version_(version),
         read_only_(read_only),
+        durable_(durable),
         db_(std::move(db)) {}
 
   std::string db_path() const override { return absl::StrCat(data_dir_, "/", kDbFile); }
@@ -129,6 +131,7 @@ class SqliteStore final : public Store {
   const std::string data_dir_;
   const int schema_version_;
   const bool read_only_;
+  const bool durable_;  // StoreOpenOptions::durable
   std::mutex mu_;
   sqlite::DbPtr db_ ABSL_GUARDED_BY(mu_);
 };
@@ -180,7 +183,7 @@ absl::StatusOr<std::vector<RunRecord>> SqliteStore::Runs() {
 }
 
 absl::StatusOr<std::string> SqliteStore::ClaimFeatureSchema(int64_t run_id,
-                                                             const std::string& schema_json) {
+                                                            const std::string& schema_json) {
   if (!schema_json.empty()) {
     if (absl::Status s = CheckWritable("record a run's feature schema"); !s.ok()) return s;
   }
@@ -300,6 +303,7 @@ absl::Status SqliteStore::CommitRound(const RoundRecord& round,
     }
   }
   std::lock_guard lock(mu_);
+  if (!durable_) return CommitRoundLocked(round, participations);
   if (absl::Status s = sqlite::Exec(db_.get(), "PRAGMA synchronous = FULL",
                                     "commit round (set synchronous=FULL)");
       !s.ok()) {
@@ -587,7 +591,7 @@ absl::StatusOr<std::string> SqliteStore::WriteCheckpoint(const Model& model) {
   // The file is only ever renamed into place complete, so one of the right size is this model.
   std::error_code ec;
   if (std::filesystem::file_size(path, ec) != static_cast<uintmax_t>(bytes) || ec) {
-    if (absl::Status s = WriteCheckpointFile(path, model); !s.ok()) return s;
+    if (absl::Status s = WriteCheckpointFile(path, model, durable_); !s.ok()) return s;
   }
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
@@ -644,7 +648,14 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir,
   if (!db.ok()) return db.status();
   absl::StatusOr<int> version = sqlite::Migrate(db->get());
   if (!version.ok()) return version.status();
-  return std::make_unique<SqliteStore>(data_dir, *std::move(db), *version, /*read_only=*/false);
+  if (!options.durable) {
+    if (absl::Status s = sqlite::Exec(db->get(), "PRAGMA synchronous = OFF", "set synchronous=OFF");
+        !s.ok()) {
+      return s;
+    }
+  }
+  return std::make_unique<SqliteStore>(data_dir, *std::move(db), *version, /*read_only=*/false,
+                                       options.durable);
 }
 
 absl::StatusOr<std::unique_ptr<Store>> Store::OpenReadOnly(const std::string& data_dir) {

@@ -102,7 +102,10 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   if (absl::Status s = (*strategy)->CheckModel(initial->spec()); !s.ok()) return s;
   const ModelSpec spec = initial->spec();
 
-  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::Open(data_dir);
+  server::StoreOpenOptions store_options;
+  store_options.durable = false;  // a simulation is rerun from its seed, not recovered
+  absl::StatusOr<std::unique_ptr<server::Store>> store =
+      server::Store::Open(data_dir, store_options);
   if (!store.ok()) return store.status();
   SimulationResult result;
   std::mutex result_mu;

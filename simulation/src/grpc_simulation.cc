@@ -123,6 +123,7 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   server_options.strategy = options.strategy;
   SimulatedClock clock(absl::Now());
   server_options.clock = &clock;
+  server_options.durable = false;  // as in process: a simulation is rerun, not recovered
 
   SimulationResult result;
   std::mutex result_mu;

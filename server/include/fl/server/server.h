@@ -52,6 +52,9 @@ struct ServerOptions {
   // over plain HTTP; empty: off. Port 0 picks a free port (see metrics_port()).
   std::string metrics_address;
   absl::Duration tick_interval = absl::Milliseconds(50);
+  // Whether the store fsyncs its commits and checkpoints (StoreOpenOptions::durable): false only
+  // for a simulation, which the same seed reruns.
+  bool durable = true;
   // The engine's clock (not owned; must outlive the server); nullptr: the system's. A simulation
   // passes its simulated clock, which its driver moves.
   Clock* clock = nullptr;

@@ -135,6 +135,11 @@ struct StoreOpenOptions {
   // process that opens the store beside a running server (e.g. `fl admin enroll`) sets this to
   // false: those files may be the server's checkpoint being written right now.
   bool remove_stale_temp_files = true;
+  // fsync every commit and checkpoint, as a server that runs for months must. False for a
+  // simulation, which a crash loses but the same seed reruns: SQLite's synchronous=OFF and no
+  // fsync of checkpoint files (a process that dies loses nothing committed; a machine that dies
+  // may lose the last rounds).
+  bool durable = true;
 };
 
 class Store {
