@@ -1,7 +1,5 @@
 #include "cli/admin_command.h"
 
-#include "cli/command_util.h"
-
 #include <pwd.h>
 #include <unistd.h>
 
@@ -15,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "cli/command_util.h"
 #include "fl/common/file_util.h"
 #include "fl/server/store.h"
 #include "server/admin/admin.h"
@@ -22,7 +21,6 @@
 
 namespace fl::cli {
 namespace {
-
 
 // "user@host" of whoever runs the command, for the audit log.
 std::string OperatorName() {
@@ -95,12 +93,12 @@ int RunAdminExport(fl::server::Store& store, const AdminArgs& a) {
   absl::StatusOr<fl::server::admin::ExportedModel> exported =
       fl::server::admin::ExportModel(store, request, a.out);
   if (!exported.ok()) return Fail(exported.status());
-  std::printf("wrote %s: run %lld %s, %zu tensors, %lld parameters\n", a.out.c_str(),
-              static_cast<long long>(exported->run_id),
-              exported->round == 0 ? "initial model"
-                                   : absl::StrCat("round ", exported->round).c_str(),
-              exported->model.spec().tensors().size(),
-              static_cast<long long>(exported->model.spec().NumFloats()));
+  std::printf(
+      "wrote %s: run %lld %s, %zu tensors, %lld parameters\n", a.out.c_str(),
+      static_cast<long long>(exported->run_id),
+      exported->round == 0 ? "initial model" : absl::StrCat("round ", exported->round).c_str(),
+      exported->model.spec().tensors().size(),
+      static_cast<long long>(exported->model.spec().NumFloats()));
   return 0;
 }
 
@@ -111,7 +109,8 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
       "admin", "Operator reports and client enrollment on a server's data directory");
   cmd->require_subcommand(1);
   cmd->fallthrough();  // --data-dir may also follow the subcommand
-  cmd->add_option("--data-dir", a.data_dir, "The server's data directory (federation.db)")
+  cmd->add_option("--data-dir", a.data_dir,
+                  "The server's data directory, or the federation.db file in it")
       ->capture_default_str();
   auto add_report = [&a](CLI::App* sub, bool with_out) {
     sub->add_option("--format", a.format, "table, csv or json")->capture_default_str();
@@ -138,10 +137,11 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
   a.revoke = cmd->add_subcommand("revoke", "Revoke a client; the server refuses its next call");
   a.revoke
       ->add_option("client", a.client,
-                   "The client's fingerprint, or a unique prefix of at least 8 hex digits")
+                   "The client's name, its fingerprint, or a unique prefix of at least 8 hex "
+                   "digits of it")
       ->required();
-  a.export_model = cmd->add_subcommand(
-      "export", "Write a committed round's global model as a safetensors file");
+  a.export_model =
+      cmd->add_subcommand("export", "Write a committed round's global model as a safetensors file");
   a.export_model->add_option("--run", a.run_id, "Run id (default: the newest run)")
       ->check(CLI::PositiveNumber);
   a.export_model
@@ -164,10 +164,10 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
 namespace {
 
 // `fl admin columns [--reset]`: shows, or forgets, the run's feature schema.
-int RunAdminColumns(const AdminArgs& a, int64_t now_ms) {
+int RunAdminColumns(const AdminArgs& a, const std::string& data_dir, int64_t now_ms) {
   absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
-      a.reset ? fl::server::Store::Open(a.data_dir, {.remove_stale_temp_files = false})
-              : fl::server::Store::OpenReadOnly(a.data_dir);
+      a.reset ? fl::server::Store::Open(data_dir, {.remove_stale_temp_files = false})
+              : fl::server::Store::OpenReadOnly(data_dir);
   if (!store.ok()) return Fail(store.status());
   std::optional<int64_t> run_id;
   if (a.run_id > 0) run_id = a.run_id;
@@ -202,13 +202,15 @@ int RunAdmin(const AdminArgs& a) {
   if (!format.ok()) return Fail(format.status());
   // Even enroll and revoke need an existing database: a mistyped --data-dir must not start a new
   // federation.
+  absl::StatusOr<std::string> data_dir = DataDirOf(a.data_dir);
+  if (!data_dir.ok()) return Fail(data_dir.status());
   absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
-      fl::server::Store::OpenReadOnly(a.data_dir);
+      fl::server::Store::OpenReadOnly(*data_dir);
   if (!store.ok()) return Fail(store.status());
-  if (a.columns->parsed()) return RunAdminColumns(a, now_ms);
+  if (a.columns->parsed()) return RunAdminColumns(a, *data_dir, now_ms);
   if (a.enroll->parsed() || a.revoke->parsed()) {
     store->reset();
-    store = fl::server::Store::Open(a.data_dir, {.remove_stale_temp_files = false});
+    store = fl::server::Store::Open(*data_dir, {.remove_stale_temp_files = false});
     if (!store.ok()) return Fail(store.status());
     return a.enroll->parsed() ? RunAdminEnroll(**store, a, now_ms)
                               : RunAdminRevoke(**store, a, now_ms);
@@ -224,6 +226,5 @@ int RunAdmin(const AdminArgs& a) {
   if (a.audit->parsed()) return PrintReport(admin::AuditReport(**store, a.limit, *format), a.out);
   return 1;
 }
-
 
 }  // namespace fl::cli

@@ -1,6 +1,6 @@
 // What the `fl` commands share: the error line and exit code of a failed command, flags read
 // before parsing (a configuration file, a preset), and the [secure_aggregation] flags that
-// `fl server` and `fl sim` both take.
+// `fl server` and `fl sim` both take, and the data directory a path names.
 #ifndef FL_CLI_COMMAND_UTIL_H_
 #define FL_CLI_COMMAND_UTIL_H_
 
@@ -9,6 +9,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "fl/server/engine.h"
 
 namespace fl::cli {
@@ -20,6 +21,11 @@ int Fail(const absl::Status& status);
 // "--"), or "" when it is not given: for what must be applied before the other flags are parsed.
 std::string FlagValueBeforeParsing(int argc, char** argv, std::string_view subcommand,
                                    std::string_view flag);
+
+// The data directory that `path` names: the directory itself, or the directory of the
+// federation.db file it names (what `fl sim` and `fl report` print). NOT_FOUND when nothing is
+// there; FAILED_PRECONDITION for another file. Both say what to give instead.
+absl::StatusOr<std::string> DataDirOf(const std::string& path);
 
 // The [secure_aggregation] keys as flags; any value flag turns secure aggregation on.
 void AddSecAggFlags(CLI::App* cmd, server::SecureAggregationOptions& sa);

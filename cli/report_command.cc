@@ -24,24 +24,6 @@ namespace {
 constexpr char kDbFile[] = "federation.db";  // the name Store gives its database
 constexpr char kWhatToGive[] = "give a server's data directory or the federation.db file in it";
 
-// The data directory that `path` names: the directory itself, or the directory of its
-// federation.db.
-absl::StatusOr<std::string> DataDir(const std::string& path) {
-  std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(st)) {
-    return absl::NotFoundError(
-        absl::StrCat("no such file or directory: ", path, "; ", kWhatToGive));
-  }
-  if (std::filesystem::is_directory(st)) return path;
-  const std::filesystem::path file(path);
-  if (std::filesystem::is_regular_file(st) && file.filename() == kDbFile) {
-    return file.has_parent_path() ? file.parent_path().string() : std::string(".");
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      path, " is not a federation database (a server's is named ", kDbFile, "); ", kWhatToGive));
-}
-
 absl::StatusOr<std::unique_ptr<server::Store>> OpenStore(const std::string& data_dir) {
   absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
   if (store.ok()) return store;
@@ -130,7 +112,7 @@ CLI::App* AddReportCommand(CLI::App& app, ReportArgs& a) {
 }
 
 int RunReport(const ReportArgs& a) {
-  absl::StatusOr<std::string> data_dir = DataDir(a.path);
+  absl::StatusOr<std::string> data_dir = DataDirOf(a.path);
   if (!data_dir.ok()) return Fail(data_dir.status());
   absl::StatusOr<std::unique_ptr<server::Store>> store = OpenStore(*data_dir);
   if (!store.ok()) return Fail(store.status());

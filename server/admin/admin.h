@@ -112,11 +112,13 @@ absl::StatusOr<Enrollment> EnrollCertificate(Store& store, absl::string_view cer
                                              absl::string_view ca_pem, const std::string& name,
                                              const std::string& operator_name, int64_t now_ms);
 
-// The client whose id is `fingerprint_or_prefix` or starts with it (case and ':' separators are
-// ignored, so OpenSSL's "AB:CD:..." form works). INVALID_ARGUMENT when it is not hex, is shorter
-// than kMinPrefixDigits or longer than 64 digits, or matches several clients (the error lists
-// them); NOT_FOUND when it matches none. Revoked clients are candidates too.
-absl::StatusOr<ClientRecord> FindClient(Store& store, absl::string_view fingerprint_or_prefix);
+// The client whose id starts with `name_or_fingerprint` (kMinPrefixDigits to 64 hex digits;
+// case and ':' separators are ignored, so OpenSSL's "AB:CD:..." form works), or else the client
+// with exactly that name (`fl admin revoke site-2`). A fingerprint prefix wins over a name that
+// happens to be hex. INVALID_ARGUMENT when it matches several clients (the error lists them and
+// says what to give instead), or is hex of the wrong length and no client's name; NOT_FOUND when
+// it matches none. Revoked clients are candidates too.
+absl::StatusOr<ClientRecord> FindClient(Store& store, absl::string_view name_or_fingerprint);
 
 struct Revocation {
   ClientRecord client;           // as it was before this call
@@ -126,7 +128,7 @@ struct Revocation {
 // Revokes the client FindClient finds and writes the audit record "client_revoked" (detail naming
 // the client and `operator_name`). A client already revoked is left as it is (already_revoked).
 // FindClient's errors; FAILED_PRECONDITION for a read-only store; otherwise the store's errors.
-absl::StatusOr<Revocation> RevokeClient(Store& store, absl::string_view fingerprint_or_prefix,
+absl::StatusOr<Revocation> RevokeClient(Store& store, absl::string_view name_or_fingerprint,
                                         const std::string& operator_name, int64_t now_ms);
 
 }  // namespace fl::server::admin

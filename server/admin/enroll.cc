@@ -81,45 +81,60 @@ absl::StatusOr<Enrollment> EnrollCertificate(Store& store, absl::string_view cer
   return out;
 }
 
-absl::StatusOr<ClientRecord> FindClient(Store& store, absl::string_view fingerprint_or_prefix) {
-  std::string prefix;
-  for (char c : fingerprint_or_prefix) {
-    if (c == ':') continue;
-    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", fingerprint_or_prefix, "' is not a fingerprint: expected hex digits"));
-    }
-    prefix += absl::ascii_tolower(static_cast<unsigned char>(c));
-  }
-  if (prefix.size() < static_cast<size_t>(kMinPrefixDigits) || prefix.size() > kFingerprintDigits) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", fingerprint_or_prefix, "' has ", prefix.size(), " hex digits: give between ",
-        kMinPrefixDigits, " and ", kFingerprintDigits, " digits of the client's fingerprint"));
-  }
+absl::StatusOr<ClientRecord> FindClient(Store& store, absl::string_view name_or_fingerprint) {
   absl::StatusOr<std::vector<ClientRecord>> clients = store.Clients();
   if (!clients.ok()) return clients.status();
-  std::vector<const ClientRecord*> matches;
+  // A fingerprint or a prefix of one: hex digits, case and ':' separators ignored.
+  std::string prefix;
+  bool hex = !name_or_fingerprint.empty();
+  for (char c : name_or_fingerprint) {
+    if (c == ':') continue;
+    if (!absl::ascii_isxdigit(static_cast<unsigned char>(c))) hex = false;
+    prefix += absl::ascii_tolower(static_cast<unsigned char>(c));
+  }
+  const bool prefix_length_ok = prefix.size() >= static_cast<size_t>(kMinPrefixDigits) &&
+                                prefix.size() <= static_cast<size_t>(kFingerprintDigits);
+  std::vector<const ClientRecord*> by_fingerprint, by_name;
   for (const ClientRecord& c : *clients) {
-    if (absl::StartsWith(c.client_id, prefix)) matches.push_back(&c);
+    if (hex && prefix_length_ok && absl::StartsWith(c.client_id, prefix)) {
+      by_fingerprint.push_back(&c);
+    }
+    if (c.name == name_or_fingerprint) by_name.push_back(&c);
   }
-  if (matches.empty()) {
-    return absl::NotFoundError(absl::StrCat("no enrolled client's fingerprint starts with ", prefix,
-                                            " (", clients->size(),
-                                            " clients; see `fl admin clients`)"));
-  }
-  if (matches.size() > 1) {
+  auto ambiguous = [](const std::vector<const ClientRecord*>& matches, const std::string& what,
+                      const std::string& fix) {
     std::vector<std::string> names;
     for (const ClientRecord* c : matches) names.push_back(Describe(*c));
     return absl::InvalidArgumentError(
-        absl::StrCat("fingerprint prefix ", prefix, " is ambiguous: it matches ", matches.size(),
-                     " clients: ", absl::StrJoin(names, ", "), "; give more digits"));
+        absl::StrCat(what, " is ambiguous: it matches ", matches.size(),
+                     " clients: ", absl::StrJoin(names, ", "), "; ", fix));
+  };
+  // A fingerprint prefix wins over a name that happens to be hex.
+  if (by_fingerprint.size() == 1) return *by_fingerprint[0];
+  if (by_fingerprint.size() > 1) {
+    return ambiguous(by_fingerprint, absl::StrCat("fingerprint prefix ", prefix),
+                     "give more digits");
   }
-  return *matches[0];
+  if (by_name.size() == 1) return *by_name[0];
+  if (by_name.size() > 1) {
+    return ambiguous(by_name, absl::StrCat("the name '", name_or_fingerprint, "'"),
+                     "give the fingerprint (or 8 or more of its first digits) instead");
+  }
+  if (hex && !prefix_length_ok) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no client is named '", name_or_fingerprint, "', and as a fingerprint it has ",
+                     prefix.size(), " hex digits: give between ", kMinPrefixDigits, " and ",
+                     kFingerprintDigits, " digits of the client's fingerprint"));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no client is named '", name_or_fingerprint, "'",
+      hex ? absl::StrCat(" and no enrolled client's fingerprint starts with ", prefix) : "", " (",
+      clients->size(), " clients; see `fl admin clients`)"));
 }
 
-absl::StatusOr<Revocation> RevokeClient(Store& store, absl::string_view fingerprint_or_prefix,
+absl::StatusOr<Revocation> RevokeClient(Store& store, absl::string_view name_or_fingerprint,
                                         const std::string& operator_name, int64_t now_ms) {
-  absl::StatusOr<ClientRecord> client = FindClient(store, fingerprint_or_prefix);
+  absl::StatusOr<ClientRecord> client = FindClient(store, name_or_fingerprint);
   if (!client.ok()) return client.status();
   Revocation out{.client = *client};
   if (client->revoked_at_ms != 0) {

@@ -418,9 +418,18 @@ class FederationService final
     if (!enrolled.ok()) return enrolled.status();
     if (!*enrolled) {
       absl::StatusOr<std::string> cn = CertificateCommonName(pem);
-      absl::Status s = absl::PermissionDeniedError(
-          absl::StrCat("client certificate ", fingerprint->substr(0, 16),
-                       " (CN=", cn.ok() ? *cn : "?", ") is not enrolled in this federation"));
+      absl::StatusOr<std::optional<ClientRecord>> record = store_->Client(*fingerprint);
+      const bool revoked = record.ok() && record->has_value() && (*record)->revoked_at_ms != 0;
+      absl::Status s = absl::PermissionDeniedError(absl::StrCat(
+          "client certificate ", fingerprint->substr(0, 16), " (CN=", cn.ok() ? *cn : "?", ") ",
+          revoked ? absl::StrCat("was revoked at ",
+                                 absl::FormatTime("%Y-%m-%d %H:%M:%SZ",
+                                                  absl::FromUnixMillis((*record)->revoked_at_ms),
+                                                  absl::UTCTimeZone()),
+                                 "; ask the federation's operator to enroll it again "
+                                 "(fl admin enroll) if that was a mistake")
+                  : "is not enrolled in this federation; ask the federation's operator to "
+                    "enroll it (fl admin enroll)"));
       engine_->AuditRefusal(*fingerprint, "client_refused", s);
       engine_->ForgetClient(*fingerprint, "revoked or not enrolled");
       return s;

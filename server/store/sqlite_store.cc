@@ -98,6 +98,7 @@ class SqliteStore final : public Store {
                             int64_t now_ms) override;
   absl::Status RevokeClient(const std::string& client_id, int64_t now_ms) override;
   absl::StatusOr<bool> IsEnrolled(const std::string& client_id) override;
+  absl::StatusOr<std::optional<ClientRecord>> Client(const std::string& client_id) override;
   absl::Status TouchClient(const std::string& client_id, int64_t now_ms) override;
   absl::StatusOr<std::vector<ClientRecord>> Clients() override;
   absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
@@ -547,6 +548,18 @@ absl::Status SqliteStore::TouchClient(const std::string& client_id, int64_t now_
     return absl::NotFoundError(absl::StrCat("client ", client_id, " is not enrolled"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<ClientRecord>> SqliteStore::Client(const std::string& client_id) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectClients, "WHERE client_id = ?"), "select from clients");
+  if (!st.ok()) return st.status();
+  absl::StatusOr<std::vector<ClientRecord>> found =
+      sqlite::Collect(st->Bind(client_id), ReadClient);
+  if (!found.ok()) return found.status();
+  if (found->empty()) return std::nullopt;
+  return std::move(found->front());
 }
 
 absl::StatusOr<std::vector<ClientRecord>> SqliteStore::Clients() {

@@ -302,6 +302,10 @@ TEST(ServerStartTest, ARevokedClientStaysRevokedAcrossARestart) {
   ASSERT_TRUE(c.ok());
   absl::Status s = (*c)->Run();
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  // Told that it was revoked, and when (revoked at 1 ms past the epoch), not "not enrolled".
+  EXPECT_THAT(s.message(), HasSubstr("(CN=site-0) was revoked at 1970-01-01 00:00:00Z")) << s;
+  EXPECT_THAT(s.message(), HasSubstr("fl admin enroll"));
+  EXPECT_THAT(s.message(), Not(HasSubstr("not enrolled")));
 }
 
 TEST(ServerStartTest, APortInUseIsAnError) {

@@ -533,8 +533,41 @@ TEST_F(AdminTest, FindClientResolvesUniquePrefixesOnly) {
   EXPECT_TRUE(absl::StrContains(short_prefix.status().message(), "at least") ||
               absl::StrContains(short_prefix.status().message(), "between"))
       << short_prefix.status();
-  EXPECT_EQ(FindClient(*store_, "site-a-x").status().code(), absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<ClientRecord> no_name = FindClient(*store_, "site-a-x");
+  EXPECT_EQ(no_name.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(no_name.status().message(), "no client is named 'site-a-x'"))
+      << no_name.status();
   EXPECT_EQ(FindClient(*store_, a + "0").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// `fl admin revoke site-2`: a site's name finds it, unless another site has the same name.
+TEST_F(AdminTest, FindClientTakesASitesNameWhenItIsUnique) {
+  const std::string a = "abcdef00" + std::string(56, '1');
+  const std::string b = "abcdef00" + std::string(56, '2');
+  const std::string c = "12345678" + std::string(56, '3');
+  ASSERT_TRUE(store_->EnrollClient(a, "site-a", 1).ok());
+  ASSERT_TRUE(store_->EnrollClient(b, "twin", 2).ok());
+  ASSERT_TRUE(store_->EnrollClient(c, "twin", 3).ok());
+  EXPECT_EQ(FindClient(*store_, "site-a")->client_id, a);
+
+  absl::StatusOr<ClientRecord> twins = FindClient(*store_, "twin");
+  EXPECT_EQ(twins.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(twins.status().message(), "the name 'twin' is ambiguous"))
+      << twins.status();
+  EXPECT_TRUE(absl::StrContains(twins.status().message(), "give the fingerprint"))
+      << twins.status();
+
+  // A name that is also hex: a fingerprint prefix wins; a short one is taken as a name.
+  const std::string d = "cafebabe" + std::string(56, '4');
+  ASSERT_TRUE(store_->EnrollClient(d, "12345678", 4).ok());
+  EXPECT_EQ(FindClient(*store_, "12345678")->client_id, c);
+  ASSERT_TRUE(store_->EnrollClient(std::string(64, '5'), "beef", 5).ok());
+  EXPECT_EQ(FindClient(*store_, "beef")->name, "beef");
+
+  absl::StatusOr<Revocation> revoked = RevokeClient(*store_, "site-a", "operator", 10);
+  ASSERT_TRUE(revoked.ok()) << revoked.status();
+  EXPECT_EQ(revoked->client.client_id, a);
+  EXPECT_FALSE(*store_->IsEnrolled(a));
 }
 
 TEST_F(AdminTest, RevokeByPrefixAuditsOnceAndRefusesAmbiguity) {
@@ -740,7 +773,10 @@ TEST_F(AdminTest, FlAdminRoundsCsvPrintsTheReport) {
       absl::StrCat("'", FL_BINARY, "' admin --data-dir '", dir_, "/nowhere' rounds 2>&1"));
   EXPECT_EQ(code, 1) << out;
   EXPECT_TRUE(absl::StartsWith(out, "error: ")) << out;
-  EXPECT_TRUE(absl::StrContains(out, "nowhere/federation.db")) << out;
+  EXPECT_TRUE(absl::StrContains(out, "no such file or directory: " + dir_ +
+                                         "/nowhere; give a "
+                                         "server's data directory or the federation.db file in it"))
+      << out;
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/nowhere"));
   std::tie(code, out) = RunCommand(
       absl::StrCat("'", FL_BINARY, "' admin --data-dir '", dir_, "' rounds --format xml 2>&1"));

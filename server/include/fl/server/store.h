@@ -236,6 +236,8 @@ class Store {
   virtual absl::Status TouchClient(const std::string& client_id, int64_t now_ms) = 0;
   // Every client, revoked ones included, by enrollment time.
   virtual absl::StatusOr<std::vector<ClientRecord>> Clients() = 0;
+  // The client with this id, revoked or not; nullopt when it was never enrolled.
+  virtual absl::StatusOr<std::optional<ClientRecord>> Client(const std::string& client_id) = 0;
 
   // --- evaluations
   // Records one evaluation of a round's model with its metrics (stored as a JSON object in
