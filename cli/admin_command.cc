@@ -118,6 +118,7 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
   };
   a.status = cmd->add_subcommand(
       "status", "Runs, their rounds and last metrics, and how many clients are enrolled and seen");
+  add_report(a.status, true);
   a.rounds = cmd->add_subcommand("rounds", "Every round attempt of a run");
   a.rounds->add_option("--run", a.run_id, "Run id (default: the newest run)")
       ->check(CLI::PositiveNumber);
@@ -216,7 +217,9 @@ int RunAdmin(const AdminArgs& a) {
                               : RunAdminRevoke(**store, a, now_ms);
   }
   if (a.export_model->parsed()) return RunAdminExport(**store, a);
-  if (a.status->parsed()) return PrintReport(admin::StatusReport(**store, now_ms), "");
+  if (a.status->parsed()) {
+    return PrintReport(admin::StatusReport(**store, now_ms, *format), a.out);
+  }
   if (a.rounds->parsed()) {
     std::optional<int64_t> run;
     if (a.run_id > 0) run = a.run_id;

@@ -284,45 +284,51 @@ absl::StatusOr<RunRecord> ResolveRun(Store& store, std::optional<int64_t> run_id
   return std::move(runs->back());
 }
 
-absl::StatusOr<std::string> StatusReport(Store& store, int64_t now_ms) {
+namespace {
+
+// One run's line of StatusReport.
+struct RunStatusLine {
+  const RunRecord* run = nullptr;
+  int committed = 0;
+  std::optional<int64_t> configured;
+  int64_t attempts = 0;
+  const RoundRecord* last_attempt = nullptr;   // the newest attempt, if any
+  std::map<std::string, double> last_metrics;  // of the last committed round
+};
+
+std::string LastAttemptText(const RoundRecord* r) {
+  if (r == nullptr) return "-";
+  return r->attempt == 0
+             ? absl::StrCat("round ", r->round, " ", ToString(r->status))
+             : absl::StrCat("round ", r->round, " attempt ", r->attempt, " ", ToString(r->status));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> StatusReport(Store& store, int64_t now_ms, Format format) {
   absl::StatusOr<std::vector<RunRecord>> runs = store.Runs();
   if (!runs.ok()) return runs.status();
-  std::string out = absl::StrCat("Database ", store.db_path(), " (schema ", store.schema_version(),
-                                 "), read at ", FormatTime(now_ms), "\n\n");
-  if (runs->empty()) {
-    absl::StrAppend(&out, "No run yet.\n");
-  } else {
-    TextTable table({"RUN", "NAME", "STATUS", "CREATED", "COMMITTED", "ATTEMPTS", "LAST_ATTEMPT",
-                     "LAST_METRICS", "REASON"});
-    for (const RunRecord& run : *runs) {
-      absl::StatusOr<std::vector<RoundRecord>> rounds = store.Rounds(run.run_id);
-      if (!rounds.ok()) return rounds.status();
-      int committed = 0;
-      const RoundRecord* last_committed = nullptr;
-      for (const RoundRecord& r : *rounds) {
-        if (r.status != RoundStatus::kCommitted) continue;
-        ++committed;
-        if (last_committed == nullptr || r.round > last_committed->round) last_committed = &r;
-      }
-      // Rounds() is ordered by round, then attempt: the last row is the newest attempt.
-      std::string last_attempt = "-";
-      if (!rounds->empty()) {
-        const RoundRecord& r = rounds->back();
-        last_attempt = r.attempt == 0 ? absl::StrCat("round ", r.round, " ", ToString(r.status))
-                                      : absl::StrCat("round ", r.round, " attempt ", r.attempt, " ",
-                                                     ToString(r.status));
-      }
-      std::optional<int64_t> configured = ConfiguredRounds(run);
-      table.AddRow(
-          {absl::StrCat(run.run_id), run.name, ToString(run.status), FormatTime(run.created_at_ms),
-           absl::StrCat(committed, "/", configured ? absl::StrCat(*configured) : "?"),
-           absl::StrCat(rounds->size()), last_attempt,
-           last_committed ? MetricsSummary(ParseMetrics(last_committed->metrics_json)) : "-",
-           run.reason});
+  std::vector<std::vector<RoundRecord>> rounds_of;  // kept alive for the lines' pointers
+  rounds_of.reserve(runs->size());
+  std::vector<RunStatusLine> lines;
+  for (const RunRecord& run : *runs) {
+    absl::StatusOr<std::vector<RoundRecord>> rounds = store.Rounds(run.run_id);
+    if (!rounds.ok()) return rounds.status();
+    rounds_of.push_back(*std::move(rounds));
+    const std::vector<RoundRecord>& rs = rounds_of.back();
+    RunStatusLine line{.run = &run, .configured = ConfiguredRounds(run)};
+    const RoundRecord* last_committed = nullptr;
+    for (const RoundRecord& r : rs) {
+      if (r.status != RoundStatus::kCommitted) continue;
+      ++line.committed;
+      if (last_committed == nullptr || r.round > last_committed->round) last_committed = &r;
     }
-    absl::StrAppend(&out, table.Render());
+    line.attempts = static_cast<int64_t>(rs.size());
+    // Rounds() is ordered by round, then attempt: the last row is the newest attempt.
+    if (!rs.empty()) line.last_attempt = &rs.back();
+    if (last_committed != nullptr) line.last_metrics = ParseMetrics(last_committed->metrics_json);
+    lines.push_back(std::move(line));
   }
-
   absl::StatusOr<std::vector<ClientRecord>> clients = store.Clients();
   if (!clients.ok()) return clients.status();
   int enrolled = 0, revoked = 0, recent = 0;
@@ -330,9 +336,83 @@ absl::StatusOr<std::string> StatusReport(Store& store, int64_t now_ms) {
     (c.revoked_at_ms == 0 ? enrolled : revoked) += 1;
     if (c.last_seen_ms != 0 && now_ms - c.last_seen_ms <= kRecentlySeenMs) ++recent;
   }
-  absl::StrAppend(&out, "\nClients: ", enrolled, " enrolled, ", revoked, " revoked, ", recent,
-                  " seen in the last ", kRecentlySeenMs / 60000, " minutes\n");
-  return out;
+
+  switch (format) {
+    case Format::kTable: {
+      std::string out =
+          absl::StrCat("Database ", store.db_path(), " (schema ", store.schema_version(),
+                       "), read at ", FormatTime(now_ms), "\n\n");
+      if (lines.empty()) {
+        absl::StrAppend(&out, "No run yet.\n");
+      } else {
+        TextTable table({"RUN", "NAME", "STATUS", "CREATED", "COMMITTED", "ATTEMPTS",
+                         "LAST_ATTEMPT", "LAST_METRICS", "REASON"});
+        for (const RunStatusLine& l : lines) {
+          table.AddRow(
+              {absl::StrCat(l.run->run_id), l.run->name, ToString(l.run->status),
+               FormatTime(l.run->created_at_ms),
+               absl::StrCat(l.committed, "/", l.configured ? absl::StrCat(*l.configured) : "?"),
+               absl::StrCat(l.attempts), LastAttemptText(l.last_attempt),
+               l.last_metrics.empty() ? "-" : MetricsSummary(l.last_metrics), l.run->reason});
+        }
+        absl::StrAppend(&out, table.Render());
+      }
+      absl::StrAppend(&out, "\nClients: ", enrolled, " enrolled, ", revoked, " revoked, ", recent,
+                      " seen in the last ", kRecentlySeenMs / 60000, " minutes\n");
+      return out;
+    }
+    case Format::kCsv: {  // one row per run; the client counts are the same on every row
+      std::string out =
+          CsvLine({"run_id", "name", "status", "created_at_ms", "rounds_committed",
+                   "rounds_configured", "attempts", "last_attempt", "last_metrics", "reason",
+                   "clients_enrolled", "clients_revoked", "clients_seen_recently"});
+      for (const RunStatusLine& l : lines) {
+        absl::StrAppend(
+            &out,
+            CsvLine({absl::StrCat(l.run->run_id), CsvText(l.run->name), ToString(l.run->status),
+                     absl::StrCat(l.run->created_at_ms), absl::StrCat(l.committed),
+                     l.configured ? absl::StrCat(*l.configured) : "", absl::StrCat(l.attempts),
+                     LastAttemptText(l.last_attempt), CsvText(MetricsSummary(l.last_metrics)),
+                     CsvText(l.run->reason), absl::StrCat(enrolled), absl::StrCat(revoked),
+                     absl::StrCat(recent)}));
+      }
+      return out;
+    }
+    case Format::kJson: {
+      Json j;
+      j["database"] = store.db_path();
+      j["schema_version"] = store.schema_version();
+      j["read_at_ms"] = now_ms;
+      j["runs"] = Json::array();
+      for (const RunStatusLine& l : lines) {
+        Json r;
+        r["run_id"] = l.run->run_id;
+        r["name"] = l.run->name;
+        r["status"] = ToString(l.run->status);
+        r["created_at_ms"] = l.run->created_at_ms;
+        r["rounds_committed"] = l.committed;
+        r["rounds_configured"] = l.configured ? Json(*l.configured) : Json(nullptr);
+        r["attempts"] = l.attempts;
+        if (l.last_attempt != nullptr) {
+          r["last_attempt"] = {{"round", l.last_attempt->round},
+                               {"attempt", l.last_attempt->attempt},
+                               {"status", ToString(l.last_attempt->status)}};
+        } else {
+          r["last_attempt"] = nullptr;
+        }
+        r["last_metrics"] = Json::object();
+        for (const auto& [k, v] : l.last_metrics) r["last_metrics"][k] = v;
+        r["reason"] = l.run->reason;
+        j["runs"].push_back(std::move(r));
+      }
+      j["clients"] = {{"enrolled", enrolled},
+                      {"revoked", revoked},
+                      {"seen_recently", recent},
+                      {"recent_window_ms", kRecentlySeenMs}};
+      return DumpJson(j);
+    }
+  }
+  return absl::InvalidArgumentError("unknown format");
 }
 
 absl::StatusOr<std::string> RoundsReport(Store& store, std::optional<int64_t> run_id,

@@ -73,8 +73,10 @@ absl::StatusOr<RunRecord> ResolveRun(Store& store, std::optional<int64_t> run_id
 // name, status, created, rounds committed of the configured number, attempts, the last attempt's
 // round and status, the last committed round's metrics, why the run failed), and the client
 // counts: enrolled (not revoked), revoked, and seen at most kRecentlySeenMs before `now_ms`.
-// Errors are the store's.
-absl::StatusOr<std::string> StatusReport(Store& store, int64_t now_ms);
+// CSV: one row per run, with the client counts on each; JSON: {"database", "schema_version",
+// "read_at_ms", "runs": [...], "clients": {...}}. Errors are the store's.
+absl::StatusOr<std::string> StatusReport(Store& store, int64_t now_ms,
+                                         Format format = Format::kTable);
 
 // Every attempt of the run (see ResolveRun: nullopt is the newest run) in round, attempt order.
 // The table starts with one line naming the run, then the columns ROUND, ATTEMPT, STATUS,

@@ -267,6 +267,9 @@ class EngineImpl final : public RoundEngine {
   // Parses options_.update_encoding into update_encoding_; INVALID_ARGUMENT for an unknown name
   // or for anything but float32 together with secure aggregation.
   absl::Status SetUpUpdateEncoding();
+  // `wanted`, or, when a run of the store already has that name, `wanted`-2, -3, ... (logged as
+  // run_renamed): run names stay unique, so that reports and `fl admin` can name a run.
+  absl::StatusOr<std::string> UniqueRunNameLocked(const std::string& wanted);
   absl::Status MakeAccountant();
   // Samples the round's clients from `by_name` (OnlineByNameLocked) and opens it.
   void StartRoundLocked(std::vector<const std::string*> by_name);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -127,7 +128,9 @@ absl::Status EngineImpl::Init(Model initial_model) {
   if (absl::Status s = SetUpPrivacy(); !s.ok()) return s;
   absl::StatusOr<std::string> sha = store_->WriteCheckpoint(initial_model);
   if (!sha.ok()) return sha.status();
-  run_.name = options_.run_name;
+  absl::StatusOr<std::string> name = UniqueRunNameLocked(options_.run_name);
+  if (!name.ok()) return name.status();
+  run_.name = *std::move(name);
   run_.config_json = options_.ToJson();
   run_.model_spec_json = initial_model.spec().ToJson();
   run_.initial_checkpoint = *sha;
@@ -144,6 +147,23 @@ absl::Status EngineImpl::Init(Model initial_model) {
             {"rounds", absl::StrCat(options_.num_rounds)},
             {"parameters", absl::StrCat(global_->spec().NumFloats())}});
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> EngineImpl::UniqueRunNameLocked(const std::string& wanted) {
+  absl::StatusOr<std::vector<RunRecord>> runs = store_->Runs();
+  if (!runs.ok()) return runs.status();
+  absl::flat_hash_map<std::string, int64_t> taken;  // name -> the run that has it
+  for (const RunRecord& r : *runs) taken.emplace(r.name, r.run_id);
+  auto it = taken.find(wanted);
+  if (it == taken.end()) return wanted;
+  std::string name;
+  for (int i = 2; name.empty() || taken.contains(name); ++i) name = absl::StrCat(wanted, "-", i);
+  LogEvent(LogLevel::kWarn, "run_renamed",
+           {{"wanted", wanted},
+            {"name", name},
+            {"reason", absl::StrCat("run ", it->second, " is named ", wanted,
+                                    "; set [run] name in the configuration to choose another")}});
+  return name;
 }
 
 absl::Status EngineImpl::SetUpUpdateEncoding() {

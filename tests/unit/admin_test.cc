@@ -423,6 +423,35 @@ TEST_F(AdminTest, StatusReportSummarisesRunsAndClients) {
       << *report;
 }
 
+// `fl admin status --format json|csv`: the same facts for a script.
+TEST_F(AdminTest, StatusReportInJsonAndCsv) {
+  Populate();
+  absl::StatusOr<std::string> json = StatusReport(*store_, kNowMs + 10'000, Format::kJson);
+  ASSERT_TRUE(json.ok()) << json.status();
+  const nlohmann::json j = nlohmann::json::parse(*json);
+  EXPECT_EQ(j.at("database"), store_->db_path());
+  ASSERT_EQ(j.at("runs").size(), 1u);
+  const nlohmann::json& run = j.at("runs")[0];
+  EXPECT_EQ(run.at("name"), "mnist");
+  EXPECT_EQ(run.at("status"), "running");
+  EXPECT_EQ(run.at("rounds_committed"), 1);
+  EXPECT_EQ(run.at("rounds_configured"), 3);
+  EXPECT_EQ(run.at("last_attempt").at("round"), 2);
+  EXPECT_EQ(run.at("last_attempt").at("status"), "running");
+  EXPECT_DOUBLE_EQ(run.at("last_metrics").at("test_accuracy").get<double>(), 0.8125);
+  EXPECT_EQ(j.at("clients").at("enrolled"), 2);
+  EXPECT_EQ(j.at("clients").at("revoked"), 1);
+  EXPECT_EQ(j.at("clients").at("seen_recently"), 1);
+
+  absl::StatusOr<std::string> csv = StatusReport(*store_, kNowMs + 10'000, Format::kCsv);
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  std::vector<std::string> lines = Lines(*csv);
+  ASSERT_EQ(lines.size(), 2u) << *csv;
+  EXPECT_TRUE(absl::StartsWith(lines[0], "run_id,name,status,")) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[1], ",mnist,running,")) << lines[1];
+  EXPECT_TRUE(absl::EndsWith(lines[1], ",2,1,1")) << lines[1];
+}
+
 TEST_F(AdminTest, ClientsReportCountsParticipationsInEveryFormat) {
   Populate();
   absl::StatusOr<std::string> table = ClientsReport(*store_, Format::kTable);

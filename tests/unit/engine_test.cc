@@ -79,6 +79,22 @@ TEST_F(EngineTest, ATrainingMetricIsAveragedOverTheSitesThatReportedIt) {
               1e-12);
 }
 
+// A second start on the same store does not make a run with a name already taken.
+TEST_F(EngineTest, ANewRunWithATakenNameIsNumbered) {
+  options_.num_rounds = 1;
+  options_.run_name = "study";
+  for (const char* expected : {"study", "study-2", "study-3"}) {
+    StartEngine();
+    JoinAll();
+    RunRound();
+    ASSERT_TRUE(engine_->finished());
+    absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+    ASSERT_TRUE(run.ok()) << run.status();
+    EXPECT_EQ(run->name, expected);
+    engine_.reset();
+  }
+}
+
 TEST_F(EngineTest, TooFewReportsFailTheAttemptThenTheRun) {
   StartEngine();
   JoinAll();
