@@ -344,7 +344,7 @@ absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConf
     batch_y_ = backend.AllocateInts(max_batch);
   }
   // On the CPU the batch is gathered straight into backend memory; elsewhere through the host.
-  const bool host_memory = backend.name() == "cpu";
+  const bool host_memory = backend.host_memory();
   std::vector<float> host_x(host_memory ? 0 : static_cast<size_t>(max_batch * f));
   std::vector<int32_t> host_y(host_memory ? 0 : static_cast<size_t>(max_batch));
   float* gather_x = host_memory ? batch_x_->data() : host_x.data();

@@ -113,7 +113,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 absl::Status WriteFileAtomic(const std::string& path, std::string_view contents, int mode,
-                             bool durable) {
+                             Durability durability) {
+  const bool durable = durability == Durability::kSynced;
   if (mode < 0 || (mode & ~07777) != 0) {
     return absl::InvalidArgumentError(absl::StrFormat("invalid mode 0%o for %s", mode, path));
   }

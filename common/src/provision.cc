@@ -11,8 +11,11 @@ namespace {
 
 absl::Status WritePair(const CertAndKey& pair, const std::string& cert_path,
                        const std::string& key_path, bool durable) {
-  if (absl::Status s = WriteFileAtomic(key_path, pair.key_pem, 0600, durable); !s.ok()) return s;
-  return WriteFileAtomic(cert_path, pair.cert_pem, 0644, durable);
+  const Durability durability = durable ? Durability::kSynced : Durability::kUnsynced;
+  if (absl::Status s = WriteFileAtomic(key_path, pair.key_pem, 0600, durability); !s.ok()) {
+    return s;
+  }
+  return WriteFileAtomic(cert_path, pair.cert_pem, 0644, durability);
 }
 
 }  // namespace

@@ -15,8 +15,8 @@
 
 namespace fl::client::ml {
 
-// Bumped whenever Backend or the entry points change.
-inline constexpr int kCudaPluginAbi = 1;
+// Bumped whenever Backend or the entry points change (2: Backend::host_memory).
+inline constexpr int kCudaPluginAbi = 2;
 
 // The plugin's file name, as CMake builds and installs it (into <prefix>/lib).
 inline constexpr char kCudaPluginFileName[] = "libfl_cuda.so";

@@ -17,11 +17,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // `path`, fsync of the directory. Either the old or the new contents survive a crash, never a
 // mix. `mode` is the new file's permission bits, applied exactly (not masked by the umask);
 // INVALID_ARGUMENT when it has bits outside 07777. The temporary file is
-// "<path>.tmp.<pid>.<random>" and is removed on failure. With `durable` false nothing is
-// fsynced: still never a mix, but a crash may lose the file (for throwaway files such as a
+// "<path>.tmp.<pid>.<random>" and is removed on failure. kUnsynced fsyncs nothing: still never
+// a mix, but a machine that crashes may lose the file (for throwaway files such as a
 // simulation's certificates, where thousands of fsyncs would cost seconds).
+enum class Durability { kSynced, kUnsynced };
 absl::Status WriteFileAtomic(const std::string& path, std::string_view contents, int mode = 0644,
-                             bool durable = true);
+                             Durability durability = Durability::kSynced);
 
 // fsyncs a directory so that a rename inside it is durable.
 absl::Status SyncDirectory(const std::string& dir);
