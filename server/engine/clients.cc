@@ -301,7 +301,8 @@ void EngineImpl::ForgetClient(const std::string& client_id, const std::string& r
   FlushSummaries();
 }
 
-std::vector<const std::string*> EngineImpl::OnlineByNameLocked(absl::Time now) const {
+std::vector<const std::string*> EngineImpl::OnlineByNameLocked(absl::Time now,
+                                                               int64_t* online_count) const {
   if (by_name_.size() != clients_.size() || by_name_changes_ != clients_changes_) {
     by_name_.clear();
     by_name_.reserve(clients_.size());
@@ -313,9 +314,13 @@ std::vector<const std::string*> EngineImpl::OnlineByNameLocked(absl::Time now) c
   }
   std::vector<const std::string*> online;
   online.reserve(by_name_.size());
+  int64_t count = 0;
   for (const auto& it : by_name_) {
-    if (now - it->second.last_seen <= options_.client_timeout) online.push_back(&it->first);
+    if (now - it->second.last_seen > options_.client_timeout) continue;
+    ++count;
+    if (excluded_.empty() || !excluded_.contains(it->first)) online.push_back(&it->first);
   }
+  if (online_count != nullptr) *online_count = count;
   return online;
 }
 

@@ -41,6 +41,14 @@
 
 namespace fl::server::internal {
 
+// Whether a site's reason for declining a task will hold for the rest of the run: it starts with
+// one of the status codes the SDK gives for what its site can never do with this run's model and
+// settings (the spec, the feature columns, data that does not fit; its limits, refused with
+// PERMISSION_DENIED): INVALID_ARGUMENT, FAILED_PRECONDITION, UNIMPLEMENTED, OUT_OF_RANGE or
+// PERMISSION_DENIED. A transient reason
+// (UNAVAILABLE, RESOURCE_EXHAUSTED, INTERNAL, ...) leaves the site in the draw.
+bool PermanentDecline(std::string_view reason);
+
 using Phase = UploadState::Phase;
 
 inline int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
@@ -226,7 +234,10 @@ class EngineImpl final : public RoundEngine {
   // (a simulation's sites over gRPC, a certificate's fingerprint each, and in process, a hash of
   // the name). Pointers into clients_, valid until it next changes. O(online): the name order is
   // kept between rounds (by_name_), so a round start with 100,000 clients sorts nothing.
-  std::vector<const std::string*> OnlineByNameLocked(absl::Time now) const;
+  // Clients left out for the run (excluded_) are not listed; `online`, when given, is set to the
+  // number online, them included.
+  std::vector<const std::string*> OnlineByNameLocked(absl::Time now,
+                                                     int64_t* online = nullptr) const;
   // `k` of `online` drawn by a seeded Fisher-Yates shuffle of the pointers, returned sorted.
   static std::vector<std::string> DrawLocked(std::vector<const std::string*> online, int32_t k,
                                              std::mt19937_64& rng);
@@ -271,6 +282,8 @@ class EngineImpl final : public RoundEngine {
   // run_renamed): run names stay unique, so that reports and `fl admin` can name a run.
   absl::StatusOr<std::string> UniqueRunNameLocked(const std::string& wanted);
   absl::Status MakeAccountant();
+  // Leaves `client_id` out of sampling for the rest of the run (audited as client_excluded).
+  void ExcludeFromRun(const std::string& client_id, int32_t round, const std::string& reason);
   // Samples the round's clients from `by_name` (OnlineByNameLocked) and opens it.
   void StartRoundLocked(std::vector<const std::string*> by_name);
   void CloseRoundLocked(const std::string& why);
@@ -366,6 +379,9 @@ class EngineImpl final : public RoundEngine {
   bool aborted_ = false;  // Abort was called: no more rounds in this process
   std::shared_ptr<RoundState> current_;
   std::map<std::string, ClientState> clients_;
+  // Clients left out of sampling for the rest of this run, with why: each declined a task for a
+  // reason that will not change while the run's model and settings do not (PermanentDecline).
+  std::map<std::string, std::string> excluded_;
   // clients_ in (name, id) order, rebuilt when a client was added (the size changed), removed or
   // renamed (clients_changes_ moved on).
   mutable std::vector<std::map<std::string, ClientState>::const_iterator> by_name_;

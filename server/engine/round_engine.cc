@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "fl/aggregation/dp/central_dp.h"
 #include "fl/common/crash_point.h"
 #include "fl/common/logging.h"
@@ -249,21 +250,45 @@ void EngineImpl::MaybeAdvanceLocked() {
   // A closed round is followed at once by the next, when enough clients are still online.
   if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_) {
     // With fewer clients known than min_clients none can start: skip listing who is online, so
-    // that each of 100,000 joins stays O(log n) rather than O(n).
-    std::vector<const std::string*> online;
+    // that each of 100,000 joins stays O(log n) rather than O(n). Clients left out for the run
+    // (excluded_) count as online for min_clients but are not drawn; a round needs enough others
+    // to reach min_fit_clients.
+    std::vector<const std::string*> eligible;
+    int64_t online = 0;
     if (static_cast<int64_t>(clients_.size()) >= options_.min_clients) {
-      online = OnlineByNameLocked(now);
+      eligible = OnlineByNameLocked(now, &online);
     }
-    if (static_cast<int64_t>(online.size()) >= options_.min_clients) {
+    const int64_t least =
+        std::max<int64_t>(options_.min_fit_clients, options_.secure_aggregation.enabled ? 3 : 1);
+    if (online >= options_.min_clients && static_cast<int64_t>(eligible.size()) >= least) {
       if (NeedsStatisticsLocked()) {
         StartStatisticsLocked(OnlineLocked(now), now);
       } else {
-        StartRoundLocked(std::move(online));
+        StartRoundLocked(std::move(eligible));
       }
     } else if (now - waiting_since_ > options_.wait_timeout) {
-      FailRunLocked(absl::StrCat("only ", CountOnlineLocked(now), " of the ", options_.min_clients,
-                                 " clients needed (min_clients) came online within ",
-                                 absl::FormatDuration(options_.wait_timeout)));
+      if (static_cast<int64_t>(clients_.size()) < options_.min_clients) {
+        online = CountOnlineLocked(now);
+      }
+      std::string left_out;
+      if (!excluded_.empty()) {
+        std::vector<std::string> names;
+        for (const auto& [id, why] : excluded_) {
+          auto c = clients_.find(id);
+          names.push_back(absl::StrCat(c != clients_.end() ? c->second.name : id.substr(0, 16),
+                                       " (", why, ")"));
+        }
+        left_out =
+            absl::StrCat("; left out for declining this run's tasks: ", absl::StrJoin(names, "; "));
+      }
+      FailRunLocked(online < options_.min_clients
+                        ? absl::StrCat("only ", online, " of the ", options_.min_clients,
+                                       " clients needed (min_clients) came online within ",
+                                       absl::FormatDuration(options_.wait_timeout), left_out)
+                        : absl::StrCat("only ", eligible.size(), " of the ", online,
+                                       " clients online may still be sampled, fewer than the ",
+                                       least, " a round needs (min_fit_clients), for ",
+                                       absl::FormatDuration(options_.wait_timeout), left_out));
     }
   }
 }

@@ -211,8 +211,44 @@ absl::Status EngineImpl::Decline(const std::string& client_id, const UpdateMeta&
     AuditRefusal(client_id, "decline_refused", refusal);
     return refusal;
   }
+  // Left out before the round can close on this decline, so that the next draw skips it.
+  if (PermanentDecline(reason)) ExcludeFromRun(client_id, round->round, reason);
   OnUploadEnded(round, *state, absl::FailedPreconditionError(state->reason), "task_declined");
   return absl::OkStatus();
+}
+
+bool PermanentDecline(std::string_view reason) {
+  for (std::string_view code : {"INVALID_ARGUMENT:", "FAILED_PRECONDITION:", "UNIMPLEMENTED:",
+                                "OUT_OF_RANGE:", "PERMISSION_DENIED:"}) {
+    if (reason.starts_with(code)) return true;
+  }
+  return false;
+}
+
+void EngineImpl::ExcludeFromRun(const std::string& client_id, int32_t round,
+                                const std::string& reason) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!excluded_.emplace(client_id, CapClientText(reason)).second) return;
+    if (auto it = clients_.find(client_id); it != clients_.end()) name = it->second.name;
+    BumpLocked();
+  }
+  AuditRecord rec;
+  rec.at_ms = ToMs(clock_->Now());
+  rec.client_id = client_id;
+  rec.event = "client_excluded";
+  rec.detail = absl::StrCat("client '", name, "' declined round ", round,
+                            " for a reason this run will not change (", CapClientText(reason),
+                            "); it is left out of sampling until the run ends");
+  rec.run_id = run_.run_id;
+  rec.round = round;
+  (void)store_->Audit(rec);
+  LogEvent(LogLevel::kWarn, "client_excluded",
+           {{"client", client_id.substr(0, 16)},
+            {"name", name},
+            {"round", absl::StrCat(round)},
+            {"reason", CapClientText(reason)}});
 }
 
 void EngineImpl::OnUploadEnded(const std::shared_ptr<RoundState>& round, const UploadState& up,

@@ -323,6 +323,105 @@ TEST_F(EngineTest, SilenceIsFoundOnTimeAfterHeartbeatsAndAClockSteppedBack) {
   EXPECT_EQ(engine_->committed_round(), 0);  // 1 of min_fit_clients 2: the attempt fails
 }
 
+// One site whose data cannot fit the model used to fail the whole run in a second (every
+// attempt declined). A decline that this run's model and settings will not change leaves the
+// site out of the draw, audited; the run goes on with the others.
+TEST_F(EngineTest, ASiteThatCanNeverTrainIsLeftOutAndTheRunGoesOn) {
+  clients_.push_back("client-d");
+  options_.num_rounds = 2;
+  StartEngine();
+  JoinAll();
+  for (const std::string& c : {"client-a", "client-b", "client-c"}) {
+    ASSERT_TRUE(Submit(c, engine_->Poll(c), RandomModel(1), 1).ok());
+  }
+  Task td = engine_->Poll("client-d");
+  ASSERT_EQ(td.kind, Task::Kind::kFit);
+  ASSERT_TRUE(engine_
+                  ->Decline("client-d", MetaFor(td, 0),
+                            "INVALID_ARGUMENT: site.csv has 2 feature columns but model softmax "
+                            "expects 30")
+                  .ok());
+  ASSERT_EQ(engine_->committed_round(), 1);
+  // Round 2 draws from the three others only, and commits with them.
+  EXPECT_EQ(engine_->Poll("client-d").kind, Task::Kind::kWait);
+  for (const std::string& c : {"client-a", "client-b", "client-c"}) {
+    Task t = engine_->Poll(c);
+    ASSERT_EQ(t.kind, Task::Kind::kFit) << c;
+    EXPECT_EQ(t.round, 2);
+    ASSERT_TRUE(Submit(c, t, RandomModel(2), 1).ok());
+  }
+  EXPECT_EQ(engine_->committed_round(), 2);
+  EXPECT_TRUE(engine_->finished());
+  absl::StatusOr<std::vector<AuditRecord>> audit = store_->AuditLog(100);
+  ASSERT_TRUE(audit.ok());
+  int excluded = 0;
+  for (const AuditRecord& r : *audit) {
+    if (r.event != "client_excluded") continue;
+    ++excluded;
+    EXPECT_EQ(r.client_id, "client-d");
+    EXPECT_NE(r.detail.find("left out of sampling until the run ends"), std::string::npos)
+        << r.detail;
+    EXPECT_NE(r.detail.find("2 feature columns"), std::string::npos) << r.detail;
+  }
+  EXPECT_EQ(excluded, 1);
+}
+
+// A decline that may pass (the site is busy, out of memory) keeps the site in the draw.
+TEST_F(EngineTest, ATransientDeclineKeepsTheSiteInTheDraw) {
+  options_.num_rounds = 2;
+  StartEngine();
+  JoinAll();
+  ASSERT_TRUE(Submit("client-a", engine_->Poll("client-a"), RandomModel(1), 1).ok());
+  ASSERT_TRUE(Submit("client-b", engine_->Poll("client-b"), RandomModel(1), 1).ok());
+  Task tc = engine_->Poll("client-c");
+  ASSERT_TRUE(
+      engine_->Decline("client-c", MetaFor(tc, 0), "RESOURCE_EXHAUSTED: out of GPU memory").ok());
+  ASSERT_EQ(engine_->committed_round(), 1);
+  Task again = engine_->Poll("client-c");
+  EXPECT_EQ(again.kind, Task::Kind::kFit);
+  EXPECT_EQ(again.round, 2);
+}
+
+// Sites left out still count as online for min_clients, but a round needs min_fit_clients
+// others to draw: with too few the run waits, then fails saying who was left out and why.
+TEST_F(EngineTest, TooFewSitesLeftAfterExclusionsFailsTheRunSayingWhy) {
+  options_.num_rounds = 3;
+  options_.min_fit_clients = 3;
+  options_.wait_timeout = absl::Minutes(10);
+  clients_.push_back("client-d");
+  StartEngine();
+  JoinAll();
+  for (const std::string& c : {"client-a", "client-b", "client-c"}) {
+    ASSERT_TRUE(Submit(c, engine_->Poll(c), RandomModel(1), 1).ok());
+  }
+  Task td = engine_->Poll("client-d");
+  ASSERT_TRUE(engine_->Decline("client-d", MetaFor(td, 0), "UNIMPLEMENTED: encoding INT4").ok());
+  ASSERT_EQ(engine_->committed_round(), 1);
+  // Round 2 draws the other three; client-c then goes the same way.
+  Task tc = engine_->Poll("client-c");
+  ASSERT_EQ(tc.kind, Task::Kind::kFit);
+  ASSERT_TRUE(
+      engine_->Decline("client-c", MetaFor(tc, 0), "PERMISSION_DENIED: 3 epochs, limit 2").ok());
+  for (int minute = 0; minute < 16 && !engine_->finished(); ++minute) {
+    for (const std::string& c : clients_) (void)engine_->Poll(c);
+    clock_.Advance(absl::Minutes(1));
+    engine_->Tick();
+  }
+  ASSERT_TRUE(engine_->finished());
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, RunStatus::kFailed);
+  EXPECT_NE(run->reason.find("only 2 of the 4 clients online may still be sampled, fewer than "
+                             "the 3 a round needs (min_fit_clients)"),
+            std::string::npos)
+      << run->reason;
+  EXPECT_NE(run->reason.find("left out for declining this run's tasks: client-c "
+                             "(PERMISSION_DENIED: 3 epochs, limit 2); client-d (UNIMPLEMENTED: "
+                             "encoding INT4)"),
+            std::string::npos)
+      << run->reason;
+}
+
 TEST_F(EngineTest, HeartbeatsKeepALongTrainingInTheRound) {
   options_.round_timeout = absl::Minutes(30);
   StartEngine();
