@@ -114,6 +114,11 @@ const std::vector<Key>& Keys() {
         tk::IntKey<C, int32_t>(
             "run", "max_round_retries", "Failed attempts of a round retried before the run fails.",
             0, [](auto& c) -> auto& { return c.server.engine.max_round_retries; }),
+        tk::SecondsKey<C>(
+            "run", "retry_backoff_s",
+            "Delay before a failed round's next attempt, doubled for each further failure, at "
+            "most 60 (seconds); 0: at once.",
+            Range::kNonNegative, [](auto& c) -> auto& { return c.server.engine.retry_backoff; }),
         tk::IntKey<C, uint64_t>(
             "run", "seed", "Seed of the client sampling.", 0,
             [](auto& c) -> auto& { return c.server.engine.seed; }),

@@ -351,6 +351,8 @@ class EngineImpl final : public RoundEngine {
   int32_t next_attempt_ = 0;     // attempt number of the next round to start
   int32_t failed_attempts_ = 0;  // attempts of that round that failed (not those a restart cut)
   absl::Time waiting_since_;     // when the engine last started waiting for clients
+  // A failed attempt's retry does not start before this (EngineOptions::retry_backoff).
+  absl::Time retry_not_before_ = absl::InfinitePast();
   // A federated evaluation in progress (between rounds), if any.
   struct EvalState {
     int32_t round = 0;

@@ -140,6 +140,7 @@ std::string EngineOptions::ToJson() const {
       {"round_timeout_ms", absl::ToInt64Milliseconds(round_timeout)},
       {"client_timeout_ms", absl::ToInt64Milliseconds(client_timeout)},
       {"max_round_retries", max_round_retries},
+      {"retry_backoff_ms", absl::ToInt64Milliseconds(retry_backoff)},
       {"wait_timeout_ms", absl::ToInt64Milliseconds(wait_timeout)},
       {"seed", seed},
       {"stop_metric", stop_metric},
@@ -193,6 +194,8 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.client_timeout = absl::Milliseconds(
         j.value("client_timeout_ms", absl::ToInt64Milliseconds(o.client_timeout)));
     o.max_round_retries = j.value("max_round_retries", o.max_round_retries);
+    o.retry_backoff =
+        absl::Milliseconds(j.value("retry_backoff_ms", absl::ToInt64Milliseconds(o.retry_backoff)));
     o.wait_timeout =
         absl::Milliseconds(j.value("wait_timeout_ms", absl::ToInt64Milliseconds(o.wait_timeout)));
     o.seed = j.value("seed", o.seed);
@@ -209,8 +212,7 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     o.eval_fraction = j.value("eval_fraction", o.eval_fraction);
     o.eval_timeout =
         absl::Milliseconds(j.value("eval_timeout_ms", absl::ToInt64Milliseconds(o.eval_timeout)));
-    o.federated_standardization =
-        j.value("federated_standardization", o.federated_standardization);
+    o.federated_standardization = j.value("federated_standardization", o.federated_standardization);
     if (j.contains("privacy")) {
       const nlohmann::json& p = j.at("privacy");
       o.privacy.mode = p.value("mode", o.privacy.mode);

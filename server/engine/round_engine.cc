@@ -248,7 +248,8 @@ void EngineImpl::MaybeAdvanceLocked() {
     }
   }
   // A closed round is followed at once by the next, when enough clients are still online.
-  if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_) {
+  if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_ &&
+      now >= retry_not_before_) {
     // With fewer clients known than min_clients none can start: skip listing who is online, so
     // that each of 100,000 joins stays O(log n) rather than O(n). Clients left out for the run
     // (excluded_) count as online for min_clients but are not drawn; a round needs enough others
@@ -567,9 +568,19 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
     } else if (failed_attempts_ > options_.max_round_retries) {
       FailRunLocked(absl::StrCat("round ", round->round, " failed ", failed_attempts_,
                                  " times; last reason: ", failure));
+    } else if (options_.retry_backoff > absl::ZeroDuration()) {
+      // Bounded exponential: backoff, 2 x backoff, 4 x ... up to kMaxRetryBackoff.
+      absl::Duration delay = options_.retry_backoff;
+      for (int32_t i = 1; i < failed_attempts_ && delay < kMaxRetryBackoff; ++i) delay *= 2;
+      delay = std::min(delay, kMaxRetryBackoff);
+      retry_not_before_ = now + delay;
+      LogEvent(LogLevel::kInfo, "round_retry_scheduled",
+               {{"round", absl::StrCat(round->round)},
+                {"attempt", absl::StrCat(next_attempt_)},
+                {"in", absl::FormatDuration(delay)}});
     }
   }
-  waiting_since_ = now;
+  waiting_since_ = std::max(now, retry_not_before_);
   pending_summaries_.push_back(std::move(summary));
   BumpLocked();
 }
@@ -674,6 +685,9 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
       !(options.eval_fraction > 0 && options.eval_fraction <= 1)) {
     return absl::InvalidArgumentError(
         "need max_round_retries >= 0, eval_every >= 0 and eval_fraction in (0, 1]");
+  }
+  if (options.retry_backoff < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("retry_backoff must be >= 0");
   }
   auto engine = std::make_unique<internal::EngineImpl>(std::move(options), store, strategy, clock,
                                                        std::move(hooks));

@@ -179,6 +179,7 @@ TEST_F(EngineTest, ARestartDoesNotSpendARetry) {
   clock_.Advance(absl::Minutes(6));
   engine_->Tick();
   EXPECT_FALSE(engine_->finished());
+  clock_.Advance(options_.retry_backoff);
   for (const std::string& c : clients_) (void)engine_->Poll(c);
   Task t = engine_->Poll("client-a");
   EXPECT_EQ(t.kind, Task::Kind::kFit);

@@ -103,6 +103,8 @@ TEST_F(EngineTest, TooFewReportsFailTheAttemptThenTheRun) {
   engine_->Tick();  // attempt 0 of round 1 fails: 1 < min_fit_clients
   EXPECT_EQ(engine_->committed_round(), 0);
   EXPECT_FALSE(engine_->finished());
+  EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait);  // the retry waits retry_backoff
+  clock_.Advance(options_.retry_backoff);
   for (const std::string& c : clients_) (void)engine_->Poll(c);  // still online: attempt 1 starts
   Task retry = engine_->Poll("client-a");
   ASSERT_EQ(retry.kind, Task::Kind::kFit);
@@ -115,6 +117,32 @@ TEST_F(EngineTest, TooFewReportsFailTheAttemptThenTheRun) {
   EXPECT_EQ(run->status, RunStatus::kFailed);
   EXPECT_NE(run->reason.find("min_fit_clients"), std::string::npos) << run->reason;
   EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kDone);
+}
+
+// Retries of a failed round back off: retry_backoff, then twice that for each further failure,
+// never more than a minute.
+TEST_F(EngineTest, RetriesOfAFailedRoundBackOffExponentiallyUpToAMinute) {
+  options_.max_round_retries = 6;
+  options_.retry_backoff = absl::Seconds(5);
+  StartEngine();
+  JoinAll();
+  int32_t attempt = 0;
+  for (int64_t delay_s : {5, 10, 20, 40, 60, 60}) {
+    Task t = engine_->Poll("client-a");
+    ASSERT_EQ(t.kind, Task::Kind::kFit);
+    clock_.Advance(options_.round_timeout);
+    engine_->Tick();  // nobody reported: the attempt fails
+    ++attempt;
+    clock_.Advance(absl::Seconds(delay_s) - absl::Milliseconds(1));
+    for (const std::string& c : clients_) (void)engine_->Poll(c);
+    EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait)
+        << "attempt " << attempt << " started before its " << delay_s << " s";
+    clock_.Advance(absl::Milliseconds(1));
+    for (const std::string& c : clients_) (void)engine_->Poll(c);
+  }
+  Task last = engine_->Poll("client-a");
+  EXPECT_EQ(last.kind, Task::Kind::kFit);
+  EXPECT_FALSE(engine_->finished());
 }
 
 TEST_F(EngineTest, RefusesBadUpdatesWithPreciseCodesAndTheRoundGoesOn) {
@@ -170,6 +198,7 @@ TEST_F(EngineTest, RefusesBadUpdatesWithPreciseCodesAndTheRoundGoesOn) {
   EXPECT_EQ(engine_->committed_round(), 0);
 
   // The retry commits exactly the accepted updates: refused ones left nothing behind.
+  clock_.Advance(options_.retry_backoff);
   for (const std::string& c : clients_) (void)engine_->Poll(c);
   Task ra = engine_->Poll("client-a"), rb = engine_->Poll("client-b");
   ASSERT_EQ(ra.kind, Task::Kind::kFit);
@@ -428,6 +457,7 @@ TEST_F(EngineTest, FitTasksNameTheClientsLastCommittedAcceptedRound) {
   clock_.Advance(absl::Minutes(6));
   engine_->Tick();
   ASSERT_EQ(engine_->committed_round(), 1);
+  clock_.Advance(options_.retry_backoff);
   for (const std::string& c : clients_) (void)engine_->Poll(c);  // online: the retry starts
   EXPECT_EQ(committed_round_of("client-a"), 1);
 

@@ -51,8 +51,8 @@ struct FitSettings {
   int32_t local_epochs = 1;
   int32_t batch_size = 32;
   float learning_rate = 0.05f;
-  std::string model_name;              // the built-in architecture, or empty (see FitTask)
-  bool differential_privacy = false;   // see FitTask
+  std::string model_name;               // the built-in architecture, or empty (see FitTask)
+  bool differential_privacy = false;    // see FitTask
   std::map<std::string, double> extra;  // strategy values sent with every fit task
 };
 
@@ -115,6 +115,9 @@ struct SecureAggregationOptions {
   absl::StatusOr<secagg::SecAggParams> ParamsFor(int32_t num_clients, uint64_t graph_seed) const;
 };
 
+// The longest wait before a failed round's next attempt (EngineOptions::retry_backoff).
+inline constexpr absl::Duration kMaxRetryBackoff = absl::Seconds(60);
+
 struct EngineOptions {
   std::string run_name = "default";
   int32_t num_rounds = 10;
@@ -126,6 +129,10 @@ struct EngineOptions {
   // min_clients, and a round it was sampled in stops waiting for it.
   absl::Duration client_timeout = absl::Seconds(90);
   int32_t max_round_retries = 3;
+  // A failed attempt is retried after this delay, doubled for each further failure of the same
+  // round and at most kMaxRetryBackoff (60 s); 0: at once. So a round that fails for a reason
+  // that passes (a site restarting) does not spend its retries within a second.
+  absl::Duration retry_backoff = absl::Seconds(2);
   // Longest wait for min_clients to be online before a round; then the run fails with the reason.
   absl::Duration wait_timeout = absl::Hours(1);
   uint64_t seed = 0;  // sampling
@@ -175,7 +182,7 @@ inline constexpr std::string_view kScaffoldCommittedRoundKey = "scaffold_committ
 struct SecAggTaskInfo {
   secagg::SecAggParams params;
   int64_t example_unit = 1;
-  double dp_clip_norm = 0;     // distributed DP (0: off)
+  double dp_clip_norm = 0;  // distributed DP (0: off)
   double dp_noise_stddev = 0;
   int32_t secagg_id = -1;
   secagg::KeyDirectory directory;  // kSecAggShare: this client's keys and its neighbours'
@@ -225,7 +232,7 @@ struct Task {
   int64_t model_bytes = 0;
   std::string model_sha256;
   std::string message;
-  SecAggTaskInfo secagg;  // the kSecAgg* kinds
+  SecAggTaskInfo secagg;                       // the kSecAgg* kinds
   RunStatus run_status = RunStatus::kRunning;  // kDone: how the run ended (finished or failed)
   // kFit, kEvaluate, kSecAggMaskedInput: the run's federated statistics (empty without them).
   std::shared_ptr<const FeatureStatistics> feature_statistics;
@@ -251,7 +258,7 @@ struct EvaluationReport {
   int64_t num_examples = 0;
   double loss = 0;
   std::map<std::string, double> metrics;
-  std::string error;  // non-empty: the client could not evaluate
+  std::string error;               // non-empty: the client could not evaluate
   FeatureSumsReport feature_sums;  // the answer to a kStatistics task
 };
 
