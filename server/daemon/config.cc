@@ -83,6 +83,11 @@ const std::vector<Key>& Keys() {
             "host:port of the Prometheus /metrics and /healthz endpoint; empty: off.", true,
             [](auto& c) -> auto& { return c.server.metrics_address; }),
         tk::SecondsKey<C>(
+            "server", "stall_after_s",
+            "A run with no progress (no round opened or closed, no update, no site at work) for "
+            "this long is reported stalled by /healthz and fl_run_state (seconds).",
+            Range::kPositive, [](auto& c) -> auto& { return c.server.stall_after; }),
+        tk::SecondsKey<C>(
             "server", "grace_s",
             "After the run ends, keep serving this long so clients hear DONE (seconds).",
             Range::kNonNegative, [](auto& c) -> auto& { return c.grace; }),

@@ -43,6 +43,10 @@ std::string HealthJson(const HealthReport& report) {
   j["run_id"] = report.run_id;
   j["round"] = report.round;
   j["clients_online"] = report.clients_online;
+  if (!report.state.empty()) {
+    j["state"] = report.state;
+    j["seconds_since_progress"] = report.seconds_since_progress;
+  }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 

@@ -29,6 +29,9 @@ struct HealthReport {
   int64_t run_id = 0;
   int32_t round = 0;
   int clients_online = 0;
+  // "waiting", "training", "evaluating", "stalled", "finished" or "failed"; empty: not known.
+  std::string state;
+  int64_t seconds_since_progress = 0;
 };
 
 class HttpEndpoint {

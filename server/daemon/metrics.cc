@@ -256,7 +256,14 @@ ServerMetrics::ServerMetrics()
                                             "reason")),
       clients_online_(
           registry_.AddGauge("fl_clients_online", "Clients seen within the client timeout.")),
-      current_round_(registry_.AddGauge("fl_current_round", "The round in progress.")) {}
+      current_round_(registry_.AddGauge("fl_current_round", "The round in progress.")),
+      run_state_(registry_.AddGauge("fl_run_state",
+                                    "0 waiting, 1 training, 2 evaluating, 3 stalled (no progress "
+                                    "for stall_after_s), 4 finished, 5 failed.")),
+      seconds_since_progress_(registry_.AddGauge(
+          "fl_seconds_since_progress",
+          "Seconds since the run last made progress (a round opened or closed, an update "
+          "accepted, a site at work).")) {}
 
 void ServerMetrics::RoundCommitted(absl::Duration duration) {
   MetricsRegistry::UpdateScope scope(registry_);
@@ -295,6 +302,12 @@ void ServerMetrics::SetClientsOnline(int clients) {
 void ServerMetrics::SetCurrentRound(int round) {
   MetricsRegistry::UpdateScope scope(registry_);
   current_round_->Set(scope, round);
+}
+
+void ServerMetrics::SetRunState(int state, double seconds_since_progress) {
+  MetricsRegistry::UpdateScope scope(registry_);
+  run_state_->Set(scope, state);
+  seconds_since_progress_->Set(scope, seconds_since_progress);
 }
 
 std::string ServerMetrics::RenderPrometheus() const { return registry_.RenderPrometheus(); }

@@ -134,6 +134,9 @@ std::string FormatPrometheusValue(double value);
 //   fl_updates_refused_total{reason}     counter   (reason: canonical code, "INVALID_ARGUMENT")
 //   fl_clients_online                    gauge
 //   fl_current_round                     gauge
+//   fl_run_state                         gauge     (0 waiting, 1 training, 2 evaluating,
+//                                                   3 stalled, 4 finished, 5 failed)
+//   fl_seconds_since_progress            gauge
 class ServerMetrics final {
  public:
   ServerMetrics();
@@ -151,6 +154,8 @@ class ServerMetrics final {
   void UpdateRefused(absl::StatusCode code);
   void SetClientsOnline(int clients);
   void SetCurrentRound(int round);
+  // The run's state as fl_run_state's number (RunStateValue) and its seconds without progress.
+  void SetRunState(int state, double seconds_since_progress);
 
   std::string RenderPrometheus() const;
 
@@ -167,6 +172,8 @@ class ServerMetrics final {
   MetricsRegistry::Counter* updates_refused_;
   MetricsRegistry::Gauge* clients_online_;
   MetricsRegistry::Gauge* current_round_;
+  MetricsRegistry::Gauge* run_state_;
+  MetricsRegistry::Gauge* seconds_since_progress_;
 };
 
 }  // namespace fl::server

@@ -32,6 +32,36 @@
 namespace fl::server {
 namespace {
 
+// The run's state as /healthz names it and fl_run_state numbers it: the engine's phase, or
+// "stalled" when a run still going has made no progress for `stall_after`.
+struct RunStateView {
+  std::string name;
+  int value = 0;
+  absl::Duration idle;
+};
+
+RunStateView RunStateOf(const RunActivity& a, absl::Time now, absl::Duration stall_after) {
+  RunStateView v;
+  v.idle = std::max(absl::ZeroDuration(), now - a.last_progress);
+  switch (a.phase) {
+    case RunActivity::Phase::kFinished:
+      return {"finished", 4, v.idle};
+    case RunActivity::Phase::kFailed:
+      return {"failed", 5, v.idle};
+    default:
+      break;
+  }
+  if (v.idle > stall_after) return {"stalled", 3, v.idle};
+  switch (a.phase) {
+    case RunActivity::Phase::kTraining:
+      return {"training", 1, v.idle};
+    case RunActivity::Phase::kEvaluating:
+      return {"evaluating", 2, v.idle};
+    default:
+      return {"waiting", 0, v.idle};
+  }
+}
+
 // A certificate's identity without checking it: plaintext mode has no CA to check against.
 absl::StatusOr<CertificateIdentity> UncheckedIdentity(const std::string& pem) {
   absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pem);
@@ -346,12 +376,25 @@ class ServerImpl final : public Server {
     RoundEngine* engine = engine_.get();
     Store* store = store_.get();
     absl::StatusOr<std::unique_ptr<HttpEndpoint>> http =
-        HttpEndpoint::Start(host, port, metrics_.get(), [engine, store]() -> HealthReport {
+        HttpEndpoint::Start(host, port, metrics_.get(), [this, engine, store]() -> HealthReport {
           HealthReport h;
           h.run_id = engine->run_id();
           h.round = engine->committed_round();
           h.clients_online = engine->clients_online();
           h.healthy = true;
+          const RunActivity activity = engine->Activity();
+          const RunStateView state = RunStateOf(activity, EngineNow(), options_.stall_after);
+          h.state = state.name;
+          h.seconds_since_progress = absl::ToInt64Seconds(state.idle);
+          if (state.name == "stalled") {
+            h.healthy = false;
+            h.reason = absl::StrCat(
+                "run ", h.run_id, " has made no progress for ",
+                absl::FormatDuration(absl::Trunc(state.idle, absl::Seconds(1))), " (stall_after_s ",
+                absl::ToInt64Seconds(options_.stall_after), "): ", activity.online, " of the ",
+                activity.needed,
+                " clients needed are online; see the server's waiting_for_clients lines");
+          }
           absl::StatusOr<RunRecord> run = store->GetRun(h.run_id);
           if (!run.ok()) {
             h.healthy = false;
@@ -369,12 +412,19 @@ class ServerImpl final : public Server {
     return absl::OkStatus();
   }
 
+  // The engine's time: its injected clock's (a simulation's) or the system's.
+  absl::Time EngineNow() const {
+    return (options_.clock != nullptr ? options_.clock : Clock::Real())->Now();
+  }
+
   void TickLoop() {
     std::unique_lock<std::mutex> lock(stop_mu_);
     while (!stopping_.load()) {
       lock.unlock();
       engine_->Tick();
       metrics_->SetClientsOnline(engine_->clients_online());
+      const RunStateView state = RunStateOf(engine_->Activity(), EngineNow(), options_.stall_after);
+      metrics_->SetRunState(state.value, absl::ToDoubleSeconds(state.idle));
       lock.lock();
       stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.tick_interval),
                         [this] { return stopping_.load(); });

@@ -98,7 +98,9 @@ bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
     if (s->stage != SecAggStage::kMaskedInput) return true;
   }
   auto up = current_->uploads.find(client_id);
-  return up == current_->uploads.end() || up->second->phase == Phase::kStreaming;
+  const bool open = up == current_->uploads.end() || up->second->phase == Phase::kStreaming;
+  if (open) last_progress_ = clock_->Now();  // a site at work on the round is progress
+  return open;
 }
 
 void EngineImpl::AuditRefusal(const std::string& client_id, const std::string& event,

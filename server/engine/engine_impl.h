@@ -200,6 +200,7 @@ class EngineImpl final : public RoundEngine {
     std::lock_guard<std::mutex> lock(mu_);
     return finished_;
   }
+  RunActivity Activity() const override;
   int clients_online() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return static_cast<int>(CountOnlineLocked(clock_->Now()));
@@ -226,8 +227,12 @@ class EngineImpl final : public RoundEngine {
 
   void BumpLocked() {
     ++version_;
+    last_progress_ = clock_->Now();
     cv_.notify_all();
   }
+  // Logs, at most every kWaitingLogInterval, who is connected and who is missing while no round
+  // can start.
+  void LogWaitingLocked(absl::Time now, int64_t online, int64_t eligible, int64_t least);
 
   // The online clients' ids in order of the clients' names, then ids: the order random draws
   // start from, so that a federation of the same names samples the same sites whatever their ids
@@ -353,6 +358,8 @@ class EngineImpl final : public RoundEngine {
   absl::Time waiting_since_;     // when the engine last started waiting for clients
   // A failed attempt's retry does not start before this (EngineOptions::retry_backoff).
   absl::Time retry_not_before_ = absl::InfinitePast();
+  absl::Time last_progress_;  // set by BumpLocked and by heartbeats of open tasks
+  absl::Time last_waiting_log_ = absl::InfinitePast();
   // A federated evaluation in progress (between rounds), if any.
   struct EvalState {
     int32_t round = 0;

@@ -41,6 +41,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
   absl::StatusOr<std::optional<RunRecord>> active = store_->ActiveRun();
   if (!active.ok()) return active.status();
   waiting_since_ = clock_->Now();
+  last_progress_ = waiting_since_;
   const int64_t now_ms = ToMs(waiting_since_);
   if (active->has_value()) {
     run_ = **active;
@@ -290,6 +291,8 @@ void EngineImpl::MaybeAdvanceLocked() {
                                        " clients online may still be sampled, fewer than the ",
                                        least, " a round needs (min_fit_clients), for ",
                                        absl::FormatDuration(options_.wait_timeout), left_out));
+    } else {
+      LogWaitingLocked(now, online, static_cast<int64_t>(eligible.size()), least);
     }
   }
 }
@@ -583,6 +586,61 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
   waiting_since_ = std::max(now, retry_not_before_);
   pending_summaries_.push_back(std::move(summary));
   BumpLocked();
+}
+
+void EngineImpl::LogWaitingLocked(absl::Time now, int64_t online, int64_t eligible, int64_t least) {
+  constexpr absl::Duration kWaitingLogInterval = absl::Minutes(1);
+  static constexpr size_t kNamesShown = 10;
+  if (now - last_waiting_log_ < kWaitingLogInterval) return;
+  last_waiting_log_ = now;
+  if (static_cast<int64_t>(clients_.size()) < options_.min_clients) online = CountOnlineLocked(now);
+  std::vector<std::string> connected, missing;
+  for (const auto& [id, c] : clients_) {
+    std::vector<std::string>& list =
+        now - c.last_seen <= options_.client_timeout ? connected : missing;
+    list.push_back(c.name.empty() ? id.substr(0, 16) : c.name);
+  }
+  auto shown = [](std::vector<std::string>& names) {
+    std::sort(names.begin(), names.end());
+    std::string text =
+        absl::StrJoin(names.begin(), names.begin() + std::min(names.size(), kNamesShown), ",");
+    if (names.size() > kNamesShown) absl::StrAppend(&text, ",... (", names.size(), " in all)");
+    return names.empty() ? std::string("-") : text;
+  };
+  const std::string waiting_for =
+      online < options_.min_clients
+          ? absl::StrCat(options_.min_clients - online, " more clients online (min_clients ",
+                         options_.min_clients, ")")
+          : absl::StrCat(least - eligible, " more clients that may be sampled (min_fit_clients ",
+                         least, "; ", excluded_.size(), " left out for the run)");
+  LogEvent(LogLevel::kInfo, "waiting_for_clients",
+           {{"round", absl::StrCat(committed_round_ + 1)},
+            {"online", absl::StrCat(online)},
+            {"waiting_for", waiting_for},
+            {"connected", shown(connected)},
+            {"missing", shown(missing)},
+            {"fails_in", absl::FormatDuration(absl::Trunc(
+                             options_.wait_timeout - (now - waiting_since_), absl::Seconds(1)))}});
+}
+
+RunActivity EngineImpl::Activity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  RunActivity a;
+  a.last_progress = last_progress_;
+  a.online = CountOnlineLocked(clock_->Now());
+  a.needed = options_.min_clients;
+  if (finished_) {
+    a.phase = run_.status == RunStatus::kFailed ? RunActivity::Phase::kFailed
+                                                : RunActivity::Phase::kFinished;
+    a.why = run_.reason;
+  } else if (current_ != nullptr) {
+    a.phase = RunActivity::Phase::kTraining;
+  } else if (eval_ != nullptr) {
+    a.phase = RunActivity::Phase::kEvaluating;
+  } else {
+    a.phase = RunActivity::Phase::kWaiting;
+  }
+  return a;
 }
 
 void EngineImpl::FinishRunLocked(const std::string& reason) {

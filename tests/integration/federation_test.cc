@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "fl/client/softmax_trainer.h"
@@ -411,6 +412,61 @@ TEST(ServerStartTest, TheDataDirectoryMayBeGivenAsItsSqliteFile) {
       server::Server::Start(o, Model(FashionSpec()));
   EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(file.status().message(), HasSubstr("is a file; give the directory"));
+}
+
+// A clock the test moves (the server's engine reads it through ServerOptions::clock).
+class SteppedClock final : public server::Clock {
+ public:
+  absl::Time Now() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return now_;
+  }
+  void Advance(absl::Duration d) {
+    std::lock_guard<std::mutex> lock(mu_);
+    now_ += d;
+  }
+
+ private:
+  std::mutex mu_;
+  absl::Time now_ = absl::Now();
+};
+
+// A run that waits without progress past stall_after_s is "stalled" on /healthz (503, with how
+// many clients are online) and in fl_run_state; before that it is "waiting".
+TEST(ServerHealthTest, ARunWithoutProgressIsReportedStalled) {
+  TempDir dir;
+  SteppedClock clock;
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.data_dir = dir.path() + "/server";
+  o.insecure_plaintext = true;
+  o.metrics_address = "127.0.0.1:0";
+  o.engine.min_clients = 2;
+  o.stall_after = absl::Minutes(10);
+  o.clock = &clock;
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(o, Model(FashionSpec()));
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->metrics_port();
+  std::string health = HttpGet(port, "/healthz");
+  EXPECT_THAT(health, HasSubstr("HTTP/1.1 200")) << health;
+  EXPECT_THAT(health, HasSubstr("\"state\":\"waiting\"")) << health;
+
+  clock.Advance(absl::Minutes(11));
+  std::string metrics;
+  for (int i = 0; i < 200; ++i) {  // the server's tick (every 50 ms) sets the gauge
+    metrics = HttpGet(port, "/metrics");
+    if (metrics.find("fl_run_state 3\n") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(metrics, HasSubstr("fl_run_state 3\n")) << metrics;
+  EXPECT_THAT(metrics, HasSubstr("fl_seconds_since_progress 660\n")) << metrics;
+  health = HttpGet(port, "/healthz");
+  EXPECT_THAT(health, HasSubstr("HTTP/1.1 503")) << health;
+  EXPECT_THAT(health, HasSubstr("\"state\":\"stalled\"")) << health;
+  EXPECT_THAT(health, HasSubstr("has made no progress for 11m (stall_after_s 600): 0 of the 2 "
+                                "clients needed are online"))
+      << health;
 }
 
 TEST(ServerStartTest, PlaintextOnlyOnLoopback) {

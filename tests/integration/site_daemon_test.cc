@@ -115,6 +115,26 @@ TEST(SiteDaemonTest, SigtermOrSigintMidRunStopsTheSiteWithExitZero) {
   }
 }
 
+// A run that cannot start says so in the server's log at once (then every minute): how many
+// clients are online, how many more it waits for, who is connected and who is missing.
+TEST(SiteDaemonTest, AWaitingServerLogsWhoItWaitsFor) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1"});
+  const int port = FreeLoopbackPort();
+  std::vector<std::string> flags = TinyRunFlags(1, 1);
+  flags.insert(flags.end(), {"--min-clients", "2", "--min-fit-clients", "2"});
+  const std::string log = dir.path() + "/server.log";
+  std::unique_ptr<ChildProcess> server =
+      StartServer(ServerCommand(pki, dir.path() + "/data", port, flags), log);
+  ASSERT_TRUE(WaitForText(log, "waiting_for_clients")) << ReadFile(log).value_or("");
+  const std::string text = ReadFile(log).value_or("");
+  EXPECT_THAT(text, HasSubstr("waiting_for_clients round=1 online=0 waiting_for=\"2 more clients "
+                              "online (min_clients 2)\" connected=- missing=- fails_in="))
+      << text;
+  server->Kill(SIGTERM);
+  EXPECT_EQ(server->Wait(), 0);
+}
+
 TEST(SiteDaemonTest, OnceExitsZeroForAFinishedRunAndFourForAFailedOne) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});

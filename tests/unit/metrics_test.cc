@@ -56,6 +56,7 @@ TEST(ServerMetricsTest, RendersAKnownSequenceExactly) {
   metrics.UpdateRefused(absl::StatusCode::kDataLoss);
   metrics.SetClientsOnline(4);
   metrics.SetCurrentRound(7);
+  metrics.SetRunState(3, 1800.5);
 
   const std::string expected =
       "# HELP fl_rounds_committed_total Rounds committed (checkpoint written).\n"
@@ -98,7 +99,15 @@ TEST(ServerMetricsTest, RendersAKnownSequenceExactly) {
       "fl_clients_online 4\n"
       "# HELP fl_current_round The round in progress.\n"
       "# TYPE fl_current_round gauge\n"
-      "fl_current_round 7\n";
+      "fl_current_round 7\n"
+      "# HELP fl_run_state 0 waiting, 1 training, 2 evaluating, 3 stalled (no progress for "
+      "stall_after_s), 4 finished, 5 failed.\n"
+      "# TYPE fl_run_state gauge\n"
+      "fl_run_state 3\n"
+      "# HELP fl_seconds_since_progress Seconds since the run last made progress (a round "
+      "opened or closed, an update accepted, a site at work).\n"
+      "# TYPE fl_seconds_since_progress gauge\n"
+      "fl_seconds_since_progress 1800.5\n";
   EXPECT_EQ(metrics.RenderPrometheus(), expected);
 }
 

@@ -332,6 +332,18 @@ struct SiteProfile {
   std::string feature_schema_sha256;         // over those columns; empty: not sent
 };
 
+// What a run is doing, for /healthz, a metric and the waiting log.
+struct RunActivity {
+  enum class Phase { kWaiting, kTraining, kEvaluating, kFinished, kFailed };
+  Phase phase = Phase::kWaiting;
+  // The last progress: a round or evaluation opened or closed, an update accepted, a client
+  // joined. A run that is neither finished nor failed and shows none for long has stalled.
+  absl::Time last_progress;
+  int64_t online = 0;  // clients online (those left out for the run included)
+  int32_t needed = 0;  // min_clients
+  std::string why;     // for kFailed and kFinished: the run's reason
+};
+
 class RoundEngine {
  public:
   // Opens the engine over `store`, resuming its unfinished run (from the last committed round,
@@ -409,6 +421,7 @@ class RoundEngine {
   virtual void Abort(const std::string& reason) = 0;
 
   virtual bool finished() const = 0;
+  virtual RunActivity Activity() const = 0;
   // Clients seen (poll, heartbeat, upload) within client_timeout.
   virtual int clients_online() const = 0;
   virtual int64_t run_id() const = 0;

@@ -51,6 +51,9 @@ struct ServerOptions {
   // host:port of the Prometheus text endpoint (/metrics) and the health check (/healthz), served
   // over plain HTTP; empty: off. Port 0 picks a free port (see metrics_port()).
   std::string metrics_address;
+  // /healthz and fl_run_state call a run stalled after this long without progress
+  // (RunActivity::last_progress).
+  absl::Duration stall_after = absl::Minutes(30);
   absl::Duration tick_interval = absl::Milliseconds(50);
   // Whether the store fsyncs its commits and checkpoints (StoreOpenOptions::durable): false only
   // for a simulation, which the same seed reruns.
