@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "sqlite3.h"
+#include "tests/fake_clock.h"
 #include "tests/integration/test_federation.h"
 
 namespace fl::testing {
@@ -414,28 +415,11 @@ TEST(ServerStartTest, TheDataDirectoryMayBeGivenAsItsSqliteFile) {
   EXPECT_THAT(file.status().message(), HasSubstr("is a file; give the directory"));
 }
 
-// A clock the test moves (the server's engine reads it through ServerOptions::clock).
-class SteppedClock final : public server::Clock {
- public:
-  absl::Time Now() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return now_;
-  }
-  void Advance(absl::Duration d) {
-    std::lock_guard<std::mutex> lock(mu_);
-    now_ += d;
-  }
-
- private:
-  std::mutex mu_;
-  absl::Time now_ = absl::Now();
-};
-
 // A run that waits without progress past stall_after_s is "stalled" on /healthz (503, with how
 // many clients are online) and in fl_run_state; before that it is "waiting".
 TEST(ServerHealthTest, ARunWithoutProgressIsReportedStalled) {
   TempDir dir;
-  SteppedClock clock;
+  server::FakeClock clock;
   server::ServerOptions o;
   o.listen_address = "127.0.0.1:0";
   o.data_dir = dir.path() + "/server";

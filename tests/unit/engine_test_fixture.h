@@ -26,24 +26,9 @@
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
 #include "gtest/gtest.h"
+#include "tests/fake_clock.h"
 
 namespace fl::server {
-
-class FakeClock final : public Clock {
- public:
-  absl::Time Now() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return now_;
-  }
-  void Advance(absl::Duration d) {
-    std::lock_guard<std::mutex> lock(mu_);
-    now_ += d;
-  }
-
- private:
-  std::mutex mu_;
-  absl::Time now_ = absl::FromUnixSeconds(1'800'000'000);
-};
 
 // 300,000 floats: 1.2 MB, so every update travels in two chunks.
 inline ModelSpec TestSpec() { return ModelSpec({{"w", {1000, 299}}, {"b", {1000}}}); }
