@@ -379,7 +379,9 @@ absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConf
   }
   const double mean_loss = epoch_loss / static_cast<double>(n);
   if (!std::isfinite(mean_loss)) {
-    return absl::InvalidArgumentError(
+    // ABORTED, not INVALID_ARGUMENT: it depends on this round's global model, so the server keeps
+    // the site in the run's draw (a permanent reason would leave it out).
+    return absl::AbortedError(
         absl::StrCat("training diverged (loss is not finite) with "
                      "learning_rate ",
                      config.learning_rate, "; lower it"));

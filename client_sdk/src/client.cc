@@ -88,9 +88,9 @@ absl::Status Client::Impl::Submit(const ClientTask& task, const FitResult& resul
   meta.metrics = result.metrics;
   meta.spec = result.model.spec();
   if (!task.update_encoding.has_value()) {
-    absl::Status s = absl::UnimplementedError(
-        absl::StrCat("task asks for update encoding ", task.encoding_name,
-                     "; this SDK sends FLOAT32, FLOAT16 or INT8"));
+    absl::Status s =
+        absl::UnimplementedError(absl::StrCat("task asks for update encoding ", task.encoding_name,
+                                              "; this SDK sends FLOAT32, FLOAT16 or INT8"));
     Decline(task, s);
     return s;
   }
@@ -123,7 +123,9 @@ absl::Status Client::Impl::Submit(const ClientTask& task, const FitResult& resul
   };
   for (int64_t first = 0; first < n; first += per) {
     if (absl::Status why = CheckEncodable(encoding, change_from(first), first); !why.ok()) {
-      absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+      // ABORTED: this round's change does not fit the encoding; another round's may (the server
+      // keeps the site in the draw for a reason that is not permanent).
+      absl::Status s = absl::AbortedError(absl::StrCat(
           "cannot encode the update in ", UpdateEncodingName(encoding), ": ", why.message()));
       Decline(task, s);
       return s;
@@ -137,9 +139,8 @@ absl::Status Client::Impl::Submit(const ClientTask& task, const FitResult& resul
   // is one codec chunk, so a chunk's offset gives its first parameter.
   return transport_->SubmitUpdate(meta, [&](int64_t offset) {
     std::span<const float> change = change_from(offset / kMaxChunkBytes * per);
-    std::span<std::byte> out(encoded.data(),
-                             static_cast<size_t>(EncodedChunkBytes(
-                                 encoding, static_cast<int64_t>(change.size()))));
+    std::span<std::byte> out(encoded.data(), static_cast<size_t>(EncodedChunkBytes(
+                                                 encoding, static_cast<int64_t>(change.size()))));
     EncodeChunk(encoding, change, rng, out);
     return std::span<const std::byte>(out);
   });

@@ -287,8 +287,9 @@ class EngineImpl final : public RoundEngine {
   // run_renamed): run names stay unique, so that reports and `fl admin` can name a run.
   absl::StatusOr<std::string> UniqueRunNameLocked(const std::string& wanted);
   absl::Status MakeAccountant();
-  // Leaves `client_id` out of sampling for the rest of the run (audited as client_excluded).
-  void ExcludeFromRun(const std::string& client_id, int32_t round, const std::string& reason);
+  // Leaves `client_id` out of the run's draws, fit and evaluation, for the rest of the run
+  // (audited as client_excluded). Called with mu_ held.
+  void ExcludeFromRunLocked(const std::string& client_id, int32_t round, const std::string& reason);
   // Samples the round's clients from `by_name` (OnlineByNameLocked) and opens it.
   void StartRoundLocked(std::vector<const std::string*> by_name);
   void CloseRoundLocked(const std::string& why);

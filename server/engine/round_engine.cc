@@ -216,7 +216,9 @@ void EngineImpl::MaybeAdvanceLocked() {
     // A sampled evaluator silent for client_timeout is offline: count it as declined.
     for (const std::string& id : eval_->sampled) {
       if (eval_->reports.count(id) != 0) continue;
-      const absl::Duration silent = now - clients_[id].last_seen;
+      auto client = clients_.find(id);  // find: a forgotten evaluator must not come back
+      const absl::Duration silent =
+          client == clients_.end() ? absl::InfiniteDuration() : now - client->second.last_seen;
       if (silent <= options_.client_timeout) continue;
       EvaluationReport offline;
       offline.error = absl::StrCat("offline: no poll or heartbeat for ",

@@ -201,6 +201,8 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
             absl::StrCat("this client already answered stage ", stage, " of round ", m.round));
       } else if (!m.decline_reason.empty()) {
         const std::string reason = CapClientText(m.decline_reason);
+        // As a plain round's decline: a reason the run will not change leaves the site out.
+        if (PermanentDecline(reason)) ExcludeFromRunLocked(client_id, m.round, reason);
         DropFromSecAggLocked(client_id, true, absl::StrCat("the client declined: ", reason));
         refusal = absl::FailedPreconditionError(reason);
         event = "task_declined";

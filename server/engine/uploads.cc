@@ -206,13 +206,16 @@ absl::Status EngineImpl::Decline(const std::string& client_id, const UpdateMeta&
   {
     std::lock_guard<std::mutex> lock(mu_);
     round = RegisterUploadLocked(client_id, meta, state, refusal);
+    // Left out under the same lock, before anything can close the round on this decline and
+    // draw the next one.
+    if (round != nullptr && PermanentDecline(reason)) {
+      ExcludeFromRunLocked(client_id, round->round, reason);
+    }
   }
   if (round == nullptr) {
     AuditRefusal(client_id, "decline_refused", refusal);
     return refusal;
   }
-  // Left out before the round can close on this decline, so that the next draw skips it.
-  if (PermanentDecline(reason)) ExcludeFromRun(client_id, round->round, reason);
   OnUploadEnded(round, *state, absl::FailedPreconditionError(state->reason), "task_declined");
   return absl::OkStatus();
 }
@@ -225,15 +228,12 @@ bool PermanentDecline(std::string_view reason) {
   return false;
 }
 
-void EngineImpl::ExcludeFromRun(const std::string& client_id, int32_t round,
-                                const std::string& reason) {
+void EngineImpl::ExcludeFromRunLocked(const std::string& client_id, int32_t round,
+                                      const std::string& reason) {
+  if (!excluded_.emplace(client_id, CapClientText(reason)).second) return;
   std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!excluded_.emplace(client_id, CapClientText(reason)).second) return;
-    if (auto it = clients_.find(client_id); it != clients_.end()) name = it->second.name;
-    BumpLocked();
-  }
+  if (auto it = clients_.find(client_id); it != clients_.end()) name = it->second.name;
+  BumpLocked();
   AuditRecord rec;
   rec.at_ms = ToMs(clock_->Now());
   rec.client_id = client_id;

@@ -460,6 +460,35 @@ TEST_F(EngineSecAggTest, DropoutsAtEveryStageStillCommitTheSurvivorsMean) {
 // Six of ten sites stop at unmasking: a survivor's self mask has fewer than t = 5 shares, so the
 // attempt fails with the library's message (naming the client and the counts); the retry samples
 // again with fresh sessions (other public keys) and commits.
+// A secure round's decline for a reason the run will not change leaves the site out of the next
+// rounds' draws too, as a plain round's does; the round commits with the others.
+TEST_F(EngineSecAggTest, ASiteThatDeclinesForGoodIsLeftOutOfTheNextSecureRounds) {
+  options_.num_rounds = 2;
+  StartSecure();
+  JoinAll();
+  Site& odd = sites_[3];
+  Task advertise = engine_->Poll(odd.id);
+  ASSERT_EQ(advertise.kind, Task::Kind::kSecAggAdvertise);
+  SecAggMessage decline = MessageFor(advertise);
+  decline.decline_reason = "FAILED_PRECONDITION: the site's model has tensor w of shape [3]";
+  ASSERT_TRUE(engine_->SubmitSecAgg(odd.id, decline).ok());
+  odd.stop_at = 0;
+  RoundSummary first = DriveAttempt();
+  ASSERT_TRUE(first.committed) << first.reason;
+  EXPECT_EQ(first.num_accepted, 9);
+  // Round 2: the other nine get their keys task; site 3 is not drawn.
+  EXPECT_EQ(engine_->Poll(odd.id).kind, Task::Kind::kWait);
+  EXPECT_EQ(engine_->Poll(sites_[0].id).kind, Task::Kind::kSecAggAdvertise);
+  RoundSummary second = DriveAttempt();
+  ASSERT_TRUE(second.committed) << second.reason;
+  EXPECT_EQ(second.num_accepted, 9);
+  absl::StatusOr<std::vector<AuditRecord>> audit = store_->AuditLog(1000);
+  ASSERT_TRUE(audit.ok());
+  int excluded = 0;
+  for (const AuditRecord& r : *audit) excluded += r.event == "client_excluded" ? 1 : 0;
+  EXPECT_EQ(excluded, 1);
+}
+
 TEST_F(EngineSecAggTest, TooManyDropoutsFailTheAttemptAndTheRetryUsesFreshKeys) {
   StartSecure();
   JoinAll();
