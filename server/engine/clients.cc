@@ -24,6 +24,7 @@ absl::StatusOr<int64_t> EngineImpl::Join(const std::string& client_id, const std
     c.name = name;
     c.last_seen = clock_->Now();
     (void)store_->TouchClient(client_id, ToMs(c.last_seen));
+    c.last_seen_stored = c.last_seen;
     LogEvent(LogLevel::kInfo, "client_joined",
              {{"client", client_id.substr(0, 16)}, {"name", name}});
     MaybeAdvanceLocked();
@@ -210,6 +211,20 @@ void EngineImpl::FillFitLocked(const std::string& client_id, Task& t) const {
   t.model_bytes = global_->NumBytes();
   t.model_sha256 = global_sha_;
   t.feature_statistics = feature_stats_;
+}
+
+void EngineImpl::FlushLastSeenLocked(absl::Time now) {
+  if (now - last_seen_flushed_ < options_.last_seen_flush) return;
+  last_seen_flushed_ = now;
+  std::vector<std::pair<std::string, int64_t>> seen;
+  for (auto& [id, c] : clients_) {
+    if (c.last_seen <= c.last_seen_stored) continue;
+    seen.emplace_back(id, ToMs(c.last_seen));
+    c.last_seen_stored = c.last_seen;
+  }
+  if (absl::Status s = store_->TouchClients(seen); !s.ok()) {
+    LogEvent(LogLevel::kWarn, "last_seen_not_stored", {{"reason", s.ToString()}});
+  }
 }
 
 int64_t EngineImpl::CountOnlineLocked(absl::Time now) const {

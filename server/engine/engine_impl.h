@@ -181,6 +181,7 @@ class EngineImpl final : public RoundEngine {
     {
       std::lock_guard<std::mutex> lock(mu_);
       MaybeAdvanceLocked();
+      FlushLastSeenLocked(clock_->Now());
     }
     FlushSummaries();
   }
@@ -223,7 +224,10 @@ class EngineImpl final : public RoundEngine {
   struct ClientState {
     std::string name;
     absl::Time last_seen = absl::InfinitePast();
+    absl::Time last_seen_stored = absl::InfinitePast();  // as last written to the store
   };
+  // Every options_.last_seen_flush, writes the clients' last_seen that moved since last written.
+  void FlushLastSeenLocked(absl::Time now);
 
   void BumpLocked() {
     ++version_;
@@ -359,7 +363,8 @@ class EngineImpl final : public RoundEngine {
   absl::Time waiting_since_;     // when the engine last started waiting for clients
   // A failed attempt's retry does not start before this (EngineOptions::retry_backoff).
   absl::Time retry_not_before_ = absl::InfinitePast();
-  absl::Time last_progress_;  // set by BumpLocked and by heartbeats of open tasks
+  absl::Time last_seen_flushed_;  // when FlushLastSeenLocked last wrote
+  absl::Time last_progress_;      // set by BumpLocked and by heartbeats of open tasks
   absl::Time last_waiting_log_ = absl::InfinitePast();
   // A federated evaluation in progress (between rounds), if any.
   struct EvalState {

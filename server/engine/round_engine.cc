@@ -42,6 +42,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
   if (!active.ok()) return active.status();
   waiting_since_ = clock_->Now();
   last_progress_ = waiting_since_;
+  last_seen_flushed_ = waiting_since_;
   const int64_t now_ms = ToMs(waiting_since_);
   if (active->has_value()) {
     run_ = **active;

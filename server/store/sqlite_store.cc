@@ -100,6 +100,7 @@ class SqliteStore final : public Store {
   absl::StatusOr<bool> IsEnrolled(const std::string& client_id) override;
   absl::StatusOr<std::optional<ClientRecord>> Client(const std::string& client_id) override;
   absl::Status TouchClient(const std::string& client_id, int64_t now_ms) override;
+  absl::Status TouchClients(const std::vector<std::pair<std::string, int64_t>>& seen_ms) override;
   absl::StatusOr<std::vector<ClientRecord>> Clients() override;
   absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
                                 double loss, double accuracy, int64_t num_examples, int64_t now_ms,
@@ -548,6 +549,23 @@ absl::Status SqliteStore::TouchClient(const std::string& client_id, int64_t now_
     return absl::NotFoundError(absl::StrCat("client ", client_id, " is not enrolled"));
   }
   return absl::OkStatus();
+}
+
+absl::Status SqliteStore::TouchClients(
+    const std::vector<std::pair<std::string, int64_t>>& seen_ms) {
+  if (seen_ms.empty()) return absl::OkStatus();
+  if (absl::Status s = CheckWritable("touch clients"); !s.ok()) return s;
+  std::lock_guard lock(mu_);
+  Transaction tx(db_.get(), "touch clients");
+  if (!tx.status().ok()) return tx.status();
+  for (const auto& [client_id, ms] : seen_ms) {
+    absl::StatusOr<Statement> st =
+        Prepare("UPDATE clients SET last_seen_ms = MAX(last_seen_ms, ?) WHERE client_id = ?",
+                "update clients to touch");
+    if (!st.ok()) return st.status();
+    if (absl::Status s = st->Bind(ms, client_id).Run(); !s.ok()) return s;
+  }
+  return tx.Commit();
 }
 
 absl::StatusOr<std::optional<ClientRecord>> SqliteStore::Client(const std::string& client_id) {

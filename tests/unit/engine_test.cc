@@ -95,6 +95,32 @@ TEST_F(EngineTest, ANewRunWithATakenNameIsNumbered) {
   }
 }
 
+// LAST_SEEN was set only at join. Polls and heartbeats now reach the store too, in one
+// transaction a minute (last_seen_flush).
+TEST_F(EngineTest, PollsAndHeartbeatsMoveLastSeenInTheStoreEveryMinute) {
+  for (const std::string& c : clients_) ASSERT_TRUE(store_->EnrollClient(c, c, 1).ok());
+  StartEngine();
+  const absl::Time joined = clock_.Now();
+  JoinAll();
+  auto last_seen_ms = [&](const std::string& id) -> int64_t {
+    absl::StatusOr<std::optional<ClientRecord>> c = store_->Client(id);
+    EXPECT_TRUE(c.ok() && c->has_value());
+    return c.ok() && c->has_value() ? (*c)->last_seen_ms : -1;
+  };
+  EXPECT_EQ(last_seen_ms("client-a"), absl::ToUnixMillis(joined));
+  clock_.Advance(absl::Seconds(30));
+  const absl::Time polled = clock_.Now();
+  Task t = engine_->Poll("client-a");
+  engine_->Tick();  // 30 s after the last write: not yet
+  EXPECT_EQ(last_seen_ms("client-a"), absl::ToUnixMillis(joined));
+  clock_.Advance(absl::Seconds(31));
+  ASSERT_TRUE(engine_->Heartbeat("client-b", t.round, engine_->Poll("client-b").task_id));
+  engine_->Tick();
+  EXPECT_EQ(last_seen_ms("client-a"), absl::ToUnixMillis(polled));
+  EXPECT_EQ(last_seen_ms("client-b"), absl::ToUnixMillis(clock_.Now()));
+  EXPECT_EQ(last_seen_ms("client-c"), absl::ToUnixMillis(joined));  // not seen since
+}
+
 TEST_F(EngineTest, TooFewReportsFailTheAttemptThenTheRun) {
   StartEngine();
   JoinAll();

@@ -133,6 +133,10 @@ struct EngineOptions {
   // round and at most kMaxRetryBackoff (60 s); 0: at once. So a round that fails for a reason
   // that passes (a site restarting) does not spend its retries within a second.
   absl::Duration retry_backoff = absl::Seconds(2);
+  // How often the clients' last poll or heartbeat is written to the store (what `fl admin
+  // clients` shows as LAST_SEEN), in one transaction; InfiniteDuration: only at join (a
+  // simulation). Not part of a run's configuration.
+  absl::Duration last_seen_flush = absl::Seconds(60);
   // Longest wait for min_clients to be online before a round; then the run fails with the reason.
   absl::Duration wait_timeout = absl::Hours(1);
   uint64_t seed = 0;  // sampling

@@ -234,6 +234,9 @@ class Store {
   virtual absl::StatusOr<bool> IsEnrolled(const std::string& client_id) = 0;
   // Records that the client was seen (last_seen_ms never moves backwards). NOT_FOUND if unknown.
   virtual absl::Status TouchClient(const std::string& client_id, int64_t now_ms) = 0;
+  // TouchClient for each (client id, time) in one transaction; ids not enrolled are skipped.
+  virtual absl::Status TouchClients(
+      const std::vector<std::pair<std::string, int64_t>>& seen_ms) = 0;
   // Every client, revoked ones included, by enrollment time.
   virtual absl::StatusOr<std::vector<ClientRecord>> Clients() = 0;
   // The client with this id, revoked or not; nullopt when it was never enrolled.
