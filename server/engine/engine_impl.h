@@ -45,8 +45,8 @@ namespace fl::server::internal {
 // one of the status codes the SDK gives for what its site can never do with this run's model and
 // settings (the spec, the feature columns, data that does not fit; its limits, refused with
 // PERMISSION_DENIED): INVALID_ARGUMENT, FAILED_PRECONDITION, UNIMPLEMENTED, OUT_OF_RANGE or
-// PERMISSION_DENIED. A transient reason
-// (UNAVAILABLE, RESOURCE_EXHAUSTED, INTERNAL, ...) leaves the site in the draw.
+// PERMISSION_DENIED. A transient reason (ABORTED for what depends on the round, UNAVAILABLE,
+// RESOURCE_EXHAUSTED, INTERNAL, ...) leaves the site in the draw.
 bool PermanentDecline(std::string_view reason);
 
 using Phase = UploadState::Phase;
