@@ -460,6 +460,42 @@ absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view
   return VerifyAgainst(store->get(), cert->get());
 }
 
+absl::Status CheckServerCertificate(std::string_view cert_pem, std::string_view key_pem,
+                                    std::string_view ca_pem) {
+  absl::StatusOr<X509Ptr> cert = ParseCertificate(cert_pem, "the server certificate");
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<EvpPkeyPtr> key = ParsePrivateKey(key_pem, "the server key");
+  if (!key.ok()) return key.status();
+  const std::string subject = absl::StrCat("CN=", CommonNameOf(cert->get()));
+  if (X509_check_private_key(cert->get(), key->get()) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the server key is not the key of the server certificate (", subject,
+        "); give the key made with that certificate (fl certs writes server.pem and server.key)"));
+  }
+  if (X509_check_purpose(cert->get(), X509_PURPOSE_SSL_SERVER, 0) != 1) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the server certificate (", subject,
+        ") is not for TLS servers (a site's certificate?); give the federation's server.pem"));
+  }
+  absl::StatusOr<X509StorePtr> store = TrustStoreOf(ca_pem);
+  if (!store.ok()) return store.status();
+  X509StoreCtxPtr ctx(X509_STORE_CTX_new());
+  if (ctx == nullptr || X509_STORE_CTX_init(ctx.get(), store->get(), cert->get(), nullptr) != 1) {
+    return Internal("initializing certificate verification");
+  }
+  if (X509_verify_cert(ctx.get()) != 1) {
+    const int error = X509_STORE_CTX_get_error(ctx.get());
+    ERR_clear_error();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the server certificate (", subject,
+        ") does not verify against the CA certificate: ", X509_verify_cert_error_string(error),
+        "; give the CA that issued it (the same ca.pem the sites have)"));
+  }
+  return absl::OkStatus();
+}
+
 struct ClientCertificateVerifier::State {
   X509StorePtr store;
 };

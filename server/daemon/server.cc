@@ -133,6 +133,11 @@ class ServerImpl final : public Server {
         if (!text.ok()) return text.status();
         *out = *std::move(text);
       }
+      if (absl::Status s = CheckServerCertificate(cert_pem, key_pem, ca_pem); !s.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(s.message(), " (certificate ", options_.cert_path, ", key ",
+                         options_.key_path, ", CA ", options_.ca_cert_path, ")"));
+      }
     }
     // `fl sim` and `fl report` print the SQLite file's path: take it for its directory.
     if (std::filesystem::path db(options_.data_dir);

@@ -453,6 +453,27 @@ TEST(ServerHealthTest, ARunWithoutProgressIsReportedStalled) {
       << health;
 }
 
+// A site's certificate or a key of another certificate given to the server: refused at start,
+// naming the files, instead of gRPC's "cannot listen" (and "empty address list" at the sites).
+TEST(ServerStartTest, AServerCertificateThatIsASitesOrHasTheWrongKeyIsRefused) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
+  o.cert_path = pki.client_certs[0];
+  o.key_path = pki.client_keys[0];
+  absl::StatusOr<std::unique_ptr<server::Server>> s =
+      server::Server::Start(o, Model(FashionSpec()));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  EXPECT_THAT(s.status().message(), HasSubstr("(CN=site-0) is not for TLS servers"));
+  EXPECT_THAT(s.status().message(), HasSubstr(pki.client_certs[0]));
+
+  o = TlsServerOptions(pki, dir.path());
+  o.key_path = pki.client_keys[0];
+  s = server::Server::Start(o, Model(FashionSpec()));
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  EXPECT_THAT(s.status().message(), HasSubstr("is not the key of the server certificate"));
+}
+
 TEST(ServerStartTest, PlaintextOnlyOnLoopback) {
   TempDir dir;
   server::ServerOptions o;

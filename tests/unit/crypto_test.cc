@@ -274,5 +274,29 @@ TEST_F(CryptoTest, VerifierGivesTheIdentityAndRefusesAsVerifyClientCertificate) 
             absl::StatusCode::kInvalidArgument);
 }
 
+// What a server checks of its own certificate before it listens.
+TEST_F(CryptoTest, AServerCertificateMustBeAServersWithItsOwnKeyAndTheCa) {
+  auto server = MakeServerCertificate(ca(), "fl-server", {"127.0.0.1"}, 30);
+  auto other_server = MakeServerCertificate(ca(), "fl-server", {"127.0.0.1"}, 30);
+  auto site = MakeClientCertificate(ca(), "site-0", 30);
+  auto other_ca = MakeCertificateAuthority("fl-ca", 30);
+  ASSERT_TRUE(server.ok() && other_server.ok() && site.ok() && other_ca.ok());
+  EXPECT_TRUE(CheckServerCertificate(server->cert_pem, server->key_pem, ca().cert_pem).ok());
+
+  absl::Status wrong_key =
+      CheckServerCertificate(server->cert_pem, other_server->key_pem, ca().cert_pem);
+  EXPECT_EQ(wrong_key.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong_key.message(), HasSubstr("is not the key of the server certificate"));
+
+  absl::Status a_site = CheckServerCertificate(site->cert_pem, site->key_pem, ca().cert_pem);
+  EXPECT_EQ(a_site.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(a_site.message(), HasSubstr("(CN=site-0) is not for TLS servers"));
+
+  absl::Status wrong_ca =
+      CheckServerCertificate(server->cert_pem, server->key_pem, other_ca->cert_pem);
+  EXPECT_EQ(wrong_ca.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wrong_ca.message(), HasSubstr("does not verify against the CA certificate"));
+}
+
 }  // namespace
 }  // namespace fl

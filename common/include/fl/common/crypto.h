@@ -89,6 +89,13 @@ absl::StatusOr<std::string> CertificateCommonName(std::string_view cert_pem);
 // certificate.
 absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view ca_pem);
 
+// What a server checks of its own certificate before it listens: `key_pem` is the private key
+// of `cert_pem`, the certificate is for TLS servers (a site's certificate is not), and it chains
+// to `ca_pem`. INVALID_ARGUMENT naming which, and what to give instead: otherwise gRPC fails
+// later with "cannot listen" on the server and "empty address list" on the clients.
+absl::Status CheckServerCertificate(std::string_view cert_pem, std::string_view key_pem,
+                                    std::string_view ca_pem);
+
 // A federation CA parsed once, to issue many certificates: under OpenSSL 3 decoding the CA's
 // PEM key costs more than making and signing a certificate, which made provisioning thousands of
 // sites (or a simulation's virtual sites) slow. Same certificates and errors as the Make*
