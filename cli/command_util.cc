@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "fl/server/store.h"
 
 namespace fl::cli {
 
@@ -62,21 +63,13 @@ void AddSecAggFlags(CLI::App* cmd, server::SecureAggregationOptions& sa) {
 }
 
 absl::StatusOr<std::string> DataDirOf(const std::string& path) {
-  constexpr char kDbFile[] = "federation.db";  // the name Store gives its database
-  constexpr char kWhatToGive[] = "give a server's data directory or the federation.db file in it";
   std::error_code ec;
-  const std::filesystem::file_status st = std::filesystem::status(path, ec);
-  if (!std::filesystem::exists(st)) {
-    return absl::NotFoundError(
-        absl::StrCat("no such file or directory: ", path, "; ", kWhatToGive));
+  if (!std::filesystem::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat("no such file or directory: ", path,
+                                            "; give a server's data directory or the "
+                                            "federation.db file in it"));
   }
-  if (std::filesystem::is_directory(st)) return path;
-  const std::filesystem::path file(path);
-  if (std::filesystem::is_regular_file(st) && file.filename() == kDbFile) {
-    return file.has_parent_path() ? file.parent_path().string() : std::string(".");
-  }
-  return absl::FailedPreconditionError(absl::StrCat(
-      path, " is not a federation database (a server's is named ", kDbFile, "); ", kWhatToGive));
+  return server::DataDirectoryOf(path);
 }
 
 }  // namespace fl::cli

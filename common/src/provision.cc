@@ -10,8 +10,7 @@ namespace fl {
 namespace {
 
 absl::Status WritePair(const CertAndKey& pair, const std::string& cert_path,
-                       const std::string& key_path, bool durable) {
-  const Durability durability = durable ? Durability::kSynced : Durability::kUnsynced;
+                       const std::string& key_path, Durability durability) {
   if (absl::Status s = WriteFileAtomic(key_path, pair.key_pem, 0600, durability); !s.ok()) {
     return s;
   }
@@ -45,9 +44,10 @@ absl::StatusOr<ProvisionedFiles> ProvisionFederation(const ProvisionOptions& opt
   absl::StatusOr<CertAndKey> server = issuer->IssueServer(options.federation_name + " server",
                                                           options.server_names, options.valid_days);
   if (!server.ok()) return server.status();
-  const bool durable = options.durable;
-  if (absl::Status s = WritePair(*ca, files.ca_cert, files.ca_key, durable); !s.ok()) return s;
-  if (absl::Status s = WritePair(*server, files.server_cert, files.server_key, durable); !s.ok()) {
+  if (absl::Status s = WritePair(*ca, files.ca_cert, files.ca_key, options.durability); !s.ok())
+    return s;
+  if (absl::Status s = WritePair(*server, files.server_cert, files.server_key, options.durability);
+      !s.ok()) {
     return s;
   }
   for (const std::string& name : options.client_names) {
@@ -58,8 +58,8 @@ absl::StatusOr<ProvisionedFiles> ProvisionFederation(const ProvisionOptions& opt
     files.client_fingerprints.push_back(*std::move(fingerprint));
     files.client_certs.push_back(options.out_dir + "/clients/" + name + ".pem");
     files.client_keys.push_back(options.out_dir + "/clients/" + name + ".key");
-    if (absl::Status s =
-            WritePair(*client, files.client_certs.back(), files.client_keys.back(), durable);
+    if (absl::Status s = WritePair(*client, files.client_certs.back(), files.client_keys.back(),
+                                   options.durability);
         !s.ok()) {
       return s;
     }

@@ -41,25 +41,23 @@ struct RunStateView {
 };
 
 RunStateView RunStateOf(const RunActivity& a, absl::Time now, absl::Duration stall_after) {
-  RunStateView v;
-  v.idle = std::max(absl::ZeroDuration(), now - a.last_progress);
+  const absl::Duration idle = std::max(absl::ZeroDuration(), now - a.last_progress);
+  using Phase = RunActivity::Phase;
+  const bool over = a.phase == Phase::kFinished || a.phase == Phase::kFailed;
+  if (!over && idle > stall_after) return {"stalled", 3, idle};
   switch (a.phase) {
-    case RunActivity::Phase::kFinished:
-      return {"finished", 4, v.idle};
-    case RunActivity::Phase::kFailed:
-      return {"failed", 5, v.idle};
-    default:
-      break;
+    case Phase::kWaiting:
+      return {"waiting", 0, idle};
+    case Phase::kTraining:
+      return {"training", 1, idle};
+    case Phase::kEvaluating:
+      return {"evaluating", 2, idle};
+    case Phase::kFinished:
+      return {"finished", 4, idle};
+    case Phase::kFailed:
+      return {"failed", 5, idle};
   }
-  if (v.idle > stall_after) return {"stalled", 3, v.idle};
-  switch (a.phase) {
-    case RunActivity::Phase::kTraining:
-      return {"training", 1, v.idle};
-    case RunActivity::Phase::kEvaluating:
-      return {"evaluating", 2, v.idle};
-    default:
-      return {"waiting", 0, v.idle};
-  }
+  return {"waiting", 0, idle};
 }
 
 // A certificate's identity without checking it: plaintext mode has no CA to check against.
@@ -140,14 +138,9 @@ class ServerImpl final : public Server {
       }
     }
     // `fl sim` and `fl report` print the SQLite file's path: take it for its directory.
-    if (std::filesystem::path db(options_.data_dir);
-        db.filename() == "federation.db" && std::filesystem::is_regular_file(db)) {
-      options_.data_dir = db.parent_path().empty() ? "." : db.parent_path().string();
-    } else if (std::filesystem::exists(db) && !std::filesystem::is_directory(db)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the data directory ", options_.data_dir,
-                       " is a file; give the directory that holds (or will hold) federation.db"));
-    }
+    absl::StatusOr<std::string> data_dir = DataDirectoryOf(options_.data_dir);
+    if (!data_dir.ok()) return absl::InvalidArgumentError(data_dir.status().message());
+    options_.data_dir = *std::move(data_dir);
     if (absl::Status s = MakeDirectories(options_.data_dir); !s.ok()) return s;
     // One server per data directory: a second one would resume the same run beside the first.
     const std::string lock_path = options_.data_dir + "/server.lock";
@@ -396,7 +389,7 @@ class ServerImpl final : public Server {
             h.reason = absl::StrCat(
                 "run ", h.run_id, " has made no progress for ",
                 absl::FormatDuration(absl::Trunc(state.idle, absl::Seconds(1))), " (stall_after_s ",
-                absl::ToInt64Seconds(options_.stall_after), "): ", activity.online, " of the ",
+                absl::ToInt64Seconds(options_.stall_after), "): ", h.clients_online, " of the ",
                 activity.needed,
                 " clients needed are online; see the server's waiting_for_clients lines");
           }

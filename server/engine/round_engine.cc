@@ -630,12 +630,10 @@ RunActivity EngineImpl::Activity() const {
   std::lock_guard<std::mutex> lock(mu_);
   RunActivity a;
   a.last_progress = last_progress_;
-  a.online = CountOnlineLocked(clock_->Now());
   a.needed = options_.min_clients;
   if (finished_) {
     a.phase = run_.status == RunStatus::kFailed ? RunActivity::Phase::kFailed
                                                 : RunActivity::Phase::kFinished;
-    a.why = run_.reason;
   } else if (current_ != nullptr) {
     a.phase = RunActivity::Phase::kTraining;
   } else if (eval_ != nullptr) {

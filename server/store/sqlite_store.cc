@@ -670,6 +670,19 @@ absl::StatusOr<std::vector<AuditRecord>> SqliteStore::AuditLog(int limit) {
 
 }  // namespace
 
+absl::StatusOr<std::string> DataDirectoryOf(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(st) || std::filesystem::is_directory(st)) return path;
+  const std::filesystem::path file(path);
+  if (std::filesystem::is_regular_file(st) && file.filename() == kDbFile) {
+    return file.has_parent_path() ? file.parent_path().string() : std::string(".");
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat(path, " is a file but not a federation database (a server's is named ", kDbFile,
+                   "); give a server's data directory or the federation.db file in it"));
+}
+
 absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& data_dir,
                                                    const StoreOpenOptions& options) {
   const std::string checkpoints = absl::StrCat(data_dir, "/", kCheckpointSubdir);

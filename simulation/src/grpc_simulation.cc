@@ -94,7 +94,8 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   ProvisionOptions provision;
   if (remote) provision.server_names.push_back(host);
   provision.out_dir = options.work_dir + "/certs";
-  provision.durable = false;  // the run's own certificates, made again for every run
+  provision.durability =
+      Durability::kUnsynced;  // the run's own certificates, made again for every run
   for (int32_t i = 0; i < n; ++i) provision.client_names.push_back(absl::StrCat("site-", i));
   ProvisionedFiles files;
   std::vector<std::string> ids(static_cast<size_t>(n));

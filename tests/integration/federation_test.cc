@@ -412,7 +412,7 @@ TEST(ServerStartTest, TheDataDirectoryMayBeGivenAsItsSqliteFile) {
   absl::StatusOr<std::unique_ptr<server::Server>> file =
       server::Server::Start(o, Model(FashionSpec()));
   EXPECT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(file.status().message(), HasSubstr("is a file; give the directory"));
+  EXPECT_THAT(file.status().message(), HasSubstr("server.lock is a file but not a federation database"));
 }
 
 // A run that waits without progress past stall_after_s is "stalled" on /healthz (503, with how

@@ -71,7 +71,7 @@ TEST_F(FileUtilTest, ProvisioningWithoutFsyncWritesTheSameFederation) {
   ProvisionOptions options;
   options.out_dir = Path("certs");
   options.client_names = {"site-0", "site-1", "site-2"};
-  options.durable = false;
+  options.durability = Durability::kUnsynced;
   auto files = ProvisionFederation(options);
   ASSERT_TRUE(files.ok()) << files.status();
   ASSERT_EQ(files->client_fingerprints.size(), 3u);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "fl/common/file_util.h"
 
 namespace fl {
 
@@ -21,9 +22,9 @@ struct ProvisionOptions {
   std::vector<std::string> server_names = {"localhost", "127.0.0.1", "::1"};
   std::vector<std::string> client_names;  // e.g. {"hospital-a", "hospital-b"}
   int valid_days = 365;
-  // fsync every file (an operator's federation). False for throwaway certificates (a
-  // simulation's thousands of virtual sites), where the fsyncs would cost seconds.
-  bool durable = true;
+  // kSynced for an operator's federation; kUnsynced for throwaway certificates (a simulation's
+  // thousands of virtual sites), where the fsyncs would cost seconds.
+  Durability durability = Durability::kSynced;
 };
 
 struct ProvisionedFiles {

@@ -343,9 +343,7 @@ struct RunActivity {
   // The last progress: a round or evaluation opened or closed, an update accepted, a client
   // joined. A run that is neither finished nor failed and shows none for long has stalled.
   absl::Time last_progress;
-  int64_t online = 0;  // clients online (those left out for the run included)
   int32_t needed = 0;  // min_clients
-  std::string why;     // for kFailed and kFinished: the run's reason
 };
 
 class RoundEngine {

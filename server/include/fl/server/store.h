@@ -142,6 +142,11 @@ struct StoreOpenOptions {
   bool durable = true;
 };
 
+// The data directory that `path` names: `path` itself (a directory, or nothing yet), or the
+// directory of the federation.db file it names (the path `fl sim` and `fl report` print).
+// FAILED_PRECONDITION when it names another file, saying what to give instead.
+absl::StatusOr<std::string> DataDirectoryOf(const std::string& path);
+
 class Store {
  public:
   // Opens (creating if needed) the store under `data_dir` and migrates it to the current schema.
