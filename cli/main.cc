@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "cli/admin_command.h"
+#include "cli/certs_command.h"
 #include "cli/client_config.h"
 #include "cli/client_daemon.h"
 #include "cli/client_site.h"
@@ -70,37 +71,6 @@ std::thread WatchSignals(std::function<void(int)> on_signal) {
     sigwait(&set, &sig);
     on_signal(sig);
   });
-}
-
-struct CertsArgs {
-  std::string out_dir = "fl-certs";
-  std::string federation = "fl-federation";
-  std::vector<std::string> clients;
-  int num_clients = 0;
-  std::vector<std::string> server_names = {"localhost", "127.0.0.1", "::1"};
-  int valid_days = 365;
-};
-
-int RunCerts(const CertsArgs& args) {
-  fl::ProvisionOptions options;
-  options.out_dir = args.out_dir;
-  options.federation_name = args.federation;
-  options.server_names = args.server_names;
-  options.client_names = args.clients;
-  for (int i = 0; i < args.num_clients; ++i)
-    options.client_names.push_back(absl::StrCat("site-", i));
-  options.valid_days = args.valid_days;
-  absl::StatusOr<fl::ProvisionedFiles> files = fl::ProvisionFederation(options);
-  if (!files.ok()) return Fail(files.status());
-  std::printf("federation CA:      %s (keep %s offline)\n", files->ca_cert.c_str(),
-              files->ca_key.c_str());
-  std::printf("server certificate: %s, key %s\n", files->server_cert.c_str(),
-              files->server_key.c_str());
-  for (size_t i = 0; i < files->client_certs.size(); ++i) {
-    std::printf("client %-12s %s, key %s\n", options.client_names[i].c_str(),
-                files->client_certs[i].c_str(), files->client_keys[i].c_str());
-  }
-  return 0;
 }
 
 // `fl server --config FILE` / `fl client --config FILE`: the file's path, looked up before CLI11
@@ -351,18 +321,8 @@ int main(int argc, char** argv) {
                        std::string("fl ") + FL_VERSION + " (protocol fl.v1; gRPC over mutual TLS)");
   app.require_subcommand(1);
 
-  CertsArgs certs;
-  CLI::App* certs_cmd = app.add_subcommand(
-      "certs", "Create a federation CA, the server certificate and one certificate per site");
-  certs_cmd->add_option("--out", certs.out_dir, "Output directory")->capture_default_str();
-  certs_cmd->add_option("--federation", certs.federation, "Federation name")->capture_default_str();
-  certs_cmd->add_option("--client", certs.clients, "A site's name (repeat for each site)");
-  certs_cmd->add_option("--clients", certs.num_clients, "Also make N sites named site-0..N-1");
-  certs_cmd
-      ->add_option("--server-name", certs.server_names,
-                   "Host names and IP addresses the server certificate is valid for")
-      ->capture_default_str();
-  certs_cmd->add_option("--valid-days", certs.valid_days)->capture_default_str();
+  fl::cli::CertsArgs certs;
+  CLI::App* certs_cmd = fl::cli::AddCertsCommand(app, certs);
 
   // The configuration file first, then the flags given (their defaults show the file's values).
   fl::server::ServerConfig server_config;
@@ -523,7 +483,7 @@ int main(int argc, char** argv) {
     return code != 0 && client_args ? fl::cli::kExitConfig : code;
   }
 
-  if (certs_cmd->parsed()) return RunCerts(certs);
+  if (certs_cmd->parsed()) return fl::cli::RunCerts(certs);
   if (server_cmd->parsed()) {
     server.engine.round_timeout = absl::Seconds(round_timeout_s);
     server_config.grace = absl::Seconds(grace_s);

@@ -132,6 +132,20 @@ std::string CommonNameOf(X509* cert) {
   return result;
 }
 
+// Whether the subject carries the admin role (OU=admin, as MakeAdminCertificate writes it).
+bool IsAdminCertificate(X509* cert) {
+  X509_NAME* name = X509_get_subject_name(cert);
+  for (int i = X509_NAME_get_index_by_NID(name, NID_organizationalUnitName, -1); i >= 0;
+       i = X509_NAME_get_index_by_NID(name, NID_organizationalUnitName, i)) {
+    const ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, i));
+    if (std::string_view(reinterpret_cast<const char*>(ASN1_STRING_get0_data(data)),
+                         static_cast<size_t>(ASN1_STRING_length(data))) == kAdminRole) {
+      return true;
+    }
+  }
+  return false;
+}
+
 std::string TimeString(const ASN1_TIME* time) {
   BioPtr bio(BIO_new(BIO_s_mem()));
   if (bio == nullptr || ASN1_TIME_print(bio.get(), time) != 1) return "?";
@@ -180,7 +194,7 @@ absl::StatusOr<std::string> FingerprintOf(X509* cert) {
   return fingerprint;
 }
 
-enum class CertKind { kAuthority, kServer, kClient };
+enum class CertKind { kAuthority, kServer, kClient, kAdmin };
 
 // Issues a certificate for a fresh P-256 key. `issuer`/`issuer_key` are null for a self-signed CA.
 absl::StatusOr<CertAndKey> Issue(CertKind kind, std::string_view common_name, int valid_days,
@@ -224,6 +238,12 @@ absl::StatusOr<CertAndKey> Issue(CertKind kind, std::string_view common_name, in
         absl::StrCat("invalid common name \"",
                      absl::string_view(common_name.data(), common_name.size()), "\""));
   }
+  if (kind == CertKind::kAdmin &&
+      X509_NAME_add_entry_by_NID(subject, NID_organizationalUnitName, MBSTRING_UTF8,
+                                 reinterpret_cast<const unsigned char*>(kAdminRole.data()),
+                                 static_cast<int>(kAdminRole.size()), -1, 0) != 1) {
+    return Internal("setting the admin role");
+  }
   X509* signer = issuer != nullptr ? issuer : cert.get();
   EVP_PKEY* signer_key = issuer_key != nullptr ? issuer_key : key.get();
   if (X509_set_issuer_name(cert.get(), X509_get_subject_name(signer)) != 1 ||
@@ -242,6 +262,7 @@ absl::StatusOr<CertAndKey> Issue(CertKind kind, std::string_view common_name, in
       break;
     case CertKind::kServer:
     case CertKind::kClient:
+    case CertKind::kAdmin:
       // keyEncipherment is for RSA key transport; with an EC key digitalSignature is what TLS
       // (ECDHE-ECDSA, TLS 1.3) checks.
       extensions = {{NID_basic_constraints, "critical,CA:FALSE"},
@@ -365,6 +386,12 @@ absl::StatusOr<CertificateIssuer> CertificateIssuer::Load(const CertAndKey& ca) 
 absl::StatusOr<CertAndKey> CertificateIssuer::IssueClient(std::string_view common_name,
                                                           int valid_days) const {
   return Issue(CertKind::kClient, common_name, valid_days, {}, state_->ca.cert.get(),
+               state_->ca.key.get());
+}
+
+absl::StatusOr<CertAndKey> CertificateIssuer::IssueAdmin(std::string_view common_name,
+                                                         int valid_days) const {
+  return Issue(CertKind::kAdmin, common_name, valid_days, {}, state_->ca.cert.get(),
                state_->ca.key.get());
 }
 
@@ -522,7 +549,8 @@ absl::StatusOr<CertificateIdentity> ClientCertificateVerifier::Verify(
   if (absl::Status s = VerifyAgainst(state_->store.get(), cert->get()); !s.ok()) return s;
   absl::StatusOr<std::string> fingerprint = FingerprintOf(cert->get());
   if (!fingerprint.ok()) return fingerprint.status();
-  return CertificateIdentity{*std::move(fingerprint), CommonNameOf(cert->get())};
+  return CertificateIdentity{*std::move(fingerprint), CommonNameOf(cert->get()),
+                             IsAdminCertificate(cert->get())};
 }
 
 std::string NameListSha256(const std::vector<std::string>& names) {

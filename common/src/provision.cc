@@ -17,14 +17,60 @@ absl::Status WritePair(const CertAndKey& pair, const std::string& cert_path,
   return WriteFileAtomic(cert_path, pair.cert_pem, 0644, durability);
 }
 
+absl::Status CheckPlainName(const std::string& kind, const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kind, " name '", name, "' is not a plain file name"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<IssuedFiles> IssueFromFederation(const std::string& out_dir, IssuedRole role,
+                                                const std::string& name, int valid_days) {
+  const bool admin = role == IssuedRole::kAdmin;
+  if (absl::Status s = CheckPlainName(admin ? "admin" : "site", name); !s.ok()) return s;
+  CertAndKey ca;
+  for (auto [path, out] : {std::pair{out_dir + "/ca.pem", &ca.cert_pem},
+                           std::pair{out_dir + "/ca.key", &ca.key_pem}}) {
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) {
+      return absl::Status(text.status().code(),
+                          absl::StrCat(text.status().message(),
+                                       "; give --out the directory that `fl certs` made (it "
+                                       "holds the federation's ca.pem and ca.key)"));
+    }
+    *out = *std::move(text);
+  }
+  absl::StatusOr<CertificateIssuer> issuer = CertificateIssuer::Load(ca);
+  if (!issuer.ok()) return issuer.status();
+  const std::string dir = out_dir + (admin ? "/admins" : "/clients");
+  IssuedFiles files{dir + "/" + name + ".pem", dir + "/" + name + ".key", ""};
+  for (const std::string& path : {files.cert, files.key}) {
+    if (std::filesystem::exists(path)) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          path,
+          " exists: refusing to replace it; choose another name (or revoke the old one "
+          "and remove its files first)"));
+    }
+  }
+  if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
+  absl::StatusOr<CertAndKey> pair =
+      admin ? issuer->IssueAdmin(name, valid_days) : issuer->IssueClient(name, valid_days);
+  if (!pair.ok()) return pair.status();
+  absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pair->cert_pem);
+  if (!fingerprint.ok()) return fingerprint.status();
+  files.fingerprint = *std::move(fingerprint);
+  if (absl::Status s = WritePair(*pair, files.cert, files.key, Durability::kSynced); !s.ok()) {
+    return s;
+  }
+  return files;
+}
 
 absl::StatusOr<ProvisionedFiles> ProvisionFederation(const ProvisionOptions& options) {
   for (const std::string& name : options.client_names) {
-    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("client name '", name, "' is not a plain file name"));
-    }
+    if (absl::Status s = CheckPlainName("client", name); !s.ok()) return s;
   }
   ProvisionedFiles files;
   files.ca_cert = options.out_dir + "/ca.pem";

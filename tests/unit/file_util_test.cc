@@ -93,6 +93,46 @@ TEST_F(FileUtilTest, ProvisioningWithoutFsyncWritesTheSameFederation) {
   }
 }
 
+// `fl certs --admin` and `fl certs add-site`: more certificates from an existing federation's CA,
+// an admin's carrying the role the control API checks, a site's not; nothing is ever replaced.
+TEST_F(FileUtilTest, IssuesAdminsAndSitesFromAnExistingFederation) {
+  ProvisionOptions options;
+  options.out_dir = Path("certs");
+  options.client_names = {"site-0"};
+  auto federation = ProvisionFederation(options);
+  ASSERT_TRUE(federation.ok()) << federation.status();
+  auto verifier = ClientCertificateVerifier::Create(*ReadFile(federation->ca_cert));
+  ASSERT_TRUE(verifier.ok());
+
+  auto admin = IssueFromFederation(options.out_dir, IssuedRole::kAdmin, "alice", 30);
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  EXPECT_EQ(admin->cert, Path("certs/admins/alice.pem"));
+  EXPECT_EQ(Mode(admin->key), 0600);
+  auto admin_id = verifier->Verify(*ReadFile(admin->cert));
+  ASSERT_TRUE(admin_id.ok()) << admin_id.status();
+  EXPECT_TRUE(admin_id->admin);
+  EXPECT_EQ(admin_id->common_name, "alice");
+  EXPECT_EQ(admin_id->fingerprint, admin->fingerprint);
+
+  auto site = IssueFromFederation(options.out_dir, IssuedRole::kSite, "hospital-b", 30);
+  ASSERT_TRUE(site.ok()) << site.status();
+  EXPECT_EQ(site->cert, Path("certs/clients/hospital-b.pem"));
+  auto site_id = verifier->Verify(*ReadFile(site->cert));
+  ASSERT_TRUE(site_id.ok());
+  EXPECT_FALSE(site_id->admin);
+  EXPECT_FALSE(verifier->Verify(*ReadFile(federation->client_certs[0]))->admin);
+
+  absl::Status again =
+      IssueFromFederation(options.out_dir, IssuedRole::kSite, "site-0", 30).status();
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(again.message(), HasSubstr("site-0.pem exists: refusing to replace it"));
+  absl::Status no_ca = IssueFromFederation(Path("nowhere"), IssuedRole::kAdmin, "bob", 30).status();
+  EXPECT_EQ(no_ca.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(no_ca.message(), HasSubstr("holds the federation's ca.pem and ca.key"));
+  EXPECT_EQ(IssueFromFederation(options.out_dir, IssuedRole::kAdmin, "../x", 30).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(FileUtilTest, ReadFileOfMissingPathIsNotFound) {
   const std::string path = Path("missing.txt");
   auto read = ReadFile(path);

@@ -110,6 +110,9 @@ class CertificateIssuer {
   ~CertificateIssuer();
 
   absl::StatusOr<CertAndKey> IssueClient(std::string_view common_name, int valid_days) const;
+  // An operator's certificate for the server's control API: a client certificate (clientAuth)
+  // whose subject carries the admin role, OU=kAdminRole.
+  absl::StatusOr<CertAndKey> IssueAdmin(std::string_view common_name, int valid_days) const;
   absl::StatusOr<CertAndKey> IssueServer(std::string_view common_name,
                                          const std::vector<std::string>& alt_names,
                                          int valid_days) const;
@@ -120,10 +123,15 @@ class CertificateIssuer {
   std::unique_ptr<State> state_;
 };
 
+// The subject's organizational unit that makes a certificate an admin's (CertificateIssuer::
+// IssueAdmin), which only the holder of the federation CA's key can issue.
+inline constexpr std::string_view kAdminRole = "admin";
+
 // Who a verified client certificate names.
 struct CertificateIdentity {
   std::string fingerprint;  // as CertificateFingerprint
   std::string common_name;  // empty when the subject has none
+  bool admin = false;       // the subject carries OU=kAdminRole
 };
 
 // VerifyClientCertificate against one CA parsed once, returning the certificate's identity from

@@ -3,6 +3,7 @@
 //   ca.pem, ca.key                  the federation CA (keep ca.key offline)
 //   server.pem, server.key          the aggregation server's certificate
 //   clients/<name>.pem, <name>.key  one certificate per site
+//   admins/<name>.pem, <name>.key   one per operator of the control API (fl certs --admin)
 // Keys are written with mode 0600, certificates 0644, each atomically.
 #ifndef FL_COMMON_PROVISION_H_
 #define FL_COMMON_PROVISION_H_
@@ -37,6 +38,17 @@ struct ProvisionedFiles {
 // overwrite an existing ca.key, so that a federation's CA is never replaced by accident;
 // INVALID_ARGUMENT for a client name that is empty or not a plain file name.
 absl::StatusOr<ProvisionedFiles> ProvisionFederation(const ProvisionOptions& options);
+
+// One more certificate from an existing federation's CA (ca.pem and ca.key in `out_dir`).
+enum class IssuedRole { kSite, kAdmin };
+struct IssuedFiles {
+  std::string cert, key;  // clients/<name>.pem/.key for a site, admins/<name>.pem/.key for an admin
+  std::string fingerprint;
+};
+// Refuses (ALREADY_EXISTS) to replace a certificate or key of the same name; NOT_FOUND naming
+// the file when the CA is missing; INVALID_ARGUMENT for a name that is not a plain file name.
+absl::StatusOr<IssuedFiles> IssueFromFederation(const std::string& out_dir, IssuedRole role,
+                                                const std::string& name, int valid_days);
 
 }  // namespace fl
 

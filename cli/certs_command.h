@@ -1,0 +1,36 @@
+// `fl certs`: a federation's certificates. Without a subcommand it creates the CA, the server's
+// certificate and one per site (fl/common/provision.h); `--admin NAME` issues an operator's
+// certificate for the control API (`fl run`), from the CA already in --out when there is one;
+// `fl certs add-site NAME...` issues more sites from an existing CA. cli/main.cc registers it.
+// Thread-compatible: one command per process.
+#ifndef FL_CLI_CERTS_COMMAND_H_
+#define FL_CLI_CERTS_COMMAND_H_
+
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+
+namespace fl::cli {
+
+struct CertsArgs {
+  std::string out_dir = "fl-certs";
+  std::string federation = "fl-federation";
+  std::vector<std::string> clients;
+  int num_clients = 0;
+  std::vector<std::string> server_names = {"localhost", "127.0.0.1", "::1"};
+  std::vector<std::string> admins;  // --admin NAME (repeatable)
+  int valid_days = 365;
+  std::vector<std::string> add_sites;  // `add-site NAME...`
+  CLI::App* add_site = nullptr;
+};
+
+CLI::App* AddCertsCommand(CLI::App& app, CertsArgs& a);
+
+// Writes the files and prints one line per certificate. Exit code 0, or 1 with a one-line error
+// naming the file and the fix (an existing CA never replaced, an existing name never reused).
+int RunCerts(const CertsArgs& a);
+
+}  // namespace fl::cli
+
+#endif  // FL_CLI_CERTS_COMMAND_H_
