@@ -26,6 +26,7 @@
 #include "cli/exit_codes.h"
 #include "cli/preflight.h"
 #include "cli/report_command.h"
+#include "cli/run_command.h"
 #include "cli/sim_command.h"
 #include "fl/aggregation/scaffold.h"
 #include "fl/aggregation/strategies.h"
@@ -99,20 +100,20 @@ absl::StatusOr<fl::client::ModelArchitecture> ServerModelArchitecture(
   return arch;
 }
 
-int RunServer(fl::server::ServerConfig config) {
-  BlockTerminationSignals();
-  if (absl::Status s = fl::server::CheckServerConfig(config); !s.ok()) return Fail(s);
+// A run's model, strategy, engine options and evaluation hook from a server configuration: the
+// server's own run, and each run file submitted through the control API (over the same).
+absl::StatusOr<fl::server::RunSetup> MakeRunSetup(fl::server::ServerConfig config) {
   absl::StatusOr<fl::client::ModelArchitecture> arch;
   absl::StatusOr<fl::Model> weights;
   if (!config.model.initial.empty()) {
     // The sites' own model, from a file: no built-in architecture, so no model name in tasks.
     weights = fl::ReadSafetensors(config.model.initial);
     if (!weights.ok()) {
-      return Fail(absl::Status(
+      return absl::Status(
           weights.status().code(),
           absl::StrCat("model.initial (--initial-model): ", weights.status().message(),
                        "; give a safetensors file of float tensors, e.g. one written by "
-                       "fl::WriteSafetensors in the order the sites' Trainer::spec() lists them")));
+                       "fl::WriteSafetensors in the order the sites' Trainer::spec() lists them"));
     }
     config.server.engine.fit.model_name.clear();
     fl::LogEvent(fl::LogLevel::kInfo, "initial_model",
@@ -122,9 +123,9 @@ int RunServer(fl::server::ServerConfig config) {
                   {"sha256", weights->Sha256Hex()}});
   } else {
     arch = ServerModelArchitecture(config.model);
-    if (!arch.ok()) return Fail(arch.status());
+    if (!arch.ok()) return arch.status();
     weights = fl::client::InitialBuiltinModel(*arch, config.model.init_seed);
-    if (!weights.ok()) return Fail(weights.status());
+    if (!weights.ok()) return weights.status();
     config.server.engine.fit.model_name = std::string(fl::client::ModelKindName(arch->kind));
   }
   fl::server::EngineHooks hooks;
@@ -132,13 +133,13 @@ int RunServer(fl::server::ServerConfig config) {
   if (arch.ok() && (!config.model.eval_images.empty() || !config.model.eval_labels.empty())) {
     absl::StatusOr<fl::client::Dataset> data =
         fl::client::LoadIdx(config.model.eval_images, config.model.eval_labels);
-    if (!data.ok()) return Fail(data.status());
+    if (!data.ok()) return data.status();
     eval_set = std::make_shared<fl::client::Dataset>(*std::move(data));
     // Refuse at start a test set that does not fit the model, instead of rounds without metrics.
     if (absl::Status s = fl::client::EvaluateBuiltinModel(*arch, *weights, *eval_set).status();
         !s.ok()) {
-      return Fail(absl::InvalidArgumentError(
-          absl::StrCat("--eval-images/--eval-labels do not fit the model: ", s.message())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--eval-images/--eval-labels do not fit the model: ", s.message()));
     }
     hooks.evaluate = fl::simulation::BuiltinTestSetEvaluation(*arch, eval_set);
   }
@@ -146,8 +147,25 @@ int RunServer(fl::server::ServerConfig config) {
   fl::Model initial = config.server.strategy.name == "scaffold"
                           ? fl::aggregation::WithZeroControlVariates(*weights)
                           : *std::move(weights);
-  absl::StatusOr<std::unique_ptr<fl::server::Server>> server =
-      fl::server::Server::Start(config.server, std::move(initial), hooks);
+  return fl::server::RunSetup{config.server.engine, config.server.strategy, std::move(initial),
+                              std::move(hooks)};
+}
+
+int RunServer(fl::server::ServerConfig config) {
+  BlockTerminationSignals();
+  if (absl::Status s = fl::server::CheckServerConfig(config); !s.ok()) return Fail(s);
+  absl::StatusOr<fl::server::RunSetup> first = MakeRunSetup(config);
+  if (!first.ok()) return Fail(first.status());
+  // Submitted runs: their run file over this configuration.
+  config.server.run_factory =
+      [config](const std::string& run_toml) -> absl::StatusOr<fl::server::RunSetup> {
+    fl::server::ServerConfig run = config;
+    if (absl::Status s = fl::server::ApplyRunConfig(run_toml, "run file", run); !s.ok()) return s;
+    return MakeRunSetup(std::move(run));
+  };
+  config.server.engine = first->engine;
+  absl::StatusOr<std::unique_ptr<fl::server::Server>> server = fl::server::Server::Start(
+      config.server, std::move(first->initial_model), std::move(first->hooks));
   if (!server.ok()) return Fail(server.status());
   fl::server::Server* s = server->get();
   std::thread signals = WatchSignals([s](int sig) {
@@ -157,8 +175,11 @@ int RunServer(fl::server::ServerConfig config) {
   signals.detach();
   s->WaitUntilFinished(config.grace);
   s->Shutdown();
-  // A failed run exits non-zero, so that systemd and scripts see it.
-  absl::StatusOr<fl::server::RunRecord> run = s->store().GetRun(s->engine().run_id());
+  // A failed run exits non-zero, so that systemd and scripts see it; a daemon (--stay-up) ends
+  // only on a signal, and its runs' outcomes are in fl run list.
+  const std::shared_ptr<fl::server::RoundEngine> last = s->current_engine();
+  if (last == nullptr || config.server.stay_up) return 0;
+  absl::StatusOr<fl::server::RunRecord> run = s->store().GetRun(last->run_id());
   if (run.ok() && run->status == fl::server::RunStatus::kFailed) {
     return Fail(absl::AbortedError(absl::StrCat("run ", run->run_id, " failed: ", run->reason)));
   }
@@ -353,6 +374,9 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--key", server.key_path, "Server private key (PEM)");
   server_cmd->add_option("--enroll", server.enroll_cert_paths,
                          "Client certificate to enroll (repeatable)");
+  server_cmd->add_flag("--stay-up", server.stay_up,
+                       "A daemon: take runs submitted with `fl run submit`, one after another, and "
+                       "stay up between them (no run of its own configuration)");
   server_cmd->add_flag("--insecure-plaintext", server.insecure_plaintext,
                        "No TLS; loopback addresses only; for tests");
   server_cmd->add_option("--rounds", server.engine.num_rounds)->capture_default_str();
@@ -473,6 +497,8 @@ int main(int argc, char** argv) {
   CLI::App* report_cmd = fl::cli::AddReportCommand(app, report_args);
   fl::cli::AdminArgs admin;
   CLI::App* admin_cmd = fl::cli::AddAdminCommand(app, admin);
+  fl::cli::RunArgs run_args;
+  CLI::App* run_cmd = fl::cli::AddRunCommand(app, run_args);
 
   try {
     app.parse(argc, argv);
@@ -501,5 +527,6 @@ int main(int argc, char** argv) {
   if (sim.command->parsed()) return fl::cli::RunSimCommand(sim);
   if (report_cmd->parsed()) return fl::cli::RunReport(report_args);
   if (admin_cmd->parsed()) return fl::cli::RunAdmin(admin);
+  if (run_cmd->parsed()) return fl::cli::RunRun(run_args);
   return 1;
 }

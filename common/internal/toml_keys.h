@@ -351,16 +351,21 @@ KeySpec<Config> IntArrayKey(std::string table, std::string name, std::string doc
 // Reads and parses the TOML file at `path`. NOT_FOUND (naming the path) when the file does not
 // exist, another error of ReadFile when it cannot be read, INVALID_ARGUMENT with
 // path:line:column and the parser's description for a syntax error.
-inline absl::StatusOr<toml::table> ParseTomlFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
+// TOML text that errors call `name` (a path, or e.g. "run file").
+inline absl::StatusOr<toml::table> ParseTomlText(const std::string& text, const std::string& name) {
   try {
-    return toml::parse(*text, path);
+    return toml::parse(text, name);
   } catch (const toml::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ":", e.source().begin.line, ":",
+    return absl::InvalidArgumentError(absl::StrCat(name, ":", e.source().begin.line, ":",
                                                    e.source().begin.column, ": ",
                                                    std::string(e.description())));
   }
+}
+
+inline absl::StatusOr<toml::table> ParseTomlFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  return ParseTomlText(*text, path);
 }
 
 // Applies each key that `root` (parsed from the file at `path`, which errors name) sets to

@@ -91,6 +91,12 @@ const std::vector<Key>& Keys() {
             "server", "grace_s",
             "After the run ends, keep serving this long so clients hear DONE (seconds).",
             Range::kNonNegative, [](auto& c) -> auto& { return c.grace; }),
+        tk::BoolKey<C>(
+            "server", "stay_up",
+            "Run as a daemon: start no run of this file's own, resume the unfinished run, take "
+            "runs submitted with `fl run submit` one after another, and stay up between them. "
+            "false: serve this file's run (and any submitted meanwhile), then exit.",
+            [](auto& c) -> auto& { return c.server.stay_up; }),
 
         tk::StringKey<C>(
             "run", "name", "The run's name, recorded with it.", false,
@@ -334,6 +340,23 @@ absl::Status ApplyServerConfig(const std::string& path, ServerConfig& config) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status ApplyRunConfig(const std::string& text, const std::string& name,
+                            ServerConfig& config) {
+  absl::StatusOr<toml::table> root = tk::ParseTomlText(text, name);
+  if (!root.ok()) return root.status();
+  for (const auto& [table, node] : *root) {
+    if (table == "run" || table == "fit" || table == "strategy" || table == "model") continue;
+    return tk::ErrorAt(name, node.source(),
+                       absl::StrCat("table '", std::string(table.str()),
+                                    "' is not a run's: a run file sets [run], [fit], [strategy] "
+                                    "and [model] (the rest is the server's own configuration)"));
+  }
+  if (absl::Status s = tk::ApplyTomlTable(name, *root, Tables(), Keys(), config); !s.ok()) {
+    return s;
+  }
+  return CheckServerConfig(config);
 }
 
 absl::Status CheckServerConfig(const ServerConfig& config) {

@@ -68,6 +68,12 @@ struct ServerConfig {
 // been partly written.
 absl::Status ApplyServerConfig(const std::string& path, ServerConfig& config);
 
+// A run file submitted through the control API (fl run submit): TOML text with only the [run],
+// [fit], [strategy] and [model] tables, applied over `config` (the server's own configuration),
+// then checked as CheckServerConfig. INVALID_ARGUMENT naming `name`, the line and the key; any
+// other table (e.g. [server]) is refused.
+absl::Status ApplyRunConfig(const std::string& text, const std::string& name, ServerConfig& config);
+
 // The checks that span keys, for a configuration put together from a file and flags:
 // INVALID_ARGUMENT naming the key, e.g. "strategy.proximal_mu must be > 0 for strategy 'fedprox',
 // got 0" (ApplyServerConfig makes the same checks on what the file sets, with its line).

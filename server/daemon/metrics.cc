@@ -259,7 +259,8 @@ ServerMetrics::ServerMetrics()
       current_round_(registry_.AddGauge("fl_current_round", "The round in progress.")),
       run_state_(registry_.AddGauge("fl_run_state",
                                     "0 waiting, 1 training, 2 evaluating, 3 stalled (no progress "
-                                    "for stall_after_s), 4 finished, 5 failed.")),
+                                    "for stall_after_s), 4 finished, 5 failed, 6 idle (no run: "
+                                    "a --stay-up server between runs).")),
       seconds_since_progress_(registry_.AddGauge(
           "fl_seconds_since_progress",
           "Seconds since the run last made progress (a round opened or closed, an update "

@@ -27,38 +27,12 @@
 #include "server/daemon/config.h"
 #include "server/daemon/http_endpoint.h"
 #include "server/daemon/metrics.h"
+#include "server/daemon/run_host.h"
+#include "server/service/control_service.h"
 #include "server/service/federation_service.h"
 
 namespace fl::server {
 namespace {
-
-// The run's state as /healthz names it and fl_run_state numbers it: the engine's phase, or
-// "stalled" when a run still going has made no progress for `stall_after`.
-struct RunStateView {
-  std::string name;
-  int value = 0;
-  absl::Duration idle;
-};
-
-RunStateView RunStateOf(const RunActivity& a, absl::Time now, absl::Duration stall_after) {
-  const absl::Duration idle = std::max(absl::ZeroDuration(), now - a.last_progress);
-  using Phase = RunActivity::Phase;
-  const bool over = a.phase == Phase::kFinished || a.phase == Phase::kFailed;
-  if (!over && idle > stall_after) return {"stalled", 3, idle};
-  switch (a.phase) {
-    case Phase::kWaiting:
-      return {"waiting", 0, idle};
-    case Phase::kTraining:
-      return {"training", 1, idle};
-    case Phase::kEvaluating:
-      return {"evaluating", 2, idle};
-    case Phase::kFinished:
-      return {"finished", 4, idle};
-    case Phase::kFailed:
-      return {"failed", 5, idle};
-  }
-  return {"waiting", 0, idle};
-}
 
 // A certificate's identity without checking it: plaintext mode has no CA to check against.
 absl::StatusOr<CertificateIdentity> UncheckedIdentity(const std::string& pem) {
@@ -99,16 +73,13 @@ class ServerImpl final : public Server {
 
   absl::Status Init(ServerOptions options, Model initial_model, EngineHooks hooks) {
     options_ = std::move(options);
-    // SCAFFOLD's N, unless configured: the clients enrolled and not revoked, at each round.
-    absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
-        aggregation::MakeStrategy(options_.strategy, [this] { return EnrolledClients(); });
-    if (!strategy.ok()) {
+    // Refused before anything is opened: the first run's strategy and model.
+    if (absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
+            aggregation::MakeStrategy(options_.strategy, [] { return int64_t{0}; });
+        !strategy.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
-    }
-    if (absl::Status s = (*strategy)->CheckModel(initial_model.spec()); !s.ok()) return s;
-    strategy_ = *std::move(strategy);
-    for (const auto& [key, value] : options_.strategy.ClientConfig()) {
-      options_.engine.fit.extra[key] = value;
+    } else if (absl::Status s = (*strategy)->CheckModel(initial_model.spec()); !s.ok()) {
+      return s;
     }
     if (absl::Status s = CheckListenAddress(options_.listen_address); !s.ok()) return s;
     if (options_.insecure_plaintext && !IsLoopbackAddress(options_.listen_address)) {
@@ -224,19 +195,34 @@ class ServerImpl final : public Server {
     }
 
     metrics_ = std::make_unique<ServerMetrics>();
-    hooks = WithMetrics(std::move(hooks));
-    absl::StatusOr<std::unique_ptr<RoundEngine>> engine =
-        RoundEngine::Create(options_.engine, store_.get(), strategy_.get(),
-                            options_.clock != nullptr ? options_.clock : Clock::Real(),
-                            std::move(initial_model), std::move(hooks));
-    if (!engine.ok()) return engine.status();
-    engine_ = *std::move(engine);
+    RunHostOptions host_options;
+    host_options.server = &options_;
+    host_options.store = store_.get();
+    // SCAFFOLD's N, unless configured: the clients enrolled and not revoked, at each round.
+    host_options.enrolled_clients = [this] { return EnrolledClients(); };
+    host_options.wrap_hooks = [this](EngineHooks h) { return WithMetrics(std::move(h)); };
+    if (!options_.insecure_plaintext) {
+      host_options.on_switch = [](RoundEngine* engine) {
+        std::lock_guard<std::mutex> lock(g_log_mu);
+        g_audit_engine = engine;
+      };
+    }
+    absl::StatusOr<std::unique_ptr<RunHost>> host = RunHost::Create(std::move(host_options));
+    if (!host.ok()) return host.status();
+    host_ = *std::move(host);
+    RunSetup first{options_.engine, options_.strategy, std::move(initial_model), std::move(hooks)};
+    if (absl::Status s = host_->Start(std::move(first)); !s.ok()) return s;
 
     ServiceOptions service_options;
     service_options.insecure_plaintext = options_.insecure_plaintext;
     service_options.verifier = verifier;
     service_options.max_poll_wait = options_.max_poll_wait;
-    service_ = MakeFederationService(service_options, engine_.get(), store_.get());
+    service_ = MakeFederationService(
+        service_options, [host = host_.get()] { return host->CurrentEngine(); }, store_.get());
+    ControlServiceOptions control_options;
+    control_options.insecure_plaintext = options_.insecure_plaintext;
+    control_options.verifier = verifier;
+    control_ = MakeControlService(control_options, host_.get(), store_.get());
 
     std::shared_ptr<grpc::ServerCredentials> creds;
     if (options_.insecure_plaintext) {
@@ -247,13 +233,12 @@ class ServerImpl final : public Server {
       ssl.pem_root_certs = ca_pem;
       ssl.pem_key_cert_pairs.push_back({key_pem, cert_pem});
       creds = grpc::SslServerCredentials(ssl);
-      std::lock_guard<std::mutex> lock(g_log_mu);
-      g_audit_engine = engine_.get();
       gpr_set_log_function(GrpcLogToAudit);
     }
     grpc::ServerBuilder builder;
     builder.AddListeningPort(options_.listen_address, creds, &port_);
     builder.RegisterService(service_.get());
+    builder.RegisterService(control_.get());
     builder.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
     // gRPC sets SO_REUSEPORT by default, which lets a second server bind the same port and take
     // half the connections; a port in use must be an error instead.
@@ -279,7 +264,7 @@ class ServerImpl final : public Server {
              {{"address", options_.listen_address},
               {"port", absl::StrCat(port_)},
               {"tls", options_.insecure_plaintext ? "off (plaintext, loopback)" : "mutual"},
-              {"strategy", strategy_->name()},
+              {"strategy", options_.stay_up ? "per run" : options_.strategy.name},
               {"db", store_->db_path()}});
     if (!options_.metrics_address.empty()) {
       absl::Status s = StartMetricsEndpoint();
@@ -291,13 +276,18 @@ class ServerImpl final : public Server {
 
   int port() const override { return port_; }
   int metrics_port() const override { return http_ == nullptr ? 0 : http_->port(); }
-  RoundEngine& engine() override { return *engine_; }
+  std::shared_ptr<RoundEngine> current_engine() override { return host_->CurrentEngine(); }
   Store& store() override { return *store_; }
 
   void WaitUntilFinished(absl::Duration grace) override {
-    uint64_t seen = 0;
-    while (!engine_->finished() && !stopping_.load()) {
-      seen = engine_->WaitForChange(seen, absl::Milliseconds(200));
+    while (!stopping_.load() && (options_.stay_up || !host_->Idle())) {
+      if (std::shared_ptr<RoundEngine> engine = host_->CurrentEngine(); engine != nullptr) {
+        engine->WaitForChange(engine->version(), absl::Milliseconds(200));
+      } else {
+        std::unique_lock<std::mutex> lock(stop_mu_);
+        stop_cv_.wait_for(lock, std::chrono::milliseconds(200),
+                          [this] { return stopping_.load(); });
+      }
     }
     std::unique_lock<std::mutex> lock(stop_mu_);
     stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(grace), [this] { return stopping_.load(); });
@@ -321,7 +311,7 @@ class ServerImpl final : public Server {
 
   void ShutdownOnce() {
     // The round in flight is recorded as aborted, so a restarted server runs it again.
-    if (engine_ != nullptr) engine_->Abort("server shutting down");
+    if (host_ != nullptr) host_->Abort("server shutting down");
     {
       std::lock_guard<std::mutex> lock(stop_mu_);
       stopping_ = true;
@@ -332,7 +322,8 @@ class ServerImpl final : public Server {
     if (grpc_server_ != nullptr)
       grpc_server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     std::lock_guard<std::mutex> lock(g_log_mu);
-    if (g_audit_engine == engine_.get()) g_audit_engine = nullptr;
+    if (host_ != nullptr && g_audit_engine == host_->CurrentEngine().get())
+      g_audit_engine = nullptr;
   }
 
   // Feeds the Prometheus metrics from the engine's hooks, then calls the caller's.
@@ -371,11 +362,16 @@ class ServerImpl final : public Server {
     if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
       host = host.substr(1, host.size() - 2);
     }
-    RoundEngine* engine = engine_.get();
     Store* store = store_.get();
     absl::StatusOr<std::unique_ptr<HttpEndpoint>> http =
-        HttpEndpoint::Start(host, port, metrics_.get(), [this, engine, store]() -> HealthReport {
+        HttpEndpoint::Start(host, port, metrics_.get(), [this, store]() -> HealthReport {
           HealthReport h;
+          const std::shared_ptr<RoundEngine> engine = host_->CurrentEngine();
+          if (engine == nullptr) {
+            h.healthy = true;
+            h.state = "idle";
+            return h;
+          }
           h.run_id = engine->run_id();
           h.round = engine->committed_round();
           h.clients_online = engine->clients_online();
@@ -417,12 +413,24 @@ class ServerImpl final : public Server {
 
   void TickLoop() {
     std::unique_lock<std::mutex> lock(stop_mu_);
+    absl::Time next_queue_check = absl::InfinitePast();
     while (!stopping_.load()) {
       lock.unlock();
-      engine_->Tick();
-      metrics_->SetClientsOnline(engine_->clients_online());
-      const RunStateView state = RunStateOf(engine_->Activity(), EngineNow(), options_.stall_after);
-      metrics_->SetRunState(state.value, absl::ToDoubleSeconds(state.idle));
+      // A run that is over gives way to the oldest queued one (looked for a few times a second).
+      if (const absl::Time now = absl::Now(); now >= next_queue_check) {
+        host_->StartNextIfOver();
+        next_queue_check = now + absl::Milliseconds(250);
+      }
+      if (const std::shared_ptr<RoundEngine> engine = host_->CurrentEngine(); engine != nullptr) {
+        engine->Tick();
+        metrics_->SetClientsOnline(engine->clients_online());
+        const RunStateView state =
+            RunStateOf(engine->Activity(), EngineNow(), options_.stall_after);
+        metrics_->SetRunState(state.value, absl::ToDoubleSeconds(state.idle));
+      } else {
+        metrics_->SetClientsOnline(0);
+        metrics_->SetRunState(6, 0);
+      }
       lock.lock();
       stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(options_.tick_interval),
                         [this] { return stopping_.load(); });
@@ -434,9 +442,9 @@ class ServerImpl final : public Server {
   std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<Store> store_;
-  std::unique_ptr<aggregation::Strategy> strategy_;
-  std::unique_ptr<RoundEngine> engine_;
+  std::unique_ptr<RunHost> host_;
   std::unique_ptr<fl::v1::Federation::Service> service_;
+  std::unique_ptr<fl::v1::Control::Service> control_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
   std::thread ticker_;

@@ -156,6 +156,7 @@ class EngineImpl final : public RoundEngine {
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
                                                       const UpdateMeta& meta) override;
   void Abort(const std::string& reason) override;
+  absl::Status Stop(RunStatus status, const std::string& reason) override;
   void ForgetClient(const std::string& client_id, const std::string& reason) override;
   absl::Status SubmitEvaluation(const std::string& client_id,
                                 const EvaluationReport& report) override;
@@ -326,6 +327,8 @@ class EngineImpl final : public RoundEngine {
   // Records the client dropped at the open stage of the current secure round.
   void DropFromSecAggLocked(const std::string& client_id, bool refused, const std::string& reason);
   void FailRunLocked(const std::string& reason);
+  // Ends the evaluation and the round in flight, the round recorded as aborted with `reason`.
+  void AbortInFlightLocked(const std::string& reason);
   void EndRunLocked(RunStatus status, const std::string& reason);
   void FinishRunLocked(const std::string& reason);
   // Why the run's stopping rule ends it after a commit with `metrics`; empty when it does not.

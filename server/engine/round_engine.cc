@@ -678,31 +678,33 @@ std::string EngineImpl::StoppingRuleMet(const std::map<std::string, double>& met
 }
 
 void EngineImpl::Abort(const std::string& reason) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    aborted_ = true;
-    if (eval_ != nullptr) {
-      LogEvent(LogLevel::kInfo, "evaluation_aborted",
-               {{"round", absl::StrCat(eval_->round)}, {"reason", reason}});
-      eval_.reset();
-      finish_after_eval_.reset();
-    }
-    if (current_ != nullptr) {
-      std::shared_ptr<RoundState> round = std::move(current_);
-      current_ = nullptr;
-      CutOffUploadsLocked(*round, absl::StrCat("round aborted: ", reason));
-      if (round->secagg != nullptr) {
-        // Nothing secret is kept: the session (keys, sums) goes with the round state.
-        (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt,
-                                     SecAggJson(*round->secagg));
-      }
-      (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kAborted,
-                             reason, ToMs(clock_->Now()));
-      LogEvent(LogLevel::kInfo, "round_aborted",
-               {{"round", absl::StrCat(round->round)}, {"reason", reason}});
-    }
-    BumpLocked();
+  std::lock_guard<std::mutex> lock(mu_);
+  aborted_ = true;
+  AbortInFlightLocked(reason);
+}
+
+void EngineImpl::AbortInFlightLocked(const std::string& reason) {
+  if (eval_ != nullptr) {
+    LogEvent(LogLevel::kInfo, "evaluation_aborted",
+             {{"round", absl::StrCat(eval_->round)}, {"reason", reason}});
+    eval_.reset();
+    finish_after_eval_.reset();
   }
+  if (current_ != nullptr) {
+    std::shared_ptr<RoundState> round = std::move(current_);
+    current_ = nullptr;
+    CutOffUploadsLocked(*round, absl::StrCat("round aborted: ", reason));
+    if (round->secagg != nullptr) {
+      // Nothing secret is kept: the session (keys, sums) goes with the round state.
+      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt,
+                                   SecAggJson(*round->secagg));
+    }
+    (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kAborted, reason,
+                           ToMs(clock_->Now()));
+    LogEvent(LogLevel::kInfo, "round_aborted",
+             {{"round", absl::StrCat(round->round)}, {"reason", reason}});
+  }
+  BumpLocked();
 }
 
 }  // namespace fl::server::internal

@@ -109,29 +109,36 @@ absl::StatusOr<SiteProfile> SiteProfileFromProto(const fl::v1::JoinRequest& req)
 class FederationService final
     : public fl::v1::Federation::WithRawCallbackMethod_DownloadModel<fl::v1::Federation::Service> {
  public:
-  FederationService(ServiceOptions options, RoundEngine* engine, Store* store)
-      : options_(std::move(options)), engine_(engine), store_(store) {}
+  FederationService(ServiceOptions options, EngineSource engines, Store* store)
+      : options_(std::move(options)), engines_(std::move(engines)), store_(store) {}
 
   grpc::Status Join(grpc::ServerContext* ctx, const fl::v1::JoinRequest* req,
                     fl::v1::JoinReply* reply) override {
-    absl::StatusOr<std::string> id = Identify(ctx);
+    const std::shared_ptr<RoundEngine> engine = engines_();
+    absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
+    if (engine == nullptr) {
+      // Between runs of a server that stays up: the client asks again after its next-run poll.
+      reply->set_client_id(*id);
+      reply->set_run_id(0);
+      return grpc::Status::OK;
+    }
     absl::StatusOr<SiteProfile> profile = SiteProfileFromProto(*req);
     if (!profile.ok()) {
-      engine_->AuditRefusal(*id, "join_refused", profile.status());
+      engine->AuditRefusal(*id, "join_refused", profile.status());
       return ToGrpcStatus(profile.status());
     }
-    if (absl::Status s = engine_->Admit(*id, *profile, req->dry_run()); !s.ok()) {
+    if (absl::Status s = engine->Admit(*id, *profile, req->dry_run()); !s.ok()) {
       return ToGrpcStatus(s);
     }
     if (req->dry_run()) {
       // Admission only (`fl client --preflight`): Identify checked the certificate and the
       // enrollment; the engine does not hear of this client. Checks of the request belong above.
       reply->set_client_id(*id);
-      reply->set_run_id(engine_->run_id());
+      reply->set_run_id(engine->run_id());
       return grpc::Status::OK;
     }
-    absl::StatusOr<int64_t> run = engine_->Join(*id, req->client_name());
+    absl::StatusOr<int64_t> run = engine->Join(*id, req->client_name());
     if (!run.ok()) return ToGrpcStatus(run.status());
     reply->set_client_id(*id);
     reply->set_run_id(*run);
@@ -140,20 +147,26 @@ class FederationService final
 
   grpc::Status PollTask(grpc::ServerContext* ctx, const fl::v1::PollRequest* req,
                         fl::v1::Task* reply) override {
-    absl::StatusOr<std::string> id = Identify(ctx);
+    const std::shared_ptr<RoundEngine> engine = engines_();
+    absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
+    // A client of a run that is over (the server went on to the next) or of no run hears DONE
+    // for it, and joins again.
+    if (engine == nullptr || (req->run_id() != 0 && req->run_id() != engine->run_id())) {
+      return RunOver(req->run_id(), reply);
+    }
     absl::Duration wait =
         std::min(absl::Milliseconds(std::max(0, req->wait_ms())), options_.max_poll_wait);
     const absl::Time deadline = absl::Now() + wait;
     Task task;
     while (true) {
-      uint64_t seen = engine_->version();
-      task = engine_->Poll(*id);
+      uint64_t seen = engine->version();
+      task = engine->Poll(*id);
       absl::Duration left = deadline - absl::Now();
       if (task.kind != Task::Kind::kWait || left <= absl::ZeroDuration() || ctx->IsCancelled()) {
         break;
       }
-      engine_->WaitForChange(seen, std::min(left, absl::Seconds(1)));
+      engine->WaitForChange(seen, std::min(left, absl::Seconds(1)));
     }
     reply->set_run_id(task.run_id);
     reply->set_round(task.round);
@@ -236,15 +249,17 @@ class FederationService final
         !parsed.ok()) {
       return ModelDownload::Refuse(std::move(parsed));
     }
-    absl::StatusOr<std::string> id = Identify(ctx);
+    const std::shared_ptr<RoundEngine> engine = engines_();
+    absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ModelDownload::Refuse(ToGrpcStatus(id.status()));
+    if (engine == nullptr) return ModelDownload::Refuse(ToGrpcStatus(NoRun()));
     absl::StatusOr<GlobalModel> global =
-        engine_->ModelForTask(*id, req.run_id(), req.round(), req.task_id());
+        engine->ModelForTask(*id, req.run_id(), req.round(), req.task_id());
     if (global.ok() && global->model == nullptr) {
       global = absl::InternalError("the engine has no global model for this task");
     }
     if (!global.ok()) {
-      engine_->AuditRefusal(*id, "download_refused", global.status());
+      engine->AuditRefusal(*id, "download_refused", global.status());
       return ModelDownload::Refuse(ToGrpcStatus(global.status()));
     }
     return ModelDownload::Stream(chunk_cache_.Get(global->model, global->sha256));
@@ -252,9 +267,11 @@ class FederationService final
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const fl::v1::HeartbeatRequest* req,
                          fl::v1::HeartbeatReply* reply) override {
-    absl::StatusOr<std::string> id = Identify(ctx);
+    const std::shared_ptr<RoundEngine> engine = engines_();
+    absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
-    const bool open = engine_->Heartbeat(*id, req->round(), req->task_id());
+    if (engine == nullptr) return NoRunReply(*id);
+    const bool open = engine->Heartbeat(*id, req->round(), req->task_id());
     reply->set_task_open(open);
     if (!open) reply->set_message("the task's round is closed, or this client was dropped from it");
     return grpc::Status::OK;
@@ -262,8 +279,10 @@ class FederationService final
 
   grpc::Status SubmitEvaluation(grpc::ServerContext* ctx, const fl::v1::EvaluationResult* req,
                                 fl::v1::SubmitReply* reply) override {
-    absl::StatusOr<std::string> id = Identify(ctx);
+    const std::shared_ptr<RoundEngine> engine = engines_();
+    absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
+    if (engine == nullptr) return NoRunReply(*id);
     EvaluationReport report;
     report.run_id = req->run_id();
     report.round = req->round();
@@ -280,7 +299,7 @@ class FederationService final
       report.feature_sums.sum_squares.assign(f.sum_squares().begin(), f.sum_squares().end());
       report.num_examples = f.count();
     }
-    absl::Status s = engine_->SubmitEvaluation(*id, report);
+    absl::Status s = engine->SubmitEvaluation(*id, report);
     if (!s.ok()) return ToGrpcStatus(s);
     reply->set_accepted(report.error.empty());
     reply->set_message(report.error.empty() ? "evaluation recorded" : "decline recorded");
@@ -289,14 +308,16 @@ class FederationService final
 
   grpc::Status SubmitSecAgg(grpc::ServerContext* ctx, const fl::v1::SecAggSubmission* req,
                             fl::v1::SubmitReply* reply) override {
-    absl::StatusOr<std::string> id = Identify(ctx);
+    const std::shared_ptr<RoundEngine> engine = engines_();
+    absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
+    if (engine == nullptr) return NoRunReply(*id);
     absl::StatusOr<SecAggMessage> message = SecAggMessageFromProto(*req);
     if (!message.ok()) {
-      engine_->AuditRefusal(*id, "secagg_refused", message.status());
+      engine->AuditRefusal(*id, "secagg_refused", message.status());
       return ToGrpcStatus(message.status());
     }
-    absl::Status s = engine_->SubmitSecAgg(*id, *message);
+    absl::Status s = engine->SubmitSecAgg(*id, *message);
     if (!s.ok()) return ToGrpcStatus(s);
     const bool declined = !message->decline_reason.empty();
     reply->set_accepted(!declined);
@@ -309,13 +330,15 @@ class FederationService final
   grpc::Status SubmitUpdate(grpc::ServerContext* ctx,
                             grpc::ServerReader<fl::v1::UpdatePart>* reader,
                             fl::v1::SubmitReply* reply) override {
-    absl::StatusOr<std::string> id = Identify(ctx);
+    const std::shared_ptr<RoundEngine> engine = engines_();
+    absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
+    if (engine == nullptr) return NoRunReply(*id);
     fl::v1::UpdatePart part;
     if (!reader->Read(&part) || !part.has_metadata()) {
       absl::Status s =
           absl::InvalidArgumentError("the first message of an update must carry its metadata");
-      engine_->AuditRefusal(*id, "update_refused", s);
+      engine->AuditRefusal(*id, "update_refused", s);
       return ToGrpcStatus(s);
     }
     const fl::v1::UpdateMetadata& m = part.metadata();
@@ -331,13 +354,13 @@ class FederationService final
       if (!spec.ok()) {
         absl::Status s = absl::InvalidArgumentError(
             absl::StrCat("update's model spec is invalid: ", spec.status().message()));
-        engine_->AuditRefusal(*id, "update_refused", s);
+        engine->AuditRefusal(*id, "update_refused", s);
         return ToGrpcStatus(s);
       }
       meta.spec = *std::move(spec);
     }
     if (!m.decline_reason().empty()) {
-      absl::Status s = engine_->Decline(*id, meta, m.decline_reason());
+      absl::Status s = engine->Decline(*id, meta, m.decline_reason());
       if (!s.ok()) return ToGrpcStatus(s);
       reply->set_accepted(false);
       reply->set_message(absl::StrCat("decline of task '", meta.task_id, "' recorded"));
@@ -365,11 +388,11 @@ class FederationService final
         absl::Status s = absl::InvalidArgumentError(absl::StrCat(
             "update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
             " is not supported; send FLOAT32, FLOAT16, INT8, MASKED_UINT32 or MASKED_UINT64"));
-        engine_->AuditRefusal(*id, "update_refused", s);
+        engine->AuditRefusal(*id, "update_refused", s);
         return ToGrpcStatus(s);
       }
     }
-    absl::StatusOr<std::unique_ptr<Upload>> upload = engine_->BeginUpload(*id, meta);
+    absl::StatusOr<std::unique_ptr<Upload>> upload = engine->BeginUpload(*id, meta);
     if (!upload.ok()) return ToGrpcStatus(upload.status());
     while (reader->Read(&part)) {
       switch (part.part_case()) {
@@ -396,7 +419,7 @@ class FederationService final
  private:
   // The caller's identity: the fingerprint of its verified, enrolled certificate (or, in
   // plaintext mode, the name it sends). Refusals are audited here.
-  absl::StatusOr<std::string> Identify(grpc::ServerContextBase* ctx) {
+  absl::StatusOr<std::string> Identify(grpc::ServerContextBase* ctx, RoundEngine* engine) {
     if (options_.insecure_plaintext) {
       auto it = ctx->client_metadata().find(kClientNameHeader);
       if (it == ctx->client_metadata().end() || it->second.empty()) {
@@ -408,11 +431,11 @@ class FederationService final
     std::vector<grpc::string_ref> certs = ctx->auth_context()->FindPropertyValues("x509_pem_cert");
     if (certs.empty()) {
       absl::Status s = absl::UnauthenticatedError("no client certificate was presented");
-      engine_->AuditRefusal("", "client_refused", s);
+      AuditRefusal(engine, "", "client_refused", s);
       return s;
     }
     std::string pem(certs.front().data(), certs.front().size());
-    absl::StatusOr<std::string> fingerprint = VerifiedFingerprint(pem);
+    absl::StatusOr<std::string> fingerprint = VerifiedFingerprint(pem, engine);
     if (!fingerprint.ok()) return fingerprint.status();
     absl::StatusOr<bool> enrolled = store_->IsEnrolled(*fingerprint);
     if (!enrolled.ok()) return enrolled.status();
@@ -420,6 +443,15 @@ class FederationService final
       absl::StatusOr<std::string> cn = CertificateCommonName(pem);
       absl::StatusOr<std::optional<ClientRecord>> record = store_->Client(*fingerprint);
       const bool revoked = record.ok() && record->has_value() && (*record)->revoked_at_ms != 0;
+      absl::StatusOr<CertificateIdentity> identity = options_.verifier->Verify(pem);
+      if (!revoked && identity.ok() && identity->admin) {
+        absl::Status s = absl::PermissionDeniedError(absl::StrCat(
+            "certificate CN=", identity->common_name,
+            " is an admin certificate, for the control API (fl run); a site joins with its own "
+            "(fl certs add-site NAME)"));
+        AuditRefusal(engine, *fingerprint, "client_refused", s);
+        return s;
+      }
       absl::Status s = absl::PermissionDeniedError(absl::StrCat(
           "client certificate ", fingerprint->substr(0, 16), " (CN=", cn.ok() ? *cn : "?", ") ",
           revoked ? absl::StrCat("was revoked at ",
@@ -430,8 +462,8 @@ class FederationService final
                                  "(fl admin enroll) if that was a mistake")
                   : "is not enrolled in this federation; ask the federation's operator to "
                     "enroll it (fl admin enroll)"));
-      engine_->AuditRefusal(*fingerprint, "client_refused", s);
-      engine_->ForgetClient(*fingerprint, "revoked or not enrolled");
+      AuditRefusal(engine, *fingerprint, "client_refused", s);
+      if (engine != nullptr) engine->ForgetClient(*fingerprint, "revoked or not enrolled");
       return s;
     }
     return *fingerprint;
@@ -443,7 +475,7 @@ class FederationService final
   // PEM for kVerifiedFor, then checked again (a certificate that expires is refused within that
   // long). Refusals are never cached, and enrollment is looked up on every call by the caller,
   // so a revoked site is refused at once. Refusals are audited here.
-  absl::StatusOr<std::string> VerifiedFingerprint(const std::string& pem) {
+  absl::StatusOr<std::string> VerifiedFingerprint(const std::string& pem, RoundEngine* engine) {
     // A monotonic clock: a wall clock stepped back would stretch the trust.
     const std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now();
     {
@@ -459,10 +491,10 @@ class FederationService final
       if (!fingerprint.ok()) {
         absl::Status s = absl::UnauthenticatedError(
             absl::StrCat("unreadable client certificate: ", fingerprint.status().message()));
-        engine_->AuditRefusal("", "client_refused", s);
+        AuditRefusal(engine, "", "client_refused", s);
         return s;
       }
-      engine_->AuditRefusal(*fingerprint, "client_refused", identity.status());
+      AuditRefusal(engine, *fingerprint, "client_refused", identity.status());
       return identity.status();
     }
     std::lock_guard<std::mutex> lock(verified_mu_);
@@ -472,6 +504,45 @@ class FederationService final
     return std::move(identity->fingerprint);
   }
 
+  // Audits a refusal through the engine (which also logs it and counts it), or straight into the
+  // store while the server has no run.
+  void AuditRefusal(RoundEngine* engine, const std::string& client_id, const std::string& event,
+                    const absl::Status& status) {
+    if (engine != nullptr) {
+      engine->AuditRefusal(client_id, event, status);
+      return;
+    }
+    AuditRecord record;
+    record.at_ms = absl::ToUnixMillis(absl::Now());
+    record.client_id = client_id;
+    record.event = event;
+    record.detail = std::string(status.message());
+    (void)store_->Audit(record);
+  }
+
+  grpc::Status RunOver(int64_t run_id, fl::v1::Task* reply) {
+    reply->set_run_id(run_id);
+    reply->set_kind(fl::v1::Task::DONE);
+    reply->set_run_status(fl::v1::Task::RUN_FINISHED);
+    reply->set_message("no run is active on this server; it waits for the next one");
+    if (run_id == 0) return grpc::Status::OK;
+    absl::StatusOr<RunRecord> run = store_->GetRun(run_id);
+    if (!run.ok()) {
+      reply->set_message(absl::StrCat("run ", run_id, " is not this server's current run"));
+      return grpc::Status::OK;
+    }
+    if (run->status == RunStatus::kFailed) reply->set_run_status(fl::v1::Task::RUN_FAILED);
+    reply->set_message(absl::StrCat("run ", run_id, " is over (", ToString(run->status),
+                                    run->reason.empty() ? "" : ": ", run->reason, ")"));
+    return grpc::Status::OK;
+  }
+
+  static absl::Status NoRun() {
+    return absl::FailedPreconditionError(
+        "no run is active on this server: it waits for the next one (fl run submit); join again");
+  }
+  static grpc::Status NoRunReply(const std::string&) { return ToGrpcStatus(NoRun()); }
+
   static constexpr std::chrono::seconds kVerifiedFor{60};
   static constexpr size_t kMaxVerified = 100000;
   struct Verified {
@@ -480,7 +551,7 @@ class FederationService final
   };
 
   const ServiceOptions options_;
-  RoundEngine* engine_;
+  const EngineSource engines_;
   Store* store_;
   ModelChunkCache chunk_cache_;
   std::mutex verified_mu_;
@@ -490,9 +561,9 @@ class FederationService final
 }  // namespace
 
 std::unique_ptr<fl::v1::Federation::Service> MakeFederationService(ServiceOptions options,
-                                                                   RoundEngine* engine,
+                                                                   EngineSource engines,
                                                                    Store* store) {
-  return std::make_unique<FederationService>(std::move(options), engine, store);
+  return std::make_unique<FederationService>(std::move(options), std::move(engines), store);
 }
 
 }  // namespace fl::server

@@ -5,6 +5,7 @@
 #ifndef FL_SERVER_SERVICE_FEDERATION_SERVICE_H_
 #define FL_SERVER_SERVICE_FEDERATION_SERVICE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,8 +24,15 @@ struct ServiceOptions {
   absl::Duration max_poll_wait = absl::Seconds(20);
 };
 
+// The engine of the server's current run, or null between runs (a server that stays up and has
+// none queued). Each call takes it once and keeps it to its end, so a call in flight when the
+// server moves to the next run finishes on the engine it began with.
+using EngineSource = std::function<std::shared_ptr<RoundEngine>()>;
+
+// Between runs, Join answers run 0 and PollTask DONE, so that sites wait for the next run; a
+// poll for a run that is over (the server has gone on to another) is answered DONE for it.
 std::unique_ptr<fl::v1::Federation::Service> MakeFederationService(ServiceOptions options,
-                                                                   RoundEngine* engine,
+                                                                   EngineSource engines,
                                                                    Store* store);
 
 }  // namespace fl::server

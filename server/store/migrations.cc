@@ -11,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 5> kMigrations = {
+constexpr std::array<const char*, 6> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -116,6 +116,20 @@ ALTER TABLE rounds ADD COLUMN secagg_json TEXT NOT NULL DEFAULT '';
     R"sql(
 ALTER TABLE runs ADD COLUMN feature_schema_json TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN feature_stats_json TEXT NOT NULL DEFAULT '';
+)sql",
+    // 6: runs submitted through the control API, oldest first: their run file (TOML), who
+    // submitted them, and what became of them (queued, started as run_id, or cancelled).
+    R"sql(
+CREATE TABLE run_queue(
+  queue_id INTEGER PRIMARY KEY AUTOINCREMENT,
+  name TEXT NOT NULL,
+  config_toml TEXT NOT NULL,
+  submitted_by TEXT NOT NULL,
+  submitted_at_ms INTEGER NOT NULL,
+  status TEXT NOT NULL CHECK (status IN ('queued', 'started', 'cancelled')),
+  run_id INTEGER NOT NULL DEFAULT 0,
+  reason TEXT NOT NULL DEFAULT '');
+CREATE INDEX run_queue_by_status ON run_queue(status, queue_id);
 )sql",
 };
 

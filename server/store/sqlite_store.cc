@@ -110,6 +110,8 @@ class SqliteStore final : public Store {
   absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) override;
   absl::Status Audit(const AuditRecord& record) override;
   absl::StatusOr<std::vector<AuditRecord>> AuditLog(int limit) override;
+  absl::StatusOr<std::vector<AuditRecord>> RunAuditLog(int64_t run_id, int64_t after_id,
+                                                       int limit) override;
 
  private:
   // FAILED_PRECONDITION naming `what` when the store was opened read-only.
@@ -611,6 +613,16 @@ absl::StatusOr<std::vector<EvaluationRecord>> SqliteStore::Evaluations(int64_t r
               "select from evaluations");
   if (!st.ok()) return st.status();
   return sqlite::Collect(st->Bind(run_id), ReadEvaluation);
+}
+
+absl::StatusOr<std::vector<AuditRecord>> SqliteStore::RunAuditLog(int64_t run_id,
+                                                                  int64_t after_id, int limit) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      absl::StrCat(kSelectAudit, "WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"),
+      "select a run's audit_log");
+  if (!st.ok()) return st.status();
+  return sqlite::Collect(st->Bind(run_id, after_id, static_cast<int64_t>(limit)), ReadAudit);
 }
 
 absl::StatusOr<std::string> SqliteStore::WriteCheckpoint(const Model& model) {

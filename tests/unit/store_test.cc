@@ -20,6 +20,7 @@
 #include "fl/common/model.h"
 #include "gtest/gtest.h"
 #include "server/store/migrations.h"
+#include "server/store/run_queue.h"
 
 namespace fl::server {
 namespace {
@@ -160,18 +161,19 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, CreatesSchemaAtTheLatestVersionAndReopensIdempotently) {
-  EXPECT_EQ(store_->schema_version(), 5);
+  EXPECT_EQ(store_->schema_version(), 6);
   EXPECT_EQ(store_->db_path(), dir_ + "/federation.db");
   EXPECT_TRUE(std::filesystem::is_directory(store_->checkpoint_dir()));
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->schema_version(), 5);
+  EXPECT_EQ(store_->schema_version(), 6);
   RawDb db(store_->db_path());
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2,3,4,5");
+  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2,3,4,5,6");
   EXPECT_EQ(db.QueryText("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                          "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
-            "audit_log,checkpoints,clients,evaluations,participations,rounds,runs,schema_version");
+            "audit_log,checkpoints,clients,evaluations,participations,rounds,run_queue,runs,"
+            "schema_version");
 }
 
 TEST_F(StoreTest, DatabaseIsInWalModeWithForeignKeys) {
@@ -652,7 +654,7 @@ TEST_F(StoreTest, AStoreOfSchemaOneMigratesAndOldEvaluationsHaveNoMetrics) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(old_dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->schema_version(), 5);
+  EXPECT_EQ((*store)->schema_version(), 6);
   ASSERT_TRUE((*store)
                   ->RecordEvaluation(1, 2, "federated", 0.5, 0.7, 60, 10,
                                      {{"accuracy", 0.7}, {"auc", 0.75}})
@@ -718,6 +720,60 @@ TEST_F(StoreTest, ParticipationCountsSumEveryAttemptPerClient) {
   EXPECT_TRUE(store_->ParticipationCounts(99)->empty());
 }
 
+// The control API's queue: oldest first, each entry leaves the queue once (started or
+// cancelled), a started one stays with its run; the listing puts what is queued first.
+TEST_F(StoreTest, RunQueueStartsOldestFirstAndEachEntryLeavesOnce) {
+  absl::StatusOr<std::unique_ptr<RunQueue>> queue = RunQueue::Open(store_->db_path());
+  ASSERT_TRUE(queue.ok()) << queue.status();
+  ASSERT_EQ((*queue)->Oldest()->has_value(), false);
+  absl::StatusOr<int64_t> a = (*queue)->Enqueue("a", "[run]\nrounds = 2\n", "alice", 10);
+  absl::StatusOr<int64_t> b = (*queue)->Enqueue("b", "", "bob", 20);
+  absl::StatusOr<int64_t> c = (*queue)->Enqueue("c", "", "bob", 30);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ((**(*queue)->Oldest()).queue_id, *a);
+  ASSERT_TRUE((*queue)->MarkStarted(*a, 7).ok());
+  EXPECT_EQ((**(*queue)->Oldest()).queue_id, *b);
+  ASSERT_TRUE((*queue)->Cancel(*b, "not needed").ok());
+  EXPECT_EQ((*queue)->Cancel(*b, "again").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*queue)->MarkStarted(*a, 8).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((**(*queue)->Oldest()).queue_id, *c);
+
+  absl::StatusOr<std::optional<QueuedRun>> of_run = (*queue)->ForRun(7);
+  ASSERT_TRUE(of_run.ok() && of_run->has_value());
+  EXPECT_EQ((*of_run)->name, "a");
+  EXPECT_EQ((*of_run)->config_toml, "[run]\nrounds = 2\n");
+  EXPECT_EQ((*of_run)->submitted_by, "alice");
+  EXPECT_FALSE((*queue)->ForRun(8)->has_value());
+  EXPECT_EQ((*queue)->Get(99).status().code(), absl::StatusCode::kNotFound);
+
+  absl::StatusOr<std::vector<QueuedRun>> all = (*queue)->List();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 3u);
+  EXPECT_EQ((*all)[0].name, "c");  // queued first, then the rest newest first
+  EXPECT_EQ((*all)[1].name, "b");
+  EXPECT_EQ((*all)[1].status, QueuedRun::Status::kCancelled);
+  EXPECT_EQ((*all)[1].reason, "not needed");
+  EXPECT_EQ((*all)[2].status, QueuedRun::Status::kStarted);
+}
+
+TEST_F(StoreTest, RunAuditLogHasOneRunsRecordsAfterAnId) {
+  for (int i = 0; i < 5; ++i) {
+    AuditRecord r;
+    r.at_ms = i;
+    r.event = absl::StrCat("e", i);
+    r.run_id = i % 2 == 0 ? 1 : 2;
+    ASSERT_TRUE(store_->Audit(r).ok());
+  }
+  absl::StatusOr<std::vector<AuditRecord>> first = store_->RunAuditLog(1, 0, 100);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 3u);
+  EXPECT_EQ((*first)[2].event, "e4");
+  absl::StatusOr<std::vector<AuditRecord>> after = store_->RunAuditLog(1, (*first)[0].id, 1);
+  ASSERT_TRUE(after.ok());
+  ASSERT_EQ(after->size(), 1u);
+  EXPECT_EQ((*after)[0].event, "e2");
+}
+
 TEST_F(StoreTest, OpenReadOnlyRefusesAMissingDatabaseAndCreatesNothing) {
   const std::string missing = dir_ + "/nothing-here";
   absl::StatusOr<std::unique_ptr<Store>> ro = Store::OpenReadOnly(missing);
@@ -762,7 +818,7 @@ TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
   Store& reader = **ro;
   EXPECT_TRUE(reader.read_only());
   EXPECT_FALSE(store_->read_only());
-  EXPECT_EQ(reader.schema_version(), 5);
+  EXPECT_EQ(reader.schema_version(), 6);
   EXPECT_EQ(reader.db_path(), store_->db_path());
 
   // The writer keeps committing rounds while the reader reads; every read succeeds and sees a

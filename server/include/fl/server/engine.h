@@ -346,6 +346,16 @@ struct RunActivity {
   int32_t needed = 0;  // min_clients
 };
 
+// A run's state as /healthz, fl_run_state and `fl run status` name it: the engine's phase, or
+// "stalled" when a run still going has made no progress for `stall_after`; "idle" (value 6) is
+// a server between runs.
+struct RunStateView {
+  std::string name;     // waiting, training, evaluating, stalled, finished, failed
+  int value = 0;        // 0..5 in that order
+  absl::Duration idle;  // since the last progress
+};
+RunStateView RunStateOf(const RunActivity& activity, absl::Time now, absl::Duration stall_after);
+
 class RoundEngine {
  public:
   // Opens the engine over `store`, resuming its unfinished run (from the last committed round,
@@ -421,6 +431,10 @@ class RoundEngine {
   // a restarted server runs that round again. For a graceful shutdown: afterwards the engine
   // starts no round and hands out no task.
   virtual void Abort(const std::string& reason) = 0;
+  // An operator ends the run (fl run stop): the round in flight is aborted, the run recorded as
+  // finished (its committed rounds are its result) or failed with `reason`, and every client
+  // hears DONE. FAILED_PRECONDITION when the run is already over.
+  virtual absl::Status Stop(RunStatus status, const std::string& reason) = 0;
 
   virtual bool finished() const = 0;
   virtual RunActivity Activity() const = 0;

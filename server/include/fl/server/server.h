@@ -10,6 +10,7 @@
 #ifndef FL_SERVER_SERVER_H_
 #define FL_SERVER_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,6 +23,18 @@
 #include "fl/server/store.h"
 
 namespace fl::server {
+
+// What one run needs beyond the server: made from a run file by ServerOptions::run_factory.
+struct RunSetup {
+  EngineOptions engine;  // its spill_dir is the server's
+  aggregation::StrategyOptions strategy;
+  Model initial_model;
+  EngineHooks hooks;
+};
+
+// Makes a run from a run file: TOML with the [run], [fit], [strategy] and [model] tables of a
+// server configuration, applied over the server's own. INVALID_ARGUMENT naming what is wrong.
+using RunFactory = std::function<absl::StatusOr<RunSetup>(const std::string& run_toml)>;
 
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:7443";  // port 0 picks a free port
@@ -58,6 +71,15 @@ struct ServerOptions {
   // Whether the store fsyncs its commits and checkpoints (StoreOpenOptions::durable): false only
   // for a simulation, which the same seed reruns.
   bool durable = true;
+  // Runs submitted through the control API (`fl run submit`) are made by this and run one after
+  // another, oldest first, once the current run is over. Empty: the control API can list,
+  // follow, change and stop runs but refuses submissions.
+  RunFactory run_factory;
+  // false: the server serves the run Start is given (or resumes the unfinished one), then the
+  // runs queued by then, and WaitUntilFinished returns. true (a daemon): Start starts no run of
+  // its own; the server resumes the unfinished run, then takes queued runs as they come, and
+  // stays up between them until Shutdown.
+  bool stay_up = false;
   // The engine's clock (not owned; must outlive the server); nullptr: the system's. A simulation
   // passes its simulated clock, which its driver moves.
   Clock* clock = nullptr;
@@ -75,9 +97,13 @@ class Server {
   virtual int port() const = 0;
   // The metrics endpoint's port; 0 when it is off.
   virtual int metrics_port() const = 0;
-  virtual RoundEngine& engine() = 0;
+  // The current run's engine: the one Start made (or resumed) until the server moves on to a
+  // queued run. Only with stay_up can there be none (null), between runs.
+  virtual std::shared_ptr<RoundEngine> current_engine() = 0;
+  RoundEngine& engine() { return *current_engine(); }
   virtual Store& store() = 0;
-  // Blocks until the run is over, then serves `grace` longer so that clients hear DONE.
+  // Blocks until the run is over and no run is queued, then serves `grace` longer so that
+  // clients hear DONE. With stay_up, until Shutdown.
   virtual void WaitUntilFinished(absl::Duration grace) = 0;
   // Stops serving (in-flight calls are cancelled) and the engine's clock thread. Idempotent.
   virtual void Shutdown() = 0;

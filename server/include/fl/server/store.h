@@ -272,6 +272,9 @@ class Store {
   virtual absl::Status Audit(const AuditRecord& record) = 0;  // id is assigned
   // The newest `limit` records, oldest first. INVALID_ARGUMENT when `limit` is negative.
   virtual absl::StatusOr<std::vector<AuditRecord>> AuditLog(int limit) = 0;
+  // The records of one run with an id above `after_id`, oldest first, at most `limit`.
+  virtual absl::StatusOr<std::vector<AuditRecord>> RunAuditLog(int64_t run_id, int64_t after_id,
+                                                               int limit) = 0;
 };
 
 }  // namespace fl::server

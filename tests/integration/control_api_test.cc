@@ -1,0 +1,208 @@
+// The control API (fl run) against a real `fl server --stay-up` over loopback mutual TLS: an
+// admin certificate made by `fl certs --admin` submits runs that a real site serves one after
+// another, lists them, follows one to its end, cancels a queued run and stops the active one;
+// the server stays up throughout. A site's certificate, a bad run file, a wrong CA and a wrong
+// server name are each refused with what to do.
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "fl/common/file_util.h"
+#include "fl/server/store.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/integration/site_test_util.h"
+#include "tests/integration/test_federation.h"
+
+namespace fl::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ControlApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    pki_ = MakePki(dir_.path(), {"site-0"});
+    certs_ = dir_.path() + "/certs";
+    FlResult admin = RunFl({"certs", "--out", certs_, "--admin", "alice"}, dir_.path());
+    ASSERT_EQ(admin.exit_code, 0) << admin.out;
+    ASSERT_THAT(admin.out, HasSubstr("admins/alice.pem"));
+    port_ = FreeLoopbackPort();
+    std::vector<std::string> argv =
+        ServerCommand(pki_, dir_.path() + "/data", port_, TinyRunFlags(2, 0));
+    argv.push_back("--stay-up");
+    server_log_ = dir_.path() + "/server.log";
+    server_ = StartServer(argv, server_log_);
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) {
+      server_->Kill(SIGTERM);
+      EXPECT_EQ(server_->Wait(), 0) << ReadFile(server_log_).value_or("");
+    }
+  }
+
+  // `fl run ARGS` as alice (or with the certificate and key given).
+  FlResult Run(std::vector<std::string> args, const std::string& cert = "",
+               const std::string& key = "") {
+    std::vector<std::string> argv = {"run",
+                                     "--server",
+                                     absl::StrCat("127.0.0.1:", port_),
+                                     "--ca",
+                                     pki_.ca_cert,
+                                     "--cert",
+                                     cert.empty() ? certs_ + "/admins/alice.pem" : cert,
+                                     "--key",
+                                     key.empty() ? certs_ + "/admins/alice.key" : key};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunFl(argv, dir_.path(), absl::StrCat("run-", ++calls_, ".log"));
+  }
+
+  std::string RunFile(const std::string& name, const std::string& toml) {
+    const std::string path = absl::StrCat(dir_.path(), "/", name, ".toml");
+    EXPECT_TRUE(WriteFileAtomic(path, toml).ok());
+    return path;
+  }
+
+  std::string Audit() {
+    absl::StatusOr<std::unique_ptr<server::Store>> store =
+        server::Store::OpenReadOnly(dir_.path() + "/data");
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? AuditText(**store) : "";
+  }
+
+  TempDir dir_;
+  ProvisionedFiles pki_;
+  std::string certs_;
+  int port_ = 0;
+  std::string server_log_;
+  std::unique_ptr<ChildProcess> server_;
+  int calls_ = 0;
+};
+
+TEST_F(ControlApiTest, AnAdminRunsRunsOneAfterAnotherOnAServerThatStaysUp) {
+  FlResult empty = Run({"list"});
+  ASSERT_EQ(empty.exit_code, 0) << empty.out;
+  EXPECT_THAT(empty.out, HasSubstr("RUN    NAME"));
+  EXPECT_THAT(ReadFile(server_log_).value_or(""), HasSubstr("server_idle"));
+
+  const std::string toml = WriteSiteToml(dir_.path(), "site", port_, pki_.ca_cert,
+                                         pki_.client_certs[0], pki_.client_keys[0]);
+  ChildProcess site({FL_BINARY, "client", "--config", toml}, dir_.path() + "/site.log");
+
+  FlResult first = Run({"submit", RunFile("first", "[run]\nname = \"first\"\nrounds = 2\n")});
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  EXPECT_THAT(first.out, HasSubstr("queued first as q1"));
+  // Followed from the queue to its end: both rounds, then the end, and the command returns.
+  FlResult logs = Run({"logs", "q1", "--follow"});
+  ASSERT_EQ(logs.exit_code, 0) << logs.out;
+  EXPECT_THAT(logs.out, HasSubstr("run_started"));
+  EXPECT_EQ(Count(logs.out, "round_committed"), 2) << logs.out;
+  EXPECT_THAT(logs.out, HasSubstr("run_finished           all rounds committed"));
+
+  // The next run takes the same site, with its own settings.
+  FlResult second = Run({"submit", RunFile("second", "[run]\nrounds = 3\n"), "--name", "again"});
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  ASSERT_EQ(Run({"logs", "q2", "-f"}).exit_code, 0);
+  FlResult status = Run({"status", "2", "--format", "json"});
+  ASSERT_EQ(status.exit_code, 0) << status.out;
+  nlohmann::json run = nlohmann::json::parse(status.out.substr(status.out.find('{')));
+  EXPECT_EQ(run["name"], "again");
+  EXPECT_EQ(run["status"], "finished");
+  EXPECT_EQ(run["committed_round"], 3);
+  EXPECT_EQ(run["submitted_by"], "alice");
+  EXPECT_THAT(run["config_toml"].get<std::string>(), HasSubstr("rounds = 3"));
+
+  // A run that cannot start (it needs three sites) is stopped as failed; the one queued behind
+  // it is cancelled first. The server stays up.
+  ASSERT_EQ(Run({"submit", RunFile("stuck",
+                                   "[run]\nname = \"stuck\"\nmin_clients = 3\n"
+                                   "min_fit_clients = 3\n")})
+                .exit_code,
+            0);
+  ASSERT_EQ(Run({"submit", RunFile("later", "[run]\nname = \"later\"\n")}).exit_code, 0);
+  FlResult cancel = Run({"stop", "q4", "--reason", "not needed"});
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.out;
+  EXPECT_THAT(cancel.out, HasSubstr("q4 later: cancelled (stopped by alice: not needed)"));
+  ASSERT_TRUE(WaitForText(server_log_, "queued_run_started queue_id=3"));
+  FlResult stop = Run({"stop", "3", "--fail", "--reason", "too few sites"});
+  ASSERT_EQ(stop.exit_code, 0) << stop.out;
+  EXPECT_THAT(stop.out, HasSubstr("3 stuck: failed (stopped by alice: too few sites)"));
+  FlResult again = Run({"stop", "3"});
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.out, HasSubstr("FAILED_PRECONDITION: run 3 is already over"));
+
+  FlResult list = Run({"list", "--format", "json"});
+  ASSERT_EQ(list.exit_code, 0) << list.out;
+  nlohmann::json runs = nlohmann::json::parse(list.out.substr(list.out.find('[')));
+  ASSERT_EQ(runs.size(), 4u) << list.out;
+  EXPECT_EQ(runs[0]["run"], "q4");
+  EXPECT_EQ(runs[0]["status"], "cancelled");
+  EXPECT_EQ(runs[1]["run"], "3");
+  EXPECT_EQ(runs[1]["status"], "failed");
+  EXPECT_EQ(runs[3]["status"], "finished");
+
+  const std::string audit = Audit();
+  EXPECT_THAT(audit, HasSubstr("run_submitted"));
+  EXPECT_THAT(audit, HasSubstr("run_cancelled"));
+  EXPECT_THAT(audit, HasSubstr("run_stopped round 0: failed: stopped by alice: too few sites"));
+  site.Kill(SIGTERM);
+  EXPECT_EQ(site.Wait(), 0);
+}
+
+TEST_F(ControlApiTest, ASiteCertificateIsRefusedAndAudited) {
+  FlResult site = Run({"list"}, pki_.client_certs[0], pki_.client_keys[0]);
+  EXPECT_EQ(site.exit_code, 1);
+  EXPECT_THAT(site.out, HasSubstr("PERMISSION_DENIED: certificate CN=site-0 is not an admin "
+                                  "certificate; the control API takes only those (fl certs "
+                                  "--admin NAME"));
+  EXPECT_THAT(Audit(), HasSubstr("control_refused round 0: ListRuns: PERMISSION_DENIED"));
+
+  // And the other way round: an admin's certificate does not make a site.
+  const std::string toml =
+      WriteSiteToml(dir_.path(), "admin-site", port_, pki_.ca_cert, certs_ + "/admins/alice.pem",
+                    certs_ + "/admins/alice.key");
+  FlResult as_site = RunFl({"client", "--once", "--config", toml}, dir_.path(), "as-site.log");
+  EXPECT_NE(as_site.exit_code, 0);
+  EXPECT_THAT(as_site.out, HasSubstr("certificate CN=alice is an admin certificate, for the "
+                                     "control API (fl run)"));
+}
+
+TEST_F(ControlApiTest, ARunFileThatMakesNoRunIsRefusedWithItsKey) {
+  FlResult server_table = Run({"submit", RunFile("bad", "[server]\nlisten = \"0.0.0.0:1\"\n")});
+  EXPECT_EQ(server_table.exit_code, 1);
+  EXPECT_THAT(server_table.out,
+              HasSubstr("run file:1: table 'server' is not a run's: a run file sets [run], "
+                        "[fit], [strategy] and [model]"));
+  FlResult typo = Run({"submit", RunFile("typo", "[run]\nroundz = 2\n")});
+  EXPECT_EQ(typo.exit_code, 1);
+  EXPECT_THAT(typo.out, HasSubstr("run file:2: unknown key 'run.roundz'"));
+  FlResult model = Run({"submit", RunFile("model", "[model]\nkind = \"transformer\"\n")});
+  EXPECT_EQ(model.exit_code, 1);
+  EXPECT_THAT(model.out, HasSubstr("INVALID_ARGUMENT: the run file does not make a run"));
+  FlResult list = Run({"list"});
+  EXPECT_EQ(Count(list.out, "\n"), 1) << "nothing was queued: " << list.out;
+}
+
+TEST_F(ControlApiTest, AWrongCaOrServerNameSaysSo) {
+  ProvisionedFiles other = MakePki(dir_.path() + "/other", {"x"});
+  FlResult wrong_ca =
+      RunFl({"run", "--server", absl::StrCat("127.0.0.1:", port_), "--ca", other.ca_cert, "--cert",
+             certs_ + "/admins/alice.pem", "--key", certs_ + "/admins/alice.key", "list"},
+            dir_.path(), "wrong-ca.log");
+  EXPECT_EQ(wrong_ca.exit_code, 1);
+  EXPECT_THAT(wrong_ca.out, HasSubstr("cannot reach the server's control API"));
+  EXPECT_THAT(wrong_ca.out, HasSubstr("give --ca the federation's ca.pem"));
+  FlResult wrong_name = Run({"--server-name", "fl.example.org", "list"});
+  EXPECT_EQ(wrong_name.exit_code, 1);
+  EXPECT_THAT(wrong_name.out, HasSubstr("not for 'fl.example.org'"));
+  FlResult nobody = Run({"--server", absl::StrCat("127.0.0.1:", FreeLoopbackPort()), "list"});
+  EXPECT_EQ(nobody.exit_code, 1);
+  EXPECT_THAT(nobody.out, HasSubstr("check --server and that fl server runs there"));
+}
+
+}  // namespace
+}  // namespace fl::testing
