@@ -1,10 +1,14 @@
 #include "cli/admin_command.h"
 
+#include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,6 +163,14 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
   a.columns->add_flag("--reset", a.reset,
                       "Forget them: the next site to join fixes them anew (after a "
                       "misconfigured first site)");
+  a.end_run = cmd->add_subcommand(
+      "end-run",
+      "End the unfinished run while no server runs on the data directory (e.g. one a "
+      "new configuration cannot resume); a running server's: fl run stop");
+  a.end_run->add_option("--run", a.run_id, "Run id (default: the unfinished run)")
+      ->check(CLI::PositiveNumber);
+  a.end_run->add_option("--reason", a.reason, "Recorded with the run")->required();
+  a.end_run->add_flag("--fail", a.fail, "Record it as failed (default: finished)");
   return cmd;
 }
 
@@ -196,6 +208,59 @@ int RunAdminColumns(const AdminArgs& a, const std::string& data_dir, int64_t now
 
 }  // namespace
 
+namespace {
+
+// `fl admin end-run`: only while no server holds the data directory's lock, which is kept for
+// the admin's write, so that a server started meanwhile waits for it.
+int RunAdminEndRun(const AdminArgs& a, const std::string& data_dir, int64_t now_ms) {
+  const std::string lock_path = data_dir + "/server.lock";
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return Fail(absl::PermissionDeniedError(
+        absl::StrCat("cannot open ", lock_path, ": ", std::strerror(errno))));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    return Fail(absl::FailedPreconditionError(absl::StrCat(
+        "a server runs on ", data_dir, ": end its run with fl run stop, or stop the server")));
+  }
+  absl::StatusOr<std::unique_ptr<fl::server::Store>> store =
+      fl::server::Store::Open(data_dir, {.remove_stale_temp_files = false});
+  if (!store.ok()) return Fail(store.status());
+  absl::StatusOr<std::optional<fl::server::RunRecord>> active = (*store)->ActiveRun();
+  if (!active.ok()) return Fail(active.status());
+  if (!active->has_value() || (a.run_id > 0 && (*active)->run_id != a.run_id)) {
+    return Fail(absl::FailedPreconditionError(
+        absl::StrCat(a.run_id > 0 ? absl::StrCat("run ", a.run_id, " is not the unfinished run")
+                                  : "there is no unfinished run",
+                     " in ", data_dir, "; fl admin status lists the runs")));
+  }
+  const int64_t run_id = (*active)->run_id;
+  if (absl::StatusOr<int> aborted = (*store)->AbortInFlightRounds(run_id, now_ms); !aborted.ok()) {
+    return Fail(aborted.status());
+  }
+  const std::string reason = absl::StrCat("ended by ", OperatorName(), ": ", a.reason);
+  const fl::server::RunStatus status =
+      a.fail ? fl::server::RunStatus::kFailed : fl::server::RunStatus::kFinished;
+  if (absl::Status s = (*store)->FinishRun(run_id, status, reason, now_ms); !s.ok()) {
+    return Fail(s);
+  }
+  fl::server::AuditRecord rec;
+  rec.at_ms = now_ms;
+  rec.event = "run_stopped";
+  rec.run_id = run_id;
+  rec.detail = absl::StrCat(a.fail ? "failed" : "finished", ": ", reason, " (fl admin end-run)");
+  if (absl::Status s = (*store)->Audit(rec); !s.ok()) return Fail(s);
+  std::printf("run %lld: %s (%s); the next server start begins a new run\n",
+              static_cast<long long>(run_id), fl::server::ToString(status), reason.c_str());
+  return 0;
+}
+
+}  // namespace
+
 int RunAdmin(const AdminArgs& a) {
   namespace admin = fl::server::admin;
   const int64_t now_ms = absl::ToUnixMillis(absl::Now());
@@ -209,6 +274,10 @@ int RunAdmin(const AdminArgs& a) {
       fl::server::Store::OpenReadOnly(*data_dir);
   if (!store.ok()) return Fail(store.status());
   if (a.columns->parsed()) return RunAdminColumns(a, *data_dir, now_ms);
+  if (a.end_run->parsed()) {
+    store->reset();
+    return RunAdminEndRun(a, *data_dir, now_ms);
+  }
   if (a.enroll->parsed() || a.revoke->parsed()) {
     store->reset();
     store = fl::server::Store::Open(*data_dir, {.remove_stale_temp_files = false});

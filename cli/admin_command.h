@@ -24,6 +24,8 @@ struct AdminArgs {
   int32_t round = -1;          // export: -1 the last committed round, 0 the initial model
   bool with_server_state = false;
   bool reset = false;  // columns
+  bool fail = false;   // end-run
+  std::string reason;  // end-run
   CLI::App* status = nullptr;
   CLI::App* rounds = nullptr;
   CLI::App* clients = nullptr;
@@ -32,6 +34,7 @@ struct AdminArgs {
   CLI::App* revoke = nullptr;
   CLI::App* export_model = nullptr;
   CLI::App* columns = nullptr;
+  CLI::App* end_run = nullptr;
 };
 
 // Adds `fl admin` and its subcommands to `app`, filling `a` when parsed.

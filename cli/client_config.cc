@@ -147,8 +147,7 @@ const std::vector<Key>& Keys() {
           "model", "classes",
           "Output classes; labels must be in [0, classes). 0: 1 + the largest training label "
           "(set it when a site may lack the highest classes).",
-          0,
-          [](auto& c) -> auto& { return c.model.classes; }),
+          0, [](auto& c) -> auto& { return c.model.classes; }),
       tk::IntArrayKey<C>(
           "model", "hidden", "mlp: widths of the hidden layers.", 1,
           [](auto& c) -> auto& { return c.model.hidden; }),

@@ -22,8 +22,7 @@ int Exit(int code, const std::string& cause, const std::string& fix) {
 
 // FAILED_PRECONDITION comes from Join only: a model or data columns that are not the run's.
 bool IsRefusal(const absl::Status& s) {
-  return absl::IsUnauthenticated(s) || absl::IsPermissionDenied(s) ||
-         absl::IsFailedPrecondition(s);
+  return absl::IsUnauthenticated(s) || absl::IsPermissionDenied(s) || absl::IsFailedPrecondition(s);
 }
 
 std::string RefusalFix(const absl::Status& s) {
@@ -122,7 +121,8 @@ int SiteDaemon::Serve(fl::client::Client& client) {
     }
     if (s.ok()) {
       const fl::client::RunEnd end = client.last_run();
-      if (end.was_live || once) {
+      // Run 0 is no run (a server between runs): a --once site waits for a run to take part in.
+      if (end.was_live || (once && end.run_id != 0)) {
         LogEvent(end.failed ? LogLevel::kWarn : LogLevel::kInfo, "run_ended",
                  {{"run", absl::StrCat(end.run_id)},
                   {"status", end.failed ? "failed" : "finished"},

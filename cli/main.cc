@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -177,13 +178,70 @@ int RunServer(fl::server::ServerConfig config) {
   s->Shutdown();
   // A failed run exits non-zero, so that systemd and scripts see it; a daemon (--stay-up) ends
   // only on a signal, and its runs' outcomes are in fl run list.
-  const std::shared_ptr<fl::server::RoundEngine> last = s->current_engine();
-  if (last == nullptr || config.server.stay_up) return 0;
-  absl::StatusOr<fl::server::RunRecord> run = s->store().GetRun(last->run_id());
-  if (run.ok() && run->status == fl::server::RunStatus::kFailed) {
-    return Fail(absl::AbortedError(absl::StrCat("run ", run->run_id, " failed: ", run->reason)));
+  if (config.server.stay_up) return 0;
+  for (int64_t id : s->served_runs()) {
+    absl::StatusOr<fl::server::RunRecord> run = s->store().GetRun(id);
+    if (run.ok() && run->status == fl::server::RunStatus::kFailed) {
+      return Fail(absl::AbortedError(absl::StrCat("run ", run->run_id, " failed: ", run->reason)));
+    }
   }
   return 0;
+}
+
+// The run-table keys that `fl server`'s flags set, for the ones given at this start (a resumed
+// run takes them: ServerOptions::resume_toml). The [secure_aggregation] flags are
+// AddSecAggFlags'.
+constexpr std::pair<const char*, const char*> kRunFlagKeys[] = {
+    {"--rounds", "run.rounds"},
+    {"--min-clients", "run.min_clients"},
+    {"--min-fit-clients", "run.min_fit_clients"},
+    {"--sample-fraction", "run.sample_fraction"},
+    {"--round-timeout", "run.round_timeout_s"},
+    {"--max-round-retries", "run.max_round_retries"},
+    {"--seed", "run.seed"},
+    {"--eval-every", "run.eval_every"},
+    {"--federated-standardization", "run.federated_standardization"},
+    {"--stop-metric", "run.stop_metric"},
+    {"--stop-threshold", "run.stop_threshold"},
+    {"--update-encoding", "run.update_encoding"},
+    {"--local-epochs", "fit.local_epochs"},
+    {"--batch-size", "fit.batch_size"},
+    {"--lr", "fit.learning_rate"},
+    {"--strategy", "strategy.name"},
+    {"--proximal-mu", "strategy.proximal_mu"},
+    {"--momentum", "strategy.momentum"},
+    {"--weight-decay", "strategy.weight_decay"},
+    {"--clip-norm", "strategy.clip_norm"},
+    {"--server-lr", "strategy.server_learning_rate"},
+    {"--num-parties", "strategy.num_parties"},
+    {"--dp-mode", "privacy.mode"},
+    {"--dp-noise-multiplier", "privacy.noise_multiplier"},
+    {"--dp-clip-norm", "privacy.clip_norm"},
+    {"--dp-delta", "privacy.delta"},
+    {"--dp-epsilon-budget", "privacy.epsilon_budget"},
+    {"--secagg", "secure_aggregation.enabled"},
+    {"--secagg-neighbors", "secure_aggregation.num_neighbors"},
+    {"--secagg-threshold", "secure_aggregation.threshold"},
+    {"--secagg-clip-range", "secure_aggregation.clip_range"},
+    {"--secagg-bits", "secure_aggregation.quantization_bits"},
+    {"--secagg-modulus-bits", "secure_aggregation.modulus_bits"},
+    {"--secagg-stage-timeout", "secure_aggregation.stage_timeout_s"},
+};
+
+// What this start of `fl server` gave for a run's tables: the keys its --config file sets and
+// the flags given, with their values, as a run file.
+absl::StatusOr<std::string> GivenRunToml(const CLI::App& server_cmd, const std::string& config_path,
+                                         const fl::server::ServerConfig& config) {
+  std::set<std::string> keys;
+  if (!config_path.empty()) {
+    absl::StatusOr<std::set<std::string>> in_file = fl::server::KeysInServerConfig(config_path);
+    if (!in_file.ok()) return in_file.status();
+    keys = *std::move(in_file);
+  }
+  for (const auto& [flag, key] : kRunFlagKeys) {
+    if (server_cmd.count(flag) > 0) keys.insert(key);
+  }
+  return fl::server::RunTomlOfKeys(config, keys);
 }
 
 // `fl client`: the configuration (file, then flags) and what to print instead of running.
@@ -521,6 +579,10 @@ int main(int argc, char** argv) {
       std::fputs(fl::server::ServerConfigToToml(server_config).c_str(), stdout);
       return 0;
     }
+    absl::StatusOr<std::string> given =
+        GivenRunToml(*server_cmd, ConfigPath(argc, argv, "server"), server_config);
+    if (!given.ok()) return Fail(given.status());
+    server.resume_toml = *std::move(given);
     return RunServer(server_config);
   }
   if (client_cmd->parsed()) return RunClient(client);

@@ -213,10 +213,8 @@ std::vector<PreflightCheck> RunPreflightChecks(
   if (tls ? !handshake : !reachable) {
     add(Check(kEnrollment, Result::kSkip,
               tls ? "needs the TLS handshake" : "needs the server reachable"));
-  } else if (absl::StatusOr<fl::client::Admission> admitted =
-                 fl::client::CheckAdmission(admission_options,
-                                            site.ok() ? site->trainer.get() : nullptr,
-                                            kCallTimeout);
+  } else if (absl::StatusOr<fl::client::Admission> admitted = fl::client::CheckAdmission(
+                 admission_options, site.ok() ? site->trainer.get() : nullptr, kCallTimeout);
              !admitted.ok()) {
     add(Check(kEnrollment, Result::kFail, admitted.status().ToString(),
               EnrollmentFix(admitted.status(), o)));

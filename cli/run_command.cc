@@ -1,5 +1,6 @@
 #include "cli/run_command.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -104,11 +105,14 @@ class ControlClient {
   }
 
   // A context with the command's deadline (none for a followed stream).
-  std::unique_ptr<grpc::ClientContext> Context(bool deadline = true) const {
+  // `at_least_s`: a floor for calls that do real work on the server (a submission makes the run
+  // once to check it: its model, its test set).
+  std::unique_ptr<grpc::ClientContext> Context(bool deadline = true, double at_least_s = 0) const {
     auto ctx = std::make_unique<grpc::ClientContext>();
     if (deadline) {
+      const double seconds = std::max(args_.timeout_s, at_least_s);
       ctx->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(args_.timeout_s * 1000)));
+                        std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000)));
     }
     return ctx;
   }
@@ -168,7 +172,12 @@ int Submit(ControlClient& c, const RunArgs& a) {
   req.set_config_toml(*text);
   req.set_name(a.name);
   fl::v1::RunInfo reply;
-  if (grpc::Status s = c.stub().SubmitRun(c.Context().get(), req, &reply); !s.ok()) {
+  if (grpc::Status s = c.stub().SubmitRun(c.Context(true, 120).get(), req, &reply); !s.ok()) {
+    if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      return cli::Fail(absl::DeadlineExceededError(
+          "the server did not confirm the submission in time; it may still have queued it: "
+          "check fl run list before submitting again"));
+    }
     return c.Fail(s);
   }
   std::printf("queued %s as %s; it starts when the runs before it are over (fl run list)\n",
@@ -229,6 +238,33 @@ int Stop(ControlClient& c, const RunArgs& a, const RunRef& ref) {
   return 0;
 }
 
+int Update(ControlClient& c, const RunArgs& a, const RunRef& ref) {
+  if (ref.run_id == 0) {
+    return cli::Fail(absl::FailedPreconditionError(
+        "a queued run changes by a new submission (fl run stop q<N>, then fl run submit)"));
+  }
+  fl::v1::UpdateRunRequest req;
+  req.set_run_id(ref.run_id);
+  for (const std::string& kv : a.set) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return cli::Fail(absl::InvalidArgumentError(
+          absl::StrCat("--set '", kv, "' is not key=value (e.g. --set rounds=20)")));
+    }
+    (*req.mutable_set())[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  fl::v1::UpdateRunReply reply;
+  if (grpc::Status s = c.stub().UpdateRun(c.Context().get(), req, &reply); !s.ok()) {
+    return c.Fail(s);
+  }
+  if (reply.changes().empty())
+    std::printf("run %lld: nothing changed\n", static_cast<long long>(ref.run_id));
+  for (const std::string& change : reply.changes()) {
+    std::printf("run %lld: %s\n", static_cast<long long>(ref.run_id), change.c_str());
+  }
+  return 0;
+}
+
 int Logs(ControlClient& c, const RunArgs& a, const RunRef& ref) {
   fl::v1::FollowRunRequest req;
   req.set_run_id(ref.run_id);
@@ -271,7 +307,8 @@ CLI::App* AddRunCommand(CLI::App& app, RunArgs& a) {
       ->check(CLI::PositiveNumber);
   a.submit = cmd->add_subcommand(
       "submit",
-      "Queue a run file ([run], [fit], [strategy], [model] tables over the server's "
+      "Queue a run file (a run's tables: [run], [fit], [strategy], [model], [privacy], "
+      "[secure_aggregation], over the server's "
       "configuration); runs start one after another");
   a.submit->add_option("file", a.file, "The run file (TOML)")->required();
   a.submit->add_option("--name", a.name, "The run's name (default: run.name in the file)");
@@ -289,6 +326,12 @@ CLI::App* AddRunCommand(CLI::App& app, RunArgs& a) {
   a.stop->add_option("run", a.run, "Run id, or q<N> for a queued run")->required();
   a.stop->add_option("--reason", a.reason, "Recorded with the run");
   a.stop->add_flag("--fail", a.fail, "Record the run as failed (default: finished)");
+  a.update = cmd->add_subcommand(
+      "update",
+      "Change the active run's policies (rounds, min_clients, min_fit_clients, "
+      "sample_fraction, timeouts, retries, eval_every, the stopping rule); audited");
+  a.update->add_option("run", a.run, "Run id")->required();
+  a.update->add_option("--set", a.set, "[run] key=value, e.g. rounds=20 (repeatable)")->required();
   a.logs = cmd->add_subcommand("logs", "A run's events: rounds, refusals, changes, its end");
   a.logs->add_option("run", a.run,
                      "Run id, or q<N> for a queued run (with --follow, once it starts); default: "
@@ -311,6 +354,7 @@ int RunRun(RunArgs& a) {
   if (a.status->parsed()) return Status(*client, a, ref);
   if (a.stop->parsed()) return Stop(*client, a, ref);
   if (a.logs->parsed()) return Logs(*client, a, ref);
+  if (a.update->parsed()) return Update(*client, a, ref);
   return 1;
 }
 

@@ -1,12 +1,13 @@
 // `fl run`: the control API of a running server (proto/fl/v1/control.proto) from an operator's
 // admin certificate (`fl certs --admin NAME`): submit a run file, list the runs, show one,
-// follow its events, stop it. Runs are named by their run id; a run still queued by "q" and its
-// queue id (e.g. q3). cli/main.cc registers it. Thread-compatible: one command per process.
+// follow its events, change its policies, stop it. Runs are named by their run id; a run still
+// queued by "q" and its queue id (e.g. q3). cli/main.cc registers it. Thread-compatible: one
+// command per process.
 #ifndef FL_CLI_RUN_COMMAND_H_
 #define FL_CLI_RUN_COMMAND_H_
 
-#include <map>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 
@@ -18,14 +19,14 @@ struct RunArgs {
   std::string cert, key;    // the admin's certificate and key
   std::string server_name;  // TLS name to expect (default: the host of --server)
   double timeout_s = 10;
-  std::string format = "table";            // list/status: table or json
-  std::string file;                        // submit
-  std::string name;                        // submit
-  std::string run;                         // status, stop, logs: "12" or "q3"
-  bool follow = false;                     // logs
-  bool fail = false;                       // stop
-  std::string reason;                      // stop
-  std::map<std::string, std::string> set;  // update: key=value
+  std::string format = "table";  // list/status: table or json
+  std::string file;              // submit
+  std::string name;              // submit
+  std::string run;               // status, stop, logs: "12" or "q3"
+  bool follow = false;           // logs
+  bool fail = false;             // stop
+  std::string reason;            // stop
+  std::vector<std::string> set;  // update: key=value
   CLI::App *submit = nullptr, *list = nullptr, *status = nullptr, *stop = nullptr, *logs = nullptr,
            *update = nullptr;
 };

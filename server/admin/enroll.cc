@@ -51,6 +51,16 @@ absl::StatusOr<Enrollment> EnrollCertificate(Store& store, absl::string_view cer
     return absl::Status(s.code(), absl::StrCat("refusing to enroll certificate ", *fingerprint,
                                                ": ", std::string(s.message())));
   }
+  if (absl::StatusOr<ClientCertificateVerifier> verifier = ClientCertificateVerifier::Create(ca);
+      verifier.ok()) {
+    absl::StatusOr<CertificateIdentity> identity = verifier->Verify(cert);
+    if (identity.ok() && identity->admin) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "refusing to enroll certificate ", *fingerprint, " (CN=", identity->common_name,
+          "): it is an admin certificate, for the control API (fl run); a site needs its own "
+          "(fl certs add-site NAME)"));
+    }
+  }
   Enrollment out{.client_id = *fingerprint, .name = name};
   if (out.name.empty()) {
     absl::StatusOr<std::string> cn = CertificateCommonName(cert);

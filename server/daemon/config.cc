@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -347,16 +348,49 @@ absl::Status ApplyRunConfig(const std::string& text, const std::string& name,
   absl::StatusOr<toml::table> root = tk::ParseTomlText(text, name);
   if (!root.ok()) return root.status();
   for (const auto& [table, node] : *root) {
-    if (table == "run" || table == "fit" || table == "strategy" || table == "model") continue;
+    if (table != "server") continue;
     return tk::ErrorAt(name, node.source(),
-                       absl::StrCat("table '", std::string(table.str()),
-                                    "' is not a run's: a run file sets [run], [fit], [strategy] "
-                                    "and [model] (the rest is the server's own configuration)"));
+                       "table 'server' is the server's own configuration: a run file sets "
+                       "[run], [fit], [strategy], [model], [privacy] and [secure_aggregation]");
   }
   if (absl::Status s = tk::ApplyTomlTable(name, *root, Tables(), Keys(), config); !s.ok()) {
     return s;
   }
   return CheckServerConfig(config);
+}
+
+absl::StatusOr<std::set<std::string>> KeysInServerConfig(const std::string& path) {
+  absl::StatusOr<toml::table> root = tk::ParseTomlFile(path);
+  if (!root.ok()) return root.status();
+  std::set<std::string> keys;
+  for (const auto& [table, node] : *root) {
+    if (!node.is_table()) continue;
+    for (const auto& [key, value] : *node.as_table()) {
+      keys.insert(std::string(table.str()) + "." + std::string(key.str()));
+    }
+  }
+  return keys;
+}
+
+std::string RunTomlOfKeys(const ServerConfig& config, const std::set<std::string>& keys) {
+  absl::StatusOr<toml::table> all = tk::ParseTomlText(ServerConfigToToml(config), "config");
+  if (!all.ok()) return "";
+  toml::table out;
+  for (const auto& [table, node] : *all) {
+    // The model is checked by its spec when a run resumes; [server] is not a run's.
+    if (table == "server" || table == "model" || !node.is_table()) continue;
+    toml::table picked;
+    for (const auto& [key, value] : *node.as_table()) {
+      if (keys.contains(std::string(table.str()) + "." + std::string(key.str()))) {
+        picked.insert_or_assign(key, value);
+      }
+    }
+    if (!picked.empty()) out.insert_or_assign(table, std::move(picked));
+  }
+  if (out.empty()) return "";
+  std::ostringstream text;
+  text << out << "\n";
+  return text.str();
 }
 
 absl::Status CheckServerConfig(const ServerConfig& config) {

@@ -20,6 +20,7 @@
 #define FL_SERVER_DAEMON_CONFIG_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,11 +69,20 @@ struct ServerConfig {
 // been partly written.
 absl::Status ApplyServerConfig(const std::string& path, ServerConfig& config);
 
-// A run file submitted through the control API (fl run submit): TOML text with only the [run],
-// [fit], [strategy] and [model] tables, applied over `config` (the server's own configuration),
-// then checked as CheckServerConfig. INVALID_ARGUMENT naming `name`, the line and the key; any
-// other table (e.g. [server]) is refused.
+// A run file submitted through the control API (fl run submit): TOML text with the tables of a
+// run ([run], [fit], [strategy], [model], [privacy], [secure_aggregation]) applied over `config`
+// (the server's own configuration), then checked as CheckServerConfig. INVALID_ARGUMENT naming
+// `name`, the line and the key; [server] is refused.
 absl::Status ApplyRunConfig(const std::string& text, const std::string& name, ServerConfig& config);
+
+// The keys the TOML file at `path` sets, as "table.key". The errors of ApplyServerConfig.
+absl::StatusOr<std::set<std::string>> KeysInServerConfig(const std::string& path);
+
+// The keys of `config` named in `keys` ("run.rounds", "fit.batch_size", ...) that belong to a
+// run's tables, with their values, as a run file: what an operator gave at this start, for a
+// resumed run to take (ServerOptions::resume_toml). Keys of [server] and [model] (a resumed run
+// checks its model by its spec) and keys not named are left out; "" when none is left.
+std::string RunTomlOfKeys(const ServerConfig& config, const std::set<std::string>& keys);
 
 // The checks that span keys, for a configuration put together from a file and flags:
 // INVALID_ARGUMENT naming the key, e.g. "strategy.proximal_mu must be > 0 for strategy 'fedprox',

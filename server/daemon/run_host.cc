@@ -1,9 +1,15 @@
 #include "server/daemon/run_host.h"
 
+#include <algorithm>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "fl/common/logging.h"
+#include "server/daemon/config.h"
 
 namespace fl::server {
 
@@ -28,54 +34,70 @@ absl::Status RunHost::Start(RunSetup initial) {
   absl::StatusOr<std::optional<RunRecord>> active = options_.store->ActiveRun();
   if (!active.ok()) return active.status();
   if (active->has_value()) {
-    // A submitted run resumes with its own run file, not the server's configuration.
-    absl::StatusOr<std::optional<QueuedRun>> queued = queue_->ForRun((*active)->run_id);
-    if (!queued.ok()) return queued.status();
-    if (queued->has_value()) {
-      absl::StatusOr<RunSetup> setup = SetupOf(**queued);
-      if (!setup.ok()) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "cannot resume run ", (*active)->run_id, ": its run file (queued run ",
-            (*queued)->queue_id, ") no longer makes a run over this server's configuration: ",
-            setup.status().message()));
+    const int64_t run_id = (*active)->run_id;
+    // A submitted run resumes with its own run file, not the server's configuration. Its entry
+    // may lack the run when the server stopped between creating the run and recording it.
+    absl::StatusOr<std::optional<QueuedRun>> queued = queue_->ForRun(run_id);
+    if (queued.ok() && !queued->has_value()) {
+      queued = queue_->ClaimedWithoutRun();
+      if (queued.ok() && queued->has_value()) {
+        if (absl::Status s = queue_->SetRun((*queued)->queue_id, run_id); !s.ok()) return s;
       }
-      return StartRun(*std::move(setup), "");
     }
+    if (!queued.ok()) return queued.status();
+    if (!queued->has_value()) {
+      const aggregation::StrategyOptions strategy = initial.strategy;
+      if (absl::Status s = StartRun(std::move(initial), ""); !s.ok()) return s;
+      return TakeResumeChanges(strategy);
+    }
+    absl::StatusOr<RunSetup> setup = SetupOf(**queued);
+    absl::Status resumed = setup.ok() ? StartRun(*std::move(setup), "") : setup.status();
+    if (resumed.ok()) return absl::OkStatus();
+    // The server must come up (its control API is the way to act on runs): a submitted run it
+    // cannot resume ends as failed, with the reason, and the queue goes on.
+    const std::string reason = absl::StrCat(
+        "cannot resume: its run file (q", (*queued)->queue_id,
+        ") no longer makes a run over this server's configuration: ", resumed.message());
+    LogEvent(LogLevel::kError, "run_failed", {{"run", absl::StrCat(run_id)}, {"reason", reason}});
+    if (absl::Status s = options_.store->FinishRun(run_id, RunStatus::kFailed, reason,
+                                                   absl::ToUnixMillis(absl::Now()));
+        !s.ok()) {
+      return s;
+    }
+  } else if (!options_.server->stay_up) {
     return StartRun(std::move(initial), "");
   }
-  if (!options_.server->stay_up) return StartRun(std::move(initial), "");
-  absl::StatusOr<std::optional<QueuedRun>> next = queue_->Oldest();
-  if (!next.ok()) return next.status();
-  if (next->has_value()) {
-    if (absl::Status s = StartQueued(**next); !s.ok()) {
-      (void)queue_->Cancel((*next)->queue_id, absl::StrCat("could not start: ", s.message()));
-      LogEvent(
-          LogLevel::kError, "queued_run_cancelled",
-          {{"queue_id", absl::StrCat((*next)->queue_id)}, {"reason", std::string(s.message())}});
-    }
-    return absl::OkStatus();
+  StartNextLocked();
+  if (CurrentEngine() == nullptr) {
+    LogEvent(LogLevel::kInfo, "server_idle", {{"waiting_for", "a run (fl run submit)"}});
   }
-  LogEvent(LogLevel::kInfo, "server_idle", {{"waiting_for", "a run (fl run submit)"}});
   return absl::OkStatus();
 }
 
 void RunHost::StartNextIfOver() {
+  if (stopping_.load()) return;
   std::lock_guard switch_lock(switch_mu_);
-  if (aborted_) return;
   std::shared_ptr<RoundEngine> current = CurrentEngine();
   if (current != nullptr && !current->finished()) return;
-  while (true) {
+  StartNextLocked();
+}
+
+void RunHost::StartNextLocked() {
+  // Each entry is tried once: one that cannot start is cancelled with the reason. A store
+  // error ends the attempt; the next tick tries again.
+  while (!stopping_.load()) {
     absl::StatusOr<std::optional<QueuedRun>> next = queue_->Oldest();
     if (!next.ok()) {
       LogEvent(LogLevel::kError, "run_queue_unreadable", {{"error", next.status().ToString()}});
       return;
     }
     if (!next->has_value()) return;
-    absl::Status s = StartQueued(**next);
-    if (s.ok()) return;
-    (void)queue_->Cancel((*next)->queue_id, absl::StrCat("could not start: ", s.message()));
-    LogEvent(LogLevel::kError, "queued_run_cancelled",
-             {{"queue_id", absl::StrCat((*next)->queue_id)}, {"reason", std::string(s.message())}});
+    absl::StatusOr<bool> started = StartQueued(**next);
+    if (!started.ok()) {
+      LogEvent(LogLevel::kError, "run_queue_unwritable", {{"error", started.status().ToString()}});
+      return;
+    }
+    if (*started) return;
   }
 }
 
@@ -83,19 +105,24 @@ bool RunHost::Idle() {
   std::lock_guard switch_lock(switch_mu_);
   std::shared_ptr<RoundEngine> current = CurrentEngine();
   if (current != nullptr && !current->finished()) return false;
-  if (aborted_) return true;
+  if (stopping_.load()) return true;
   absl::StatusOr<std::optional<QueuedRun>> next = queue_->Oldest();
   return !next.ok() || !next->has_value();
 }
 
+void RunHost::Drain() { stopping_ = true; }
+
 void RunHost::Abort(const std::string& reason) {
-  {
-    std::lock_guard switch_lock(switch_mu_);
-    aborted_ = true;
-  }
+  stopping_ = true;
+  std::lock_guard switch_lock(switch_mu_);  // a run starting now finishes starting first
   if (std::shared_ptr<RoundEngine> current = CurrentEngine(); current != nullptr) {
     current->Abort(reason);
   }
+}
+
+std::vector<int64_t> RunHost::served_runs() {
+  std::lock_guard switch_lock(switch_mu_);
+  return served_;
 }
 
 absl::StatusOr<QueuedRun> RunHost::Submit(const std::string& run_toml, const std::string& name,
@@ -103,6 +130,11 @@ absl::StatusOr<QueuedRun> RunHost::Submit(const std::string& run_toml, const std
   if (!options_.server->run_factory) {
     return absl::FailedPreconditionError(
         "this server takes no submitted runs (it was started without a run factory)");
+  }
+  if (stopping_.load()) {
+    return absl::FailedPreconditionError(
+        "the server is finishing (it runs without --stay-up, and its runs are over); submit once "
+        "it is started again, or run it with --stay-up");
   }
   // Checked now, so that a wrong key is the submitter's error, not a cancelled run later.
   absl::StatusOr<RunSetup> setup = options_.server->run_factory(run_toml);
@@ -119,6 +151,78 @@ absl::StatusOr<QueuedRun> RunHost::Submit(const std::string& run_toml, const std
   return queue_->Get(*id);
 }
 
+absl::Status RunHost::TakeResumeChanges(const aggregation::StrategyOptions& strategy) {
+  const std::string& toml = options_.server->resume_toml;
+  if (toml.empty()) return absl::OkStatus();
+  std::shared_ptr<RoundEngine> engine = CurrentEngine();
+  if (engine->finished()) {
+    // Its last round was committed before the server stopped: it ends as it was configured.
+    LogEvent(LogLevel::kWarn, "resume_changes_ignored",
+             {{"run", absl::StrCat(engine->run_id())}, {"reason", "the run is over"}});
+    return absl::OkStatus();
+  }
+  ServerConfig config;
+  config.server.engine = engine->options();
+  config.server.strategy = strategy;
+  const std::string source = "this start's --config and flags";
+  if (absl::Status s = ApplyRunConfig(toml, source, config); !s.ok()) return s;
+  if (absl::StrContains(toml, "[strategy]")) {
+    // The strategy's settings reach the sites in every fit task: a resumed run's must be its own.
+    std::map<std::string, double>& extra = config.server.engine.fit.extra;
+    if (config.server.strategy.name != "fedprox") extra.erase("proximal_mu");
+    for (const auto& [key, value] : config.server.strategy.ClientConfig()) extra[key] = value;
+  }
+  absl::StatusOr<std::vector<std::string>> changes =
+      engine->ChangePolicies(config.server.engine, source);
+  if (!changes.ok()) {
+    return absl::Status(changes.status().code(),
+                        absl::StrCat("resuming: ", changes.status().message(),
+                                     "; or start with the run's own values (fl admin status "
+                                     "shows the run)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> RunHost::UpdateRun(
+    int64_t run_id, const std::map<std::string, std::string>& set, const std::string& by) {
+  std::shared_ptr<RoundEngine> engine = CurrentEngine();
+  if (engine == nullptr || engine->run_id() != run_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", run_id, " is not the server's active run; only a running run can change"));
+  }
+  constexpr size_t kMaxKeys = 32, kMaxKey = 64, kMaxValue = 256;
+  if (set.empty() || set.size() > kMaxKeys) {
+    return absl::InvalidArgumentError(absl::StrCat("give 1 to ", kMaxKeys, " keys to change"));
+  }
+  // The keys as a [run] table, read with the configuration's own key table: the same names,
+  // types and ranges as server.toml.
+  std::string toml = "[run]\n";
+  for (const auto& [raw_key, value] : set) {
+    const std::string key = absl::StartsWith(raw_key, "run.") ? raw_key.substr(4) : raw_key;
+    const bool plain =
+        !key.empty() && key.size() <= kMaxKey && std::all_of(key.begin(), key.end(), [](char c) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '_';
+        });
+    if (!plain || value.empty() || value.size() > kMaxValue) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", raw_key, "=", value.substr(0, 64),
+                       "' is not key=value of a [run] key (e.g. rounds=20, min_clients=3, "
+                       "round_timeout_s=600)"));
+    }
+    double number = 0;
+    const bool literal = absl::SimpleAtod(value, &number) || value == "true" || value == "false" ||
+                         value.front() == '"';
+    absl::StrAppend(&toml, key, " = ",
+                    literal ? value : absl::StrCat("\"", absl::CEscape(value), "\""), "\n");
+  }
+  ServerConfig config;
+  config.server.engine = engine->options();
+  if (absl::Status s = ApplyRunConfig(toml, "update", config); !s.ok()) {
+    return absl::InvalidArgumentError(s.message());
+  }
+  return engine->ChangePolicies(config.server.engine, by);
+}
+
 absl::StatusOr<RunSetup> RunHost::SetupOf(const QueuedRun& queued) {
   if (!options_.server->run_factory) {
     return absl::FailedPreconditionError("this server was started without a run factory");
@@ -126,17 +230,41 @@ absl::StatusOr<RunSetup> RunHost::SetupOf(const QueuedRun& queued) {
   return options_.server->run_factory(queued.config_toml);
 }
 
-absl::Status RunHost::StartQueued(const QueuedRun& queued) {
-  absl::StatusOr<RunSetup> setup = SetupOf(queued);
-  if (!setup.ok()) return setup.status();
-  if (absl::Status s = StartRun(*std::move(setup), queued.name); !s.ok()) return s;
+absl::StatusOr<bool> RunHost::StartQueued(const QueuedRun& queued) {
+  // Claimed first: an entry being started can no longer be cancelled, nor started twice.
+  if (absl::Status s = queue_->Claim(queued.queue_id); !s.ok()) {
+    if (absl::IsFailedPrecondition(s)) return false;  // cancelled meanwhile
+    return s;
+  }
+  absl::Status why;
+  absl::StatusOr<std::optional<RunRecord>> active = options_.store->ActiveRun();
+  if (!active.ok()) return active.status();
+  if (active->has_value()) {
+    // Never resume another run with this entry's settings.
+    why =
+        absl::FailedPreconditionError(absl::StrCat("run ", (*active)->run_id, " is still active"));
+  } else {
+    absl::StatusOr<RunSetup> setup = SetupOf(queued);
+    why = setup.ok() ? StartRun(*std::move(setup), queued.name) : setup.status();
+  }
+  if (!why.ok()) {
+    LogEvent(LogLevel::kError, "queued_run_cancelled",
+             {{"queue_id", absl::StrCat(queued.queue_id)}, {"reason", std::string(why.message())}});
+    if (absl::Status s =
+            queue_->Abandon(queued.queue_id, absl::StrCat("could not start: ", why.message()));
+        !s.ok()) {
+      return s;
+    }
+    return false;
+  }
   const int64_t run_id = CurrentEngine()->run_id();
   LogEvent(LogLevel::kInfo, "queued_run_started",
            {{"queue_id", absl::StrCat(queued.queue_id)},
             {"run", absl::StrCat(run_id)},
             {"name", queued.name},
             {"by", queued.submitted_by}});
-  return queue_->MarkStarted(queued.queue_id, run_id);
+  if (absl::Status s = queue_->SetRun(queued.queue_id, run_id); !s.ok()) return s;
+  return true;
 }
 
 absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
@@ -162,6 +290,7 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
   if (!engine.ok()) return engine.status();
   live->engine = *std::move(engine);
   if (options_.on_switch) options_.on_switch(live->engine.get());
+  served_.push_back(live->engine->run_id());
   {
     std::lock_guard lock(live_mu_);
     live_.swap(live);

@@ -180,6 +180,12 @@ class ServerImpl final : public Server {
         return absl::InvalidArgumentError(
             absl::StrCat("cannot enroll ", path, ": ", identity.status().message()));
       }
+      if (identity->admin) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("cannot enroll ", path,
+                         ": it is an admin certificate, for the control API (fl run); a site "
+                         "needs its own (fl certs add-site NAME)"));
+      }
       if (revoked_ids.contains(identity->fingerprint)) {
         LogEvent(LogLevel::kWarn, "enroll_skipped",
                  {{"certificate", path},
@@ -277,6 +283,7 @@ class ServerImpl final : public Server {
   int port() const override { return port_; }
   int metrics_port() const override { return http_ == nullptr ? 0 : http_->port(); }
   std::shared_ptr<RoundEngine> current_engine() override { return host_->CurrentEngine(); }
+  std::vector<int64_t> served_runs() override { return host_->served_runs(); }
   Store& store() override { return *store_; }
 
   void WaitUntilFinished(absl::Duration grace) override {
@@ -289,6 +296,8 @@ class ServerImpl final : public Server {
                           [this] { return stopping_.load(); });
       }
     }
+    // Finishing: a run submitted now would only be aborted at the end of the grace period.
+    host_->Drain();
     std::unique_lock<std::mutex> lock(stop_mu_);
     stop_cv_.wait_for(lock, absl::ToChronoMilliseconds(grace), [this] { return stopping_.load(); });
   }

@@ -157,6 +157,12 @@ class EngineImpl final : public RoundEngine {
                                                       const UpdateMeta& meta) override;
   void Abort(const std::string& reason) override;
   absl::Status Stop(RunStatus status, const std::string& reason) override;
+  EngineOptions options() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return options_;
+  }
+  absl::StatusOr<std::vector<std::string>> ChangePolicies(const EngineOptions& wanted,
+                                                          const std::string& by) override;
   void ForgetClient(const std::string& client_id, const std::string& reason) override;
   absl::Status SubmitEvaluation(const std::string& client_id,
                                 const EvaluationReport& report) override;

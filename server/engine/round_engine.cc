@@ -56,7 +56,9 @@ absl::Status EngineImpl::Init(Model initial_model) {
     if (run_.model_spec_json != initial_model.spec().ToJson()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "the unfinished run ", run_.run_id, " in this data directory trains a model of spec ",
-          run_.model_spec_json, ", not ", initial_model.spec().ToJson()));
+          run_.model_spec_json, ", not ", initial_model.spec().ToJson(),
+          "; start with the run's model, or end the run first (fl admin end-run --reason TEXT "
+          "--data-dir DIR) and a new run starts"));
     }
     absl::StatusOr<int> aborted = store_->AbortInFlightRounds(run_.run_id, now_ms);
     if (!aborted.ok()) return aborted.status();

@@ -1,11 +1,17 @@
-// What an operator does to a running run through the control API (stop it), and the run's
-// state as operators see it.
+// What an operator does to a running run through the control API (stop it, change its
+// policies), and the run's state as operators see it.
 #include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "fl/common/logging.h"
+#include "nlohmann/json.hpp"
 #include "server/engine/engine_impl.h"
 
 namespace fl::server::internal {
@@ -30,6 +36,140 @@ absl::Status EngineImpl::Stop(RunStatus status, const std::string& reason) {
   }
   FlushSummaries();
   return absl::OkStatus();
+}
+
+namespace {
+
+// The policies a run may change while it runs, by their key in EngineOptions::ToJson, with the
+// name an operator knows them by (the [run] key); durations are shown in seconds.
+struct MutablePolicy {
+  const char* json;
+  const char* name;
+};
+constexpr MutablePolicy kMutablePolicies[] = {
+    {"num_rounds", "rounds"},
+    {"min_clients", "min_clients"},
+    {"min_fit_clients", "min_fit_clients"},
+    {"sample_fraction", "sample_fraction"},
+    {"round_timeout_ms", "round_timeout_s"},
+    {"client_timeout_ms", "client_timeout_s"},
+    {"max_round_retries", "max_round_retries"},
+    {"retry_backoff_ms", "retry_backoff_s"},
+    {"wait_timeout_ms", "wait_timeout_s"},
+    {"eval_every", "eval_every"},
+    {"eval_fraction", "eval_fraction"},
+    {"eval_timeout_ms", "eval_timeout_s"},
+    {"stop_metric", "stop_metric"},
+    {"stop_threshold", "stop_threshold"},
+    {"stop_when_below", "stop_when_below"},
+};
+
+std::string Shown(const nlohmann::json& v, bool millis) {
+  if (millis && v.is_number()) return absl::StrCat(v.get<double>() / 1000.0);
+  return v.dump();
+}
+
+absl::Status CheckPolicies(const EngineOptions& o) {
+  if (o.num_rounds < 1) return absl::InvalidArgumentError("rounds must be at least 1");
+  if (o.min_fit_clients < 1 || o.min_clients < o.min_fit_clients) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "need 1 <= min_fit_clients <= min_clients; got min_fit_clients=", o.min_fit_clients,
+        ", min_clients=", o.min_clients));
+  }
+  if (!(o.sample_fraction > 0 && o.sample_fraction <= 1) ||
+      !(o.eval_fraction > 0 && o.eval_fraction <= 1)) {
+    return absl::InvalidArgumentError("sample_fraction and eval_fraction must be in (0, 1]");
+  }
+  for (absl::Duration d : {o.round_timeout, o.client_timeout, o.wait_timeout, o.eval_timeout}) {
+    if (d <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError("timeouts must be positive");
+    }
+  }
+  if (o.max_round_retries < 0 || o.eval_every < 0 || o.retry_backoff < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "max_round_retries, eval_every and retry_backoff_s must not be negative");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const EngineOptions& wanted,
+                                                                    const std::string& by) {
+  std::vector<std::string> changes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (finished_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "run ", run_.run_id, " is over (", ToString(run_.status), "); nothing to change"));
+    }
+    if (absl::Status s = CheckPolicies(wanted); !s.ok()) return s;
+    const nlohmann::json now = nlohmann::json::parse(options_.ToJson());
+    const nlohmann::json want = nlohmann::json::parse(wanted.ToJson());
+    std::vector<std::string> refused;
+    for (const auto& [key, value] : want.items()) {
+      if (key == "run_name" || now.value(key, nlohmann::json()) == value) continue;
+      const bool changeable = std::any_of(std::begin(kMutablePolicies), std::end(kMutablePolicies),
+                                          [&key](const MutablePolicy& p) { return key == p.json; });
+      if (!changeable)
+        refused.push_back(
+            absl::StrCat(key, " ", now.value(key, nlohmann::json()).dump(), " -> ", value.dump()));
+    }
+    if (!refused.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "run ", run_.run_id, " cannot change ", absl::StrJoin(refused, ", "),
+          ": a run keeps its model, strategy, privacy, secure aggregation, encoding and local "
+          "training from start to end, or its rounds would be two experiments; end it (fl run "
+          "stop, or fl admin end-run while no server runs) and start a new run instead. A run "
+          "may change: rounds, min_clients, "
+          "min_fit_clients, sample_fraction, the timeouts, retries, eval_every/fraction and the "
+          "stopping rule"));
+    }
+    for (const MutablePolicy& p : kMutablePolicies) {
+      if (now.at(p.json) == want.at(p.json)) continue;
+      const bool millis = absl::EndsWith(p.json, "_ms");
+      changes.push_back(absl::StrCat(p.name, ": ", Shown(now.at(p.json), millis), " -> ",
+                                     Shown(want.at(p.json), millis)));
+    }
+    if (changes.empty()) return changes;
+    EngineOptions next = options_;
+    next.num_rounds = wanted.num_rounds;
+    next.min_clients = wanted.min_clients;
+    next.min_fit_clients = wanted.min_fit_clients;
+    next.sample_fraction = wanted.sample_fraction;
+    next.round_timeout = wanted.round_timeout;
+    next.client_timeout = wanted.client_timeout;
+    next.max_round_retries = wanted.max_round_retries;
+    next.retry_backoff = wanted.retry_backoff;
+    next.wait_timeout = wanted.wait_timeout;
+    next.eval_every = wanted.eval_every;
+    next.eval_fraction = wanted.eval_fraction;
+    next.eval_timeout = wanted.eval_timeout;
+    next.stop_metric = wanted.stop_metric;
+    next.stop_threshold = wanted.stop_threshold;
+    next.stop_when_below = wanted.stop_when_below;
+    // Written first: a change the store did not keep would be undone by the next restart.
+    if (absl::Status s = store_->UpdateRunConfig(run_.run_id, next.ToJson()); !s.ok()) return s;
+    options_ = std::move(next);
+    for (const std::string& change : changes) {
+      AuditRecord rec;
+      rec.at_ms = ToMs(clock_->Now());
+      rec.event = "run_updated";
+      rec.detail = absl::StrCat(change, " (by ", by, ")");
+      rec.run_id = run_.run_id;
+      rec.round = committed_round_;
+      (void)store_->Audit(rec);
+      LogEvent(LogLevel::kWarn, "run_updated",
+               {{"run", absl::StrCat(run_.run_id)}, {"change", change}, {"by", by}});
+    }
+    // Fewer rounds than already committed: the run is over once no round is in flight.
+    if (committed_round_ >= options_.num_rounds && current_ == nullptr && eval_ == nullptr) {
+      FinishRunLocked(absl::StrCat("rounds lowered to ", options_.num_rounds, " by ", by));
+    }
+    BumpLocked();
+  }
+  FlushSummaries();
+  return changes;
 }
 
 }  // namespace fl::server::internal

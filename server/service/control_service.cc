@@ -30,13 +30,14 @@ class ControlService final : public fl::v1::Control::Service {
 
   grpc::Status SubmitRun(grpc::ServerContext* ctx, const fl::v1::SubmitRunRequest* req,
                          fl::v1::RunInfo* reply) override {
-    absl::StatusOr<std::string> admin = Authorize(ctx, "SubmitRun");
+    absl::StatusOr<CertificateIdentity> admin = Authorize(ctx, "SubmitRun");
     if (!admin.ok()) return ToGrpcStatus(admin.status());
     if (req->config_toml().size() > kMaxRunFile || req->name().size() > kMaxName) {
       return ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("the run file is at most ", kMaxRunFile, " bytes and the name ", kMaxName)));
     }
-    absl::StatusOr<QueuedRun> queued = runs_->Submit(req->config_toml(), req->name(), *admin);
+    absl::StatusOr<QueuedRun> queued =
+        runs_->Submit(req->config_toml(), req->name(), admin->common_name);
     if (!queued.ok()) return ToGrpcStatus(queued.status());
     Audit(*admin, "run_submitted",
           absl::StrCat("queued run ", queued->queue_id, " '", queued->name, "'"), 0);
@@ -46,7 +47,7 @@ class ControlService final : public fl::v1::Control::Service {
 
   grpc::Status ListRuns(grpc::ServerContext* ctx, const fl::v1::ListRunsRequest*,
                         fl::v1::ListRunsReply* reply) override {
-    absl::StatusOr<std::string> admin = Authorize(ctx, "ListRuns");
+    absl::StatusOr<CertificateIdentity> admin = Authorize(ctx, "ListRuns");
     if (!admin.ok()) return ToGrpcStatus(admin.status());
     absl::StatusOr<std::vector<QueuedRun>> queue = runs_->queue().List();
     if (!queue.ok()) return ToGrpcStatus(queue.status());
@@ -68,16 +69,20 @@ class ControlService final : public fl::v1::Control::Service {
 
   grpc::Status GetRun(grpc::ServerContext* ctx, const fl::v1::GetRunRequest* req,
                       fl::v1::RunInfo* reply) override {
-    absl::StatusOr<std::string> admin = Authorize(ctx, "GetRun");
+    absl::StatusOr<CertificateIdentity> admin = Authorize(ctx, "GetRun");
     if (!admin.ok()) return ToGrpcStatus(admin.status());
+    int64_t run_id = req->run_id();
     if (req->queue_id() != 0) {
       absl::StatusOr<QueuedRun> q = runs_->queue().Get(req->queue_id());
       if (!q.ok()) return ToGrpcStatus(q.status());
-      *reply = QueuedInfo(*q);
-      reply->set_config_toml(q->config_toml);
-      return grpc::Status::OK;
+      if (q->run_id == 0) {  // still queued, cancelled, or starting
+        *reply = QueuedInfo(*q);
+        reply->set_config_toml(q->config_toml);
+        return grpc::Status::OK;
+      }
+      run_id = q->run_id;  // it became a run: show the run
     }
-    absl::StatusOr<RunRecord> run = FindRun(req->run_id());
+    absl::StatusOr<RunRecord> run = FindRun(run_id);
     if (!run.ok()) return ToGrpcStatus(run.status());
     absl::StatusOr<fl::v1::RunInfo> info = Info(*run, /*with_config=*/true);
     if (!info.ok()) return ToGrpcStatus(info.status());
@@ -87,14 +92,14 @@ class ControlService final : public fl::v1::Control::Service {
 
   grpc::Status StopRun(grpc::ServerContext* ctx, const fl::v1::StopRunRequest* req,
                        fl::v1::RunInfo* reply) override {
-    absl::StatusOr<std::string> admin = Authorize(ctx, "StopRun");
+    absl::StatusOr<CertificateIdentity> admin = Authorize(ctx, "StopRun");
     if (!admin.ok()) return ToGrpcStatus(admin.status());
     if (req->reason().size() > kMaxReason) {
       return ToGrpcStatus(
           absl::InvalidArgumentError(absl::StrCat("the reason is at most ", kMaxReason, " bytes")));
     }
-    const std::string reason =
-        absl::StrCat("stopped by ", *admin, req->reason().empty() ? "" : ": ", req->reason());
+    const std::string reason = absl::StrCat("stopped by ", admin->common_name,
+                                            req->reason().empty() ? "" : ": ", req->reason());
     if (req->queue_id() != 0) {
       if (absl::Status s = runs_->queue().Cancel(req->queue_id(), reason); !s.ok()) {
         return ToGrpcStatus(s);
@@ -118,8 +123,9 @@ class ControlService final : public fl::v1::Control::Service {
         !s.ok()) {
       return ToGrpcStatus(s);
     }
-    LogEvent(LogLevel::kInfo, "run_stopped",
-             {{"run", absl::StrCat(req->run_id())}, {"by", *admin}, {"reason", reason}});
+    LogEvent(
+        LogLevel::kInfo, "run_stopped",
+        {{"run", absl::StrCat(req->run_id())}, {"by", admin->common_name}, {"reason", reason}});
     absl::StatusOr<RunRecord> run = store_->GetRun(req->run_id());
     if (!run.ok()) return ToGrpcStatus(run.status());
     absl::StatusOr<fl::v1::RunInfo> info = Info(*run, false);
@@ -128,16 +134,26 @@ class ControlService final : public fl::v1::Control::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status UpdateRun(grpc::ServerContext* ctx, const fl::v1::UpdateRunRequest*,
-                         fl::v1::UpdateRunReply*) override {
-    absl::StatusOr<std::string> admin = Authorize(ctx, "UpdateRun");
+  grpc::Status UpdateRun(grpc::ServerContext* ctx, const fl::v1::UpdateRunRequest* req,
+                         fl::v1::UpdateRunReply* reply) override {
+    absl::StatusOr<CertificateIdentity> admin = Authorize(ctx, "UpdateRun");
     if (!admin.ok()) return ToGrpcStatus(admin.status());
-    return ToGrpcStatus(absl::UnimplementedError("changing a run is not available yet"));
+    const std::map<std::string, std::string> set(req->set().begin(), req->set().end());
+    absl::StatusOr<std::vector<std::string>> changes =
+        runs_->UpdateRun(req->run_id(), set, admin->common_name);
+    if (!changes.ok()) return ToGrpcStatus(changes.status());
+    for (const std::string& change : *changes) reply->add_changes(change);
+    absl::StatusOr<RunRecord> run = store_->GetRun(req->run_id());
+    if (!run.ok()) return ToGrpcStatus(run.status());
+    absl::StatusOr<fl::v1::RunInfo> info = Info(*run, false);
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    *reply->mutable_run() = *std::move(info);
+    return grpc::Status::OK;
   }
 
   grpc::Status FollowRun(grpc::ServerContext* ctx, const fl::v1::FollowRunRequest* req,
                          grpc::ServerWriter<fl::v1::RunEvent>* writer) override {
-    absl::StatusOr<std::string> admin = Authorize(ctx, "FollowRun");
+    absl::StatusOr<CertificateIdentity> admin = Authorize(ctx, "FollowRun");
     if (!admin.ok()) return ToGrpcStatus(admin.status());
     int64_t run_id = req->run_id();
     if (req->queue_id() != 0) {
@@ -320,7 +336,7 @@ class ControlService final : public fl::v1::Control::Service {
 
   // The caller's name when its certificate chains to the federation's CA and carries the admin
   // role. Every refusal is audited as control_refused.
-  absl::StatusOr<std::string> Authorize(grpc::ServerContext* ctx, const char* method) {
+  absl::StatusOr<CertificateIdentity> Authorize(grpc::ServerContext* ctx, const char* method) {
     if (options_.insecure_plaintext) {
       return Refuse("", method,
                     absl::FailedPreconditionError(
@@ -340,7 +356,7 @@ class ControlService final : public fl::v1::Control::Service {
                         " is not an admin certificate; the control API takes only those (fl "
                         "certs --admin NAME --out <the federation's certs directory>)")));
     }
-    return identity->common_name;
+    return *std::move(identity);
   }
 
   absl::Status Refuse(const std::string& fingerprint, const char* method, absl::Status why) {
@@ -358,12 +374,13 @@ class ControlService final : public fl::v1::Control::Service {
     return why;
   }
 
-  void Audit(const std::string& admin, const std::string& event, const std::string& detail,
+  void Audit(const CertificateIdentity& admin, const std::string& event, const std::string& detail,
              int64_t run_id) {
     AuditRecord record;
     record.at_ms = absl::ToUnixMillis(absl::Now());
+    record.client_id = admin.fingerprint;  // which certificate, should a name be reused
     record.event = event;
-    record.detail = absl::StrCat(detail, " (by ", admin, ")");
+    record.detail = absl::StrCat(detail, " (by ", admin.common_name, ")");
     record.run_id = run_id;
     (void)store_->Audit(record);
   }

@@ -6,6 +6,7 @@
 #ifndef FL_SERVER_SERVICE_CONTROL_SERVICE_H_
 #define FL_SERVER_SERVICE_CONTROL_SERVICE_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,6 +31,12 @@ class RunDirectory {
   // once the runs before it are over. FAILED_PRECONDITION when this server takes no submissions.
   virtual absl::StatusOr<QueuedRun> Submit(const std::string& run_toml, const std::string& name,
                                            const std::string& submitted_by) = 0;
+  // Changes the active run's policies: `set` maps [run] keys (rounds, min_clients,
+  // round_timeout_s, ...) to TOML values. One line per change (RoundEngine::ChangePolicies);
+  // INVALID_ARGUMENT for an unknown key or a bad value, FAILED_PRECONDITION for a key a run
+  // cannot change or a run that is not the active one.
+  virtual absl::StatusOr<std::vector<std::string>> UpdateRun(
+      int64_t run_id, const std::map<std::string, std::string>& set, const std::string& by) = 0;
   virtual RunQueue& queue() = 0;
   // The engine's time (a simulation's clock or the system's), for how long a run has been idle.
   virtual absl::Time Now() = 0;

@@ -152,7 +152,9 @@ class FederationService final
     if (!id.ok()) return ToGrpcStatus(id.status());
     // A client of a run that is over (the server went on to the next) or of no run hears DONE
     // for it, and joins again.
-    if (engine == nullptr || (req->run_id() != 0 && req->run_id() != engine->run_id())) {
+    // A poll for run 0 came from a client that joined between runs: it joins the new one first
+    // (admission checks its model and columns).
+    if (engine == nullptr || req->run_id() != engine->run_id()) {
       return RunOver(req->run_id(), reply);
     }
     absl::Duration wait =

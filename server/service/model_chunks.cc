@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <array>
 #include <memory>
-#include <string>
 #include <span>
+#include <string>
 #include <utility>
 
 #include "grpcpp/support/slice.h"
@@ -62,8 +62,8 @@ std::shared_ptr<const ModelChunks> ModelChunks::Build(std::shared_ptr<const Mode
     PutVarint(static_cast<uint64_t>(n), header);
     std::array<grpc::Slice, 3> slices = {
         grpc::Slice(header.data(), header.size()),
-        PayloadSlice(set->model_, payload.subspan(static_cast<size_t>(offset),
-                                                  static_cast<size_t>(n))),
+        PayloadSlice(set->model_,
+                     payload.subspan(static_cast<size_t>(offset), static_cast<size_t>(n))),
         grpc::Slice()};
     size_t count = 2;
     if (offset + n == size && !set->sha256_.empty()) {

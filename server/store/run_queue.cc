@@ -102,27 +102,49 @@ absl::StatusOr<std::optional<QueuedRun>> RunQueue::ForRun(int64_t run_id) {
   return sqlite::First(st->Bind(run_id), Read);
 }
 
-absl::Status RunQueue::MarkStarted(int64_t queue_id, int64_t run_id) {
-  return LeaveQueue(queue_id, "started", run_id, "");
-}
+absl::Status RunQueue::Claim(int64_t queue_id) { return Move(queue_id, "queued", "started", ""); }
 
 absl::Status RunQueue::Cancel(int64_t queue_id, const std::string& reason) {
-  return LeaveQueue(queue_id, "cancelled", 0, reason);
+  return Move(queue_id, "queued", "cancelled", reason);
 }
 
-absl::Status RunQueue::LeaveQueue(int64_t queue_id, absl::string_view status, int64_t run_id,
-                                  const std::string& reason) {
+absl::Status RunQueue::Abandon(int64_t queue_id, const std::string& reason) {
+  return Move(queue_id, "started", "cancelled", reason);
+}
+
+absl::Status RunQueue::SetRun(int64_t queue_id, int64_t run_id) {
   std::lock_guard lock(mu_);
-  absl::StatusOr<sqlite::Statement> st =
-      sqlite::Statement::Prepare(db_.get(),
-                                 "UPDATE run_queue SET status = ?, run_id = ?, reason = ? "
-                                 "WHERE queue_id = ? AND status = 'queued'",
-                                 "update the run queue");
+  absl::StatusOr<sqlite::Statement> st = sqlite::Statement::Prepare(
+      db_.get(), "UPDATE run_queue SET run_id = ? WHERE queue_id = ? AND status = 'started'",
+      "record a queued run's run");
   if (!st.ok()) return st.status();
-  if (absl::Status s = st->Bind(status, run_id, reason, queue_id).Run(); !s.ok()) return s;
+  return st->Bind(run_id, queue_id).Run();
+}
+
+absl::StatusOr<std::optional<QueuedRun>> RunQueue::ClaimedWithoutRun() {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<sqlite::Statement> st = sqlite::Statement::Prepare(
+      db_.get(),
+      absl::StrCat(kSelect,
+                   "WHERE status = 'started' AND run_id = 0 ORDER BY queue_id DESC LIMIT 1"),
+      "read the run queue");
+  if (!st.ok()) return st.status();
+  return sqlite::First(*st, Read);
+}
+
+absl::Status RunQueue::Move(int64_t queue_id, absl::string_view from, absl::string_view to,
+                            const std::string& reason) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<sqlite::Statement> st = sqlite::Statement::Prepare(
+      db_.get(), "UPDATE run_queue SET status = ?, reason = ? WHERE queue_id = ? AND status = ?",
+      "update the run queue");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(to, reason, queue_id, from).Run(); !s.ok()) return s;
   if (sqlite3_changes(db_.get()) == 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("queued run ", queue_id, " is no longer queued (started or cancelled)"));
+        absl::StrCat("q", queue_id,
+                     from == "queued" ? " is no longer queued (it started or was cancelled)"
+                                      : " is not starting"));
   }
   return absl::OkStatus();
 }

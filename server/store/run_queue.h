@@ -43,14 +43,21 @@ class RunQueue {
   absl::StatusOr<std::optional<QueuedRun>> Oldest();  // the next to start, if any
   absl::StatusOr<QueuedRun> Get(int64_t queue_id);    // NOT_FOUND
   absl::StatusOr<std::optional<QueuedRun>> ForRun(int64_t run_id);
-  // FAILED_PRECONDITION when it is no longer queued.
-  absl::Status MarkStarted(int64_t queue_id, int64_t run_id);
+  // Takes a queued entry to start it (status started, run 0 until SetRun): it can no longer be
+  // cancelled. FAILED_PRECONDITION when it is no longer queued.
+  absl::Status Claim(int64_t queue_id);
+  absl::Status SetRun(int64_t queue_id, int64_t run_id);
+  // The entry claimed last whose run was not recorded (the server stopped in between), if any.
+  absl::StatusOr<std::optional<QueuedRun>> ClaimedWithoutRun();
+  // An operator cancels a queued entry. FAILED_PRECONDITION when it is no longer queued.
   absl::Status Cancel(int64_t queue_id, const std::string& reason);
+  // A claimed entry that could not start is cancelled with the reason.
+  absl::Status Abandon(int64_t queue_id, const std::string& reason);
 
  private:
   explicit RunQueue(sqlite::DbPtr db) : db_(std::move(db)) {}
-  absl::Status LeaveQueue(int64_t queue_id, absl::string_view status, int64_t run_id,
-                          const std::string& reason);
+  absl::Status Move(int64_t queue_id, absl::string_view from, absl::string_view to,
+                    const std::string& reason);
 
   std::mutex mu_;
   sqlite::DbPtr db_;

@@ -110,6 +110,7 @@ class SqliteStore final : public Store {
   absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) override;
   absl::Status Audit(const AuditRecord& record) override;
   absl::StatusOr<std::vector<AuditRecord>> AuditLog(int limit) override;
+  absl::Status UpdateRunConfig(int64_t run_id, const std::string& config_json) override;
   absl::StatusOr<std::vector<AuditRecord>> RunAuditLog(int64_t run_id, int64_t after_id,
                                                        int limit) override;
 
@@ -615,12 +616,25 @@ absl::StatusOr<std::vector<EvaluationRecord>> SqliteStore::Evaluations(int64_t r
   return sqlite::Collect(st->Bind(run_id), ReadEvaluation);
 }
 
-absl::StatusOr<std::vector<AuditRecord>> SqliteStore::RunAuditLog(int64_t run_id,
-                                                                  int64_t after_id, int limit) {
+absl::Status SqliteStore::UpdateRunConfig(int64_t run_id, const std::string& config_json) {
+  if (absl::Status s = CheckWritable("change a run's configuration"); !s.ok()) return s;
   std::lock_guard lock(mu_);
-  absl::StatusOr<Statement> st = Prepare(
-      absl::StrCat(kSelectAudit, "WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"),
-      "select a run's audit_log");
+  absl::StatusOr<Statement> st =
+      Prepare("UPDATE runs SET config_json = ? WHERE run_id = ?", "update a run's config_json");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(config_json, run_id).Run(); !s.ok()) return s;
+  if (sqlite3_changes(db_.get()) == 0) {
+    return absl::NotFoundError(absl::StrCat("no run ", run_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<AuditRecord>> SqliteStore::RunAuditLog(int64_t run_id, int64_t after_id,
+                                                                  int limit) {
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare(absl::StrCat(kSelectAudit, "WHERE run_id = ? AND id > ? ORDER BY id LIMIT ?"),
+              "select a run's audit_log");
   if (!st.ok()) return st.status();
   return sqlite::Collect(st->Bind(run_id, after_id, static_cast<int64_t>(limit)), ReadAudit);
 }

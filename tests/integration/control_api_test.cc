@@ -22,6 +22,13 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The flags of a tiny one-shot run that waits: it needs three sites.
+std::vector<std::string> WaitingRunFlags() {
+  std::vector<std::string> flags = TinyRunFlags(2, 0);
+  flags.insert(flags.end(), {"--min-clients", "3", "--min-fit-clients", "3"});
+  return flags;
+}
+
 class ControlApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -153,6 +160,111 @@ TEST_F(ControlApiTest, AnAdminRunsRunsOneAfterAnotherOnAServerThatStaysUp) {
   EXPECT_EQ(site.Wait(), 0);
 }
 
+TEST_F(ControlApiTest, ARunChangesItsPoliciesWhileItRunsAndNothingElse) {
+  const std::string toml = WriteSiteToml(dir_.path(), "site", port_, pki_.ca_cert,
+                                         pki_.client_certs[0], pki_.client_keys[0]);
+  ChildProcess site({FL_BINARY, "client", "--config", toml}, dir_.path() + "/site.log");
+  // Three sites needed and one there: the run waits until an admin lowers what it needs.
+  ASSERT_EQ(
+      Run({"submit", RunFile("wait", "[run]\nmin_clients = 3\nmin_fit_clients = 3\n")}).exit_code,
+      0);
+  ASSERT_TRUE(WaitForText(server_log_, "waiting_for_clients"));
+  FlResult encoding = Run({"update", "1", "--set", "update_encoding=int8"});
+  EXPECT_EQ(encoding.exit_code, 1);
+  EXPECT_THAT(encoding.out, HasSubstr("FAILED_PRECONDITION: run 1 cannot change update_encoding"));
+  FlResult typo = Run({"update", "1", "--set", "min_client=1"});
+  EXPECT_EQ(typo.exit_code, 1);
+  EXPECT_THAT(typo.out, HasSubstr("unknown key 'run.min_client'"));
+
+  FlResult update = Run(
+      {"update", "1", "--set", "min_clients=1", "--set", "min_fit_clients=1", "--set", "rounds=3"});
+  ASSERT_EQ(update.exit_code, 0) << update.out;
+  EXPECT_THAT(update.out, HasSubstr("run 1: rounds: 2 -> 3"));
+  EXPECT_THAT(update.out, HasSubstr("run 1: min_clients: 3 -> 1"));
+  FlResult logs = Run({"logs", "1", "--follow"});
+  EXPECT_EQ(Count(logs.out, "round_committed"), 3) << logs.out;
+  EXPECT_THAT(logs.out, HasSubstr("run_updated            rounds: 2 -> 3 (by alice)"));
+  FlResult late = Run({"update", "1", "--set", "rounds=4"});
+  EXPECT_EQ(late.exit_code, 1);
+  EXPECT_THAT(late.out, HasSubstr("FAILED_PRECONDITION: run 1 is over (finished)"));
+  site.Kill(SIGTERM);
+  EXPECT_EQ(site.Wait(), 0);
+}
+
+// A one-shot server restarted with other values: the run's policies follow what this start
+// gives (audited), what a run cannot change refuses the start, and nothing given is ignored.
+TEST(ControlApiResumeTest, ARestartedServerAppliesTheValuesGivenOrRefusesToStart) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});
+  const int port = FreeLoopbackPort();
+  const std::string data = dir.path() + "/data";
+  const std::vector<std::string> flags = WaitingRunFlags();
+  const std::string log1 = dir.path() + "/server-1.log";
+  std::unique_ptr<ChildProcess> first = StartServer(ServerCommand(pki, data, port, flags), log1);
+  ASSERT_TRUE(WaitForText(log1, "waiting_for_clients"));
+  first->Kill(SIGTERM);
+  ASSERT_EQ(first->Wait(), 0) << ReadFile(log1).value_or("");
+
+  std::vector<std::string> refused = ServerCommand(pki, data, port, flags);
+  refused.insert(refused.end(), {"--update-encoding", "int8"});
+  FlResult no = RunFl(std::vector<std::string>(refused.begin() + 1, refused.end()), dir.path(),
+                      "server-2.log");
+  EXPECT_EQ(no.exit_code, 1);
+  EXPECT_THAT(no.out, HasSubstr("resuming: run 1 cannot change update_encoding \"float32\" -> "
+                                "\"int8\""));
+
+  // min_clients and min_fit_clients 1; served 3 s after the run so that the site hears DONE.
+  std::vector<std::string> lowered = TinyRunFlags(2, 3);
+  const std::string log3 = dir.path() + "/server-3.log";
+  std::unique_ptr<ChildProcess> third = StartServer(ServerCommand(pki, data, port, lowered), log3);
+  const std::string toml =
+      WriteSiteToml(dir.path(), "site", port, pki.ca_cert, pki.client_certs[0], pki.client_keys[0]);
+  ChildProcess site({FL_BINARY, "client", "--once", "--config", toml}, dir.path() + "/site.log");
+  EXPECT_EQ(site.Wait(), 0) << ReadFile(dir.path() + "/site.log").value_or("");
+  EXPECT_EQ(third->Wait(), 0) << ReadFile(log3).value_or("");
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data);
+  ASSERT_TRUE(store.ok()) << store.status();
+  const std::string audit = AuditText(**store);
+  EXPECT_THAT(audit, HasSubstr("run_updated round 0: min_clients: 3 -> 1 (by this start's "
+                               "--config and flags)"));
+  absl::StatusOr<std::vector<server::RunRecord>> runs = (*store)->Runs();
+  ASSERT_TRUE(runs.ok());
+  ASSERT_EQ(runs->size(), 1u) << "the run resumed; no new run";
+  EXPECT_EQ((*runs)[0].status, server::RunStatus::kFinished);
+}
+
+// The way out when a configuration cannot resume the unfinished run: end it offline; never
+// under a running server.
+TEST(ControlApiResumeTest, AnUnfinishedRunEndsOfflineAndTheNextStartBeginsANewRun) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});
+  const int port = FreeLoopbackPort();
+  const std::string data = dir.path() + "/data";
+  const std::vector<std::string> flags = WaitingRunFlags();
+  const std::string log1 = dir.path() + "/server-1.log";
+  std::unique_ptr<ChildProcess> server = StartServer(ServerCommand(pki, data, port, flags), log1);
+  FlResult busy =
+      RunFl({"admin", "--data-dir", data, "end-run", "--reason", "new model"}, dir.path());
+  EXPECT_EQ(busy.exit_code, 1);
+  EXPECT_THAT(busy.out, HasSubstr("a server runs on " + data + ": end its run with fl run stop"));
+  server->Kill(SIGTERM);
+  ASSERT_EQ(server->Wait(), 0);
+
+  FlResult ended = RunFl(
+      {"admin", "--data-dir", data, "end-run", "--reason", "new model", "--fail"}, dir.path());
+  ASSERT_EQ(ended.exit_code, 0) << ended.out;
+  EXPECT_THAT(ended.out, HasSubstr("run 1: failed (ended by "));
+  FlResult again = RunFl({"admin", "--data-dir", data, "end-run", "--reason", "x"}, dir.path());
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.out, HasSubstr("there is no unfinished run in"));
+
+  const std::string log2 = dir.path() + "/server-2.log";
+  server = StartServer(ServerCommand(pki, data, port, flags), log2);
+  EXPECT_TRUE(WaitForText(log2, "run_created run=2"));
+  server->Kill(SIGTERM);
+  EXPECT_EQ(server->Wait(), 0);
+}
+
 TEST_F(ControlApiTest, ASiteCertificateIsRefusedAndAudited) {
   FlResult site = Run({"list"}, pki_.client_certs[0], pki_.client_keys[0]);
   EXPECT_EQ(site.exit_code, 1);
@@ -175,8 +287,9 @@ TEST_F(ControlApiTest, ARunFileThatMakesNoRunIsRefusedWithItsKey) {
   FlResult server_table = Run({"submit", RunFile("bad", "[server]\nlisten = \"0.0.0.0:1\"\n")});
   EXPECT_EQ(server_table.exit_code, 1);
   EXPECT_THAT(server_table.out,
-              HasSubstr("run file:1: table 'server' is not a run's: a run file sets [run], "
-                        "[fit], [strategy] and [model]"));
+              HasSubstr("run file:1: table 'server' is the server's own configuration: a run "
+                        "file sets [run], [fit], [strategy], [model], [privacy] and "
+                        "[secure_aggregation]"));
   FlResult typo = Run({"submit", RunFile("typo", "[run]\nroundz = 2\n")});
   EXPECT_EQ(typo.exit_code, 1);
   EXPECT_THAT(typo.out, HasSubstr("run file:2: unknown key 'run.roundz'"));

@@ -731,11 +731,15 @@ TEST_F(StoreTest, RunQueueStartsOldestFirstAndEachEntryLeavesOnce) {
   absl::StatusOr<int64_t> c = (*queue)->Enqueue("c", "", "bob", 30);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   EXPECT_EQ((**(*queue)->Oldest()).queue_id, *a);
-  ASSERT_TRUE((*queue)->MarkStarted(*a, 7).ok());
+  ASSERT_TRUE((*queue)->Claim(*a).ok());
+  EXPECT_EQ((**(*queue)->ClaimedWithoutRun()).queue_id, *a);
+  ASSERT_TRUE((*queue)->SetRun(*a, 7).ok());
+  EXPECT_FALSE((*queue)->ClaimedWithoutRun()->has_value());
   EXPECT_EQ((**(*queue)->Oldest()).queue_id, *b);
   ASSERT_TRUE((*queue)->Cancel(*b, "not needed").ok());
   EXPECT_EQ((*queue)->Cancel(*b, "again").code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ((*queue)->MarkStarted(*a, 8).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*queue)->Claim(*a).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ((*queue)->Cancel(*a, "late").code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ((**(*queue)->Oldest()).queue_id, *c);
 
   absl::StatusOr<std::optional<QueuedRun>> of_run = (*queue)->ForRun(7);
@@ -754,6 +758,14 @@ TEST_F(StoreTest, RunQueueStartsOldestFirstAndEachEntryLeavesOnce) {
   EXPECT_EQ((*all)[1].status, QueuedRun::Status::kCancelled);
   EXPECT_EQ((*all)[1].reason, "not needed");
   EXPECT_EQ((*all)[2].status, QueuedRun::Status::kStarted);
+
+  // A claimed entry that could not start leaves with the reason; only a claimed one can.
+  ASSERT_TRUE((*queue)->Claim(*c).ok());
+  EXPECT_EQ((*queue)->Abandon(*b, "x").code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*queue)->Abandon(*c, "could not start: bad model").ok());
+  EXPECT_EQ((*queue)->Get(*c)->status, QueuedRun::Status::kCancelled);
+  EXPECT_EQ((*queue)->Get(*c)->reason, "could not start: bad model");
+  EXPECT_FALSE((*queue)->Oldest()->has_value());
 }
 
 TEST_F(StoreTest, RunAuditLogHasOneRunsRecordsAfterAnId) {

@@ -435,6 +435,18 @@ class RoundEngine {
   // finished (its committed rounds are its result) or failed with `reason`, and every client
   // hears DONE. FAILED_PRECONDITION when the run is already over.
   virtual absl::Status Stop(RunStatus status, const std::string& reason) = 0;
+  // The run's configuration as it stands (its policies as last changed).
+  virtual EngineOptions options() const = 0;
+  // Changes the policies a run may change while it runs to those of `wanted`: rounds,
+  // min_clients, min_fit_clients, sample_fraction, the timeouts and deadlines, retries and
+  // backoff, federated evaluation's cadence, the stopping rule. Returns one line per change
+  // ("rounds: 10 -> 20"), each audited (run_updated, naming `by`) and the run's stored
+  // configuration rewritten; a deadline applies from the next round. FAILED_PRECONDITION,
+  // changing nothing, when `wanted` differs in anything else (model, strategy settings,
+  // privacy, secure aggregation, encoding, local training, seed) or the run is over;
+  // INVALID_ARGUMENT for values a run cannot have (min_fit_clients > min_clients, ...).
+  virtual absl::StatusOr<std::vector<std::string>> ChangePolicies(const EngineOptions& wanted,
+                                                                  const std::string& by) = 0;
 
   virtual bool finished() const = 0;
   virtual RunActivity Activity() const = 0;

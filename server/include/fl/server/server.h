@@ -32,8 +32,9 @@ struct RunSetup {
   EngineHooks hooks;
 };
 
-// Makes a run from a run file: TOML with the [run], [fit], [strategy] and [model] tables of a
-// server configuration, applied over the server's own. INVALID_ARGUMENT naming what is wrong.
+// Makes a run from a run file: TOML with a run's tables of a server configuration ([run], [fit],
+// [strategy], [model], [privacy], [secure_aggregation]), applied over the server's own.
+// INVALID_ARGUMENT naming what is wrong.
 using RunFactory = std::function<absl::StatusOr<RunSetup>(const std::string& run_toml)>;
 
 struct ServerOptions {
@@ -80,6 +81,11 @@ struct ServerOptions {
   // its own; the server resumes the unfinished run, then takes queued runs as they come, and
   // stays up between them until Shutdown.
   bool stay_up = false;
+  // What the operator gave at this start for the run's tables (a run file, e.g. "[run]\nrounds
+  // = 20\n": the keys of --config and the flags given). A resumed run that was not submitted
+  // takes it: policies a run may change are changed and audited; any other key that differs
+  // from the run's own refuses the start, naming it. "": nothing given.
+  std::string resume_toml;
   // The engine's clock (not owned; must outlive the server); nullptr: the system's. A simulation
   // passes its simulated clock, which its driver moves.
   Clock* clock = nullptr;
@@ -101,6 +107,8 @@ class Server {
   // queued run. Only with stay_up can there be none (null), between runs.
   virtual std::shared_ptr<RoundEngine> current_engine() = 0;
   RoundEngine& engine() { return *current_engine(); }
+  // The runs this process started or resumed, in order.
+  virtual std::vector<int64_t> served_runs() = 0;
   virtual Store& store() = 0;
   // Blocks until the run is over and no run is queued, then serves `grace` longer so that
   // clients hear DONE. With stay_up, until Shutdown.

@@ -176,6 +176,8 @@ class Store {
   virtual absl::StatusOr<std::vector<RunRecord>> Runs() = 0;
   // Ends a running run with `status` (finished or failed, else INVALID_ARGUMENT). NOT_FOUND for an
   // unknown run, FAILED_PRECONDITION for one already ended.
+  // A run's configuration after an operator changed its policies (EngineOptions::ToJson).
+  virtual absl::Status UpdateRunConfig(int64_t run_id, const std::string& config_json) = 0;
   virtual absl::Status FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
                                  int64_t now_ms) = 0;
   // The run's feature schema (the data columns every site must have, as a JSON text): sets it to
