@@ -2,17 +2,32 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "cli/exit_codes.h"
 #include "cli/site_trainer.h"
 #include "fl/common/logging.h"
+#include "grpc/support/log.h"
 
 namespace fl::cli {
 namespace {
+
+// gRPC's own log lines in a site's process: a failed TLS handshake is reported by the client's
+// own error (client_retry, or the exit naming the cause), so gRPC's line for each attempt is
+// debug; the rest of gRPC's errors go through the site's log as warnings.
+void SiteGrpcLog(gpr_log_func_args* args) {
+  const bool handshake = std::strstr(args->message, "Handshake failed") != nullptr;
+  if (handshake ? LogEnabled(LogLevel::kDebug)
+                : args->severity == GPR_LOG_SEVERITY_ERROR || LogEnabled(LogLevel::kDebug)) {
+    LogEvent(handshake ? LogLevel::kDebug : LogLevel::kWarn, "grpc",
+             {{"file", args->file}, {"message", args->message}});
+  }
+}
 
 // Prints the one-line error of an exit code and returns the code.
 int Exit(int code, const std::string& cause, const std::string& fix) {
@@ -70,6 +85,7 @@ int SiteDaemon::Stopped() {
 }
 
 int SiteDaemon::Run() {
+  gpr_set_log_function(SiteGrpcLog);
   absl::StatusOr<SiteTrainer> site = BuildSiteTrainer(config_);
   if (!site.ok()) return Exit(kExitConfig, site.status().ToString(), "");
   fl::client::ClientOptions options = config_.client;
@@ -113,6 +129,13 @@ int SiteDaemon::Serve(fl::client::Client& client) {
   while (true) {
     const absl::Status s = client.Run();
     if (stopping()) return Stopped();
+    if (absl::IsUnauthenticated(s) &&
+        absl::StartsWith(s.message(), fl::client::kServerTrustPrefix)) {
+      LogEvent(LogLevel::kError, "server_untrusted",
+               {{"server", config_.client.server_address}, {"error", std::string(s.message())}});
+      return Exit(kExitConfig, std::string(s.message()),
+                  "fix server.ca or server.address; not retried");
+    }
     if (IsRefusal(s)) {
       LogEvent(LogLevel::kError, "client_refused",
                {{"server", config_.client.server_address}, {"error", s.ToString()}});

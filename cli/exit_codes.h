@@ -15,8 +15,9 @@ inline constexpr int kExitOk = 0;
 // Anything not below: an unexpected error (the message says which).
 inline constexpr int kExitError = 1;
 // The configuration or the data, before anything connects: a flag or TOML key that does not
-// parse or fit, a TLS file that cannot be read, data that does not fit the model. Retrying cannot
-// help: fix the configuration.
+// parse or fit, a TLS file that cannot be read, data that does not fit the model, a server whose
+// certificate this site's CA does not trust or that is not valid for server.address. Retrying
+// cannot help: fix the configuration.
 inline constexpr int kExitConfig = 2;
 // The server refused this site (UNAUTHENTICATED or PERMISSION_DENIED: not enrolled, revoked, a
 // certificate of another CA; FAILED_PRECONDITION at Join: a model or data columns that are not
@@ -36,7 +37,8 @@ inline constexpr char kClientExitCodesHelp[] =
     "Exit codes:\n"
     "  0  stopped by SIGTERM/SIGINT; --once: the run finished; --preflight: all checks passed\n"
     "  1  an unexpected error\n"
-    "  2  configuration or data error (flags, TOML, TLS files, data that does not fit the model)\n"
+    "  2  configuration or data error (flags, TOML, TLS files, a server certificate that\n"
+    "     server.ca does not trust, data that does not fit the model)\n"
     "  3  the server refused this site (not enrolled, revoked, another CA, another model or\n"
     "     columns than the run's): not retried\n"
     "  4  --once: the run failed\n"

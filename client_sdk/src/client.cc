@@ -26,6 +26,28 @@ bool IsRetryable(const absl::Status& s) {
   return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
 }
 
+// A failed connection whose cause will not pass: this site does not trust the server's
+// certificate (another CA than server.ca, or not valid for the address dialled). gRPC reports it
+// as UNAVAILABLE, like an outage; retrying it for reconnect_timeout only floods the log. OK when
+// `s` is anything else.
+absl::Status ServerTrustProblem(const absl::Status& s, const ClientOptions& options) {
+  if (!absl::IsUnavailable(s) || options.insecure_plaintext) return absl::OkStatus();
+  const absl::string_view m = s.message();
+  const bool untrusted = absl::StrContains(m, "certificate verify failed") ||
+                         absl::StrContains(m, "CERTIFICATE_VERIFY_FAILED");
+  const bool wrong_name =
+      absl::StrContains(m, "Peer name") || absl::StrContains(m, "not in peer certificate");
+  if (!untrusted && !wrong_name) return absl::OkStatus();
+  return absl::UnauthenticatedError(absl::StrCat(
+      kServerTrustPrefix, options.server_address, ": ",
+      wrong_name
+          ? "its certificate is not valid for the address dialled"
+          : "its certificate does not verify against this site's CA (" + options.ca_cert_path + ")",
+      "; give the federation's ca.pem (server.ca) and an address its certificate lists "
+      "(server.address); fl client --preflight shows which (gRPC: ",
+      m, ")"));
+}
+
 }  // namespace
 
 absl::Status CheckSiteLimits(const SiteLimits& limits, const FitConfig& config) {
@@ -292,6 +314,7 @@ absl::Status Client::Impl::Run() {
     }
     if (stopping_) break;
     if (!s.ok()) {
+      if (absl::Status trust = ServerTrustProblem(s, options_); !trust.ok()) s = trust;
       if (!IsRetryable(s)) {
         LogEvent(LogLevel::kError, "client_gave_up",
                  {{"name", options_.name}, {"error", s.ToString()}});

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -199,6 +200,43 @@ TEST(SiteDaemonTest, ASiteTheServerRefusesExitsThreeWithoutRetrying) {
   ASSERT_EQ(revoke.exit_code, 0) << revoke.out;
   EXPECT_EQ(site0.Wait(), 3) << ReadFile(log0).value_or("");
   EXPECT_THAT(ReadFile(log0).value_or(""), HasSubstr("error: the server refused this site"));
+}
+
+// A server this site cannot trust (its certificate from another CA than server.ca, or not
+// valid for the address dialled) is a configuration error: exit 2 at the first attempt, one
+// line naming the cause and the fix, no retries and no gRPC handshake lines at the default level.
+TEST(SiteDaemonTest, AServerTheSiteCannotTrustExitsTwoAtOnceWithTheCause) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});
+  ProvisionedFiles other = MakePki(dir.path() + "/other", {"x"});
+  const int port = FreeLoopbackPort();
+  // On 127.0.0.2, an address its certificate does not list (localhost, 127.0.0.1, ::1).
+  std::vector<std::string> flags = TinyRunFlags(1, 1);
+  flags.insert(flags.end(), {"--listen", absl::StrCat("127.0.0.2:", port)});
+  std::unique_ptr<ChildProcess> server = StartServer(
+      ServerCommand(pki, dir.path() + "/server", port, flags), dir.path() + "/server.log");
+  const std::string host = "127.0.0.2";
+  for (const auto& [name, ca, cause] :
+       {std::tuple{"wrong-ca", other.ca_cert,
+                   "its certificate does not verify against this site's CA (" + other.ca_cert},
+        std::tuple{"wrong-name", pki.ca_cert,
+                   std::string("its certificate is not valid for the address dialled")}}) {
+    std::string toml =
+        WriteSiteToml(dir.path(), name, port, ca, pki.client_certs[0], pki.client_keys[0]);
+    std::string text = ReadFile(toml).value_or("");
+    text.replace(text.find("127.0.0.1"), 9, host);
+    ASSERT_TRUE(WriteFileAtomic(toml, text).ok());
+    const absl::Time start = absl::Now();
+    FlResult r =
+        RunFl({"client", "--once", "--config", toml}, dir.path(), std::string(name) + ".log");
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "not retried for reconnect_timeout";
+    EXPECT_THAT(r.out, HasSubstr("error: cannot trust the server at " + host));
+    EXPECT_THAT(r.out, HasSubstr(cause));
+    EXPECT_THAT(r.out, HasSubstr("fl client --preflight shows which"));
+    EXPECT_THAT(r.out, Not(HasSubstr("client_retry")));
+    EXPECT_THAT(r.out, Not(HasSubstr("Handshake failed with fatal error")));
+  }
 }
 
 TEST(SiteDaemonTest, ConfigurationErrorsExitTwoAndAnUnreachableServerFiveWithOnce) {

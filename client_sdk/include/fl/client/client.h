@@ -98,7 +98,7 @@ struct TaskReport {
   // "fit", or the secure-aggregation stage: "secagg_advertise_keys", "secagg_share_keys",
   // "secagg_masked_input" (download, train, mask, upload), "secagg_unmask".
   std::string stage = "fit";
-  absl::Status status;  // OK when the server accepted the update (or the stage's message)
+  absl::Status status;       // OK when the server accepted the update (or the stage's message)
   int64_t num_examples = 0;  // fit and secagg_masked_input: what the trainer reported
   absl::Duration train_time;
 };
@@ -115,6 +115,9 @@ struct RunEnd {
   bool was_live = false;
 };
 
+// How Client::Run's error begins when this site does not trust the server's certificate.
+inline constexpr char kServerTrustPrefix[] = "cannot trust the server at ";
+
 class Client {
  public:
   // Reads the certificates and builds the channel; refuses missing files or plaintext to a
@@ -124,7 +127,10 @@ class Client {
 
   // Runs until the server ends the run (OK; last_run() says how), Stop is called (CANCELLED),
   // the server refuses this client (UNAUTHENTICATED / PERMISSION_DENIED, with the server's
-  // reason), or the server stays unreachable past reconnect_timeout (UNAVAILABLE). Every retry
+  // reason), this client cannot trust the server (UNAUTHENTICATED, message starting with
+  // kServerTrustPrefix: its certificate is not from ca_cert_path's CA or not valid for the
+  // address; at the first attempt, not retried), or the server stays unreachable past
+  // reconnect_timeout (UNAVAILABLE). Every retry
   // is logged (client_retry, at warn: the attempt, the delay and the status message). May be
   // called again after it returned (but not after Stop): it joins afresh, so a program can serve
   // run after run; a run already over ends the call at once with OK and was_live false.
