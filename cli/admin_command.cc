@@ -21,6 +21,7 @@
 #include "fl/common/file_util.h"
 #include "fl/server/store.h"
 #include "server/admin/admin.h"
+#include "server/admin/backup.h"
 #include "server/admin/export.h"
 
 namespace fl::cli {
@@ -163,6 +164,11 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
   a.columns->add_flag("--reset", a.reset,
                       "Forget them: the next site to join fixes them anew (after a "
                       "misconfigured first site)");
+  a.backup = cmd->add_subcommand(
+      "backup",
+      "Copy the data directory (SQLite file and checkpoints) consistently, also while "
+      "the server runs; restore: start a server on the copy");
+  a.backup->add_option("--out", a.out, "A new or empty directory")->required();
   a.end_run = cmd->add_subcommand(
       "end-run",
       "End the unfinished run while no server runs on the data directory (e.g. one a "
@@ -274,6 +280,18 @@ int RunAdmin(const AdminArgs& a) {
       fl::server::Store::OpenReadOnly(*data_dir);
   if (!store.ok()) return Fail(store.status());
   if (a.columns->parsed()) return RunAdminColumns(a, *data_dir, now_ms);
+  if (a.backup->parsed()) {
+    absl::StatusOr<fl::server::admin::BackupSummary> copy =
+        fl::server::admin::BackupDataDirectory(*data_dir, a.out);
+    if (!copy.ok()) return Fail(copy.status());
+    std::printf(
+        "backed up %s to %s: %lld runs, %lld committed rounds, %lld checkpoints (%lld bytes)\n"
+        "restore: stop the server, put %s in place of %s, start the server\n",
+        data_dir->c_str(), a.out.c_str(), static_cast<long long>(copy->runs),
+        static_cast<long long>(copy->rounds), static_cast<long long>(copy->checkpoints),
+        static_cast<long long>(copy->bytes), a.out.c_str(), data_dir->c_str());
+    return 0;
+  }
   if (a.end_run->parsed()) {
     store->reset();
     return RunAdminEndRun(a, *data_dir, now_ms);

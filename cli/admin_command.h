@@ -35,6 +35,7 @@ struct AdminArgs {
   CLI::App* export_model = nullptr;
   CLI::App* columns = nullptr;
   CLI::App* end_run = nullptr;
+  CLI::App* backup = nullptr;
 };
 
 // Adds `fl admin` and its subcommands to `app`, filling `a` when parsed.

@@ -5,6 +5,7 @@
 // server name are each refused with what to do.
 #include <signal.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -263,6 +264,51 @@ TEST(ControlApiResumeTest, AnUnfinishedRunEndsOfflineAndTheNextStartBeginsANewRu
   EXPECT_TRUE(WaitForText(log2, "run_created run=2"));
   server->Kill(SIGTERM);
   EXPECT_EQ(server->Wait(), 0);
+}
+
+// fl admin backup while the server runs a run; restoring is starting a server on the copy: it
+// resumes the unfinished run, and the finished run's checkpoints are all there.
+TEST_F(ControlApiTest, ABackupTakenWhileARunGoesOnRestoresToAServerThatResumesIt) {
+  const std::string toml = WriteSiteToml(dir_.path(), "site", port_, pki_.ca_cert,
+                                         pki_.client_certs[0], pki_.client_keys[0]);
+  ChildProcess site({FL_BINARY, "client", "--config", toml}, dir_.path() + "/site.log");
+  ASSERT_EQ(Run({"submit", RunFile("done", "[run]\nrounds = 3\n")}).exit_code, 0);
+  ASSERT_EQ(Run({"logs", "q1", "--follow"}).exit_code, 0);
+  ASSERT_EQ(
+      Run({"submit", RunFile("waits", "[run]\nmin_clients = 2\nmin_fit_clients = 2\n")}).exit_code,
+      0);
+  ASSERT_TRUE(WaitForText(server_log_, "queued_run_started queue_id=2"));
+
+  const std::string backup = dir_.path() + "/backup";
+  FlResult copy = RunFl({"admin", "--data-dir", dir_.path() + "/data", "backup", "--out", backup},
+                        dir_.path(), "backup.log");
+  ASSERT_EQ(copy.exit_code, 0) << copy.out;
+  EXPECT_THAT(copy.out, HasSubstr("2 runs, 3 committed rounds, 4 checkpoints"));
+  FlResult again = RunFl({"admin", "--data-dir", dir_.path() + "/data", "backup", "--out", backup},
+                         dir_.path(), "backup-2.log");
+  EXPECT_EQ(again.exit_code, 1);
+  EXPECT_THAT(again.out, HasSubstr("exists and is not empty: a backup never overwrites"));
+
+  // The data directory is lost; a server on the copy takes over.
+  server_->Kill(SIGTERM);
+  ASSERT_EQ(server_->Wait(), 0);
+  std::filesystem::remove_all(dir_.path() + "/data");
+  std::vector<std::string> argv = ServerCommand(pki_, backup, port_, TinyRunFlags(2, 0));
+  argv.push_back("--stay-up");
+  server_log_ = dir_.path() + "/restored.log";
+  server_ = StartServer(argv, server_log_);
+  EXPECT_THAT(ReadFile(server_log_).value_or(""), HasSubstr("run_resumed run=2"));
+  ASSERT_EQ(Run({"update", "2", "--set", "min_clients=1", "--set", "min_fit_clients=1"}).exit_code,
+            0);
+  FlResult logs = Run({"logs", "2", "--follow"});
+  EXPECT_EQ(Count(logs.out, "round_committed"), 2) << logs.out;
+  EXPECT_THAT(logs.out, HasSubstr("run_finished"));
+  FlResult exported = RunFl({"admin", "--data-dir", backup, "export", "--run", "1", "--round", "3",
+                             "--out", dir_.path() + "/run1.safetensors"},
+                            dir_.path(), "export.log");
+  EXPECT_EQ(exported.exit_code, 0) << exported.out;
+  site.Kill(SIGTERM);
+  EXPECT_EQ(site.Wait(), 0);
 }
 
 TEST_F(ControlApiTest, ASiteCertificateIsRefusedAndAudited) {
