@@ -66,8 +66,8 @@ absl::StatusOr<ExportedModel> ReadCommittedModel(Store& store, const ExportReque
   } else if (chosen == nullptr) {
     std::sort(committed.begin(), committed.end());
     committed.erase(std::unique(committed.begin(), committed.end()), committed.end());
-    const std::string which = request.round.has_value() ? absl::StrCat("round ", *request.round)
-                                                        : std::string("round");
+    const std::string which =
+        request.round.has_value() ? absl::StrCat("round ", *request.round) : std::string("round");
     return absl::NotFoundError(absl::StrCat(
         "run ", run->run_id, " has no committed ", which, "; its committed rounds are ",
         DescribeRounds(committed), " (--round 0 exports the initial model)"));
@@ -78,9 +78,11 @@ absl::StatusOr<ExportedModel> ReadCommittedModel(Store& store, const ExportReque
   absl::StatusOr<Model> model = store.ReadCheckpoint(checkpoint);
   if (!model.ok()) {
     if (absl::IsNotFound(model.status())) {
-      return absl::DataLossError(absl::StrCat("the checkpoint of run ", run->run_id, " round ",
-                                              round, " is missing: ",
-                                              model.status().message()));
+      return absl::DataLossError(absl::StrCat(
+          "the checkpoint of run ", run->run_id, " round ", round,
+          " is missing (a server with [server] keep_checkpoints removes older rounds' models; "
+          "without it the data directory is damaged): ",
+          model.status().message()));
     }
     return model.status();
   }

@@ -83,6 +83,16 @@ const std::vector<Key>& Keys() {
             "server", "metrics_listen",
             "host:port of the Prometheus /metrics and /healthz endpoint; empty: off.", true,
             [](auto& c) -> auto& { return c.server.metrics_address; }),
+        tk::IntKey<C, int32_t>(
+            "server", "keep_checkpoints",
+            "Checkpoint retention: each run keeps the global models of its last N committed "
+            "rounds (and its initial model); older ones are deleted after each commit. 0: keep "
+            "every round's.",
+            0, [](auto& c) -> auto& { return c.server.checkpoints_keep_last; }),
+        tk::IntKey<C, int32_t>(
+            "server", "keep_checkpoint_every",
+            "With keep_checkpoints: also keep every round that is a multiple of this (0: none).", 0,
+            [](auto& c) -> auto& { return c.server.checkpoints_keep_every; }),
         tk::SecondsKey<C>(
             "server", "stall_after_s",
             "A run with no progress (no round opened or closed, no update, no site at work) for "

@@ -338,10 +338,11 @@ class ServerImpl final : public Server {
   // Feeds the Prometheus metrics from the engine's hooks, then calls the caller's.
   EngineHooks WithMetrics(EngineHooks hooks) {
     ServerMetrics* m = metrics_.get();
-    hooks.on_round_end = [m, next = std::move(hooks.on_round_end)](const RoundSummary& r) {
+    hooks.on_round_end = [this, m, next = std::move(hooks.on_round_end)](const RoundSummary& r) {
       if (r.committed) {
         m->RoundCommitted(r.duration);
         m->SetCurrentRound(r.round + 1);
+        PruneCheckpoints();
       } else {
         m->RoundFailed();
       }
@@ -357,6 +358,21 @@ class ServerImpl final : public Server {
       if (next) next(s, bytes);
     };
     return hooks;
+  }
+
+  // The retention policy, after each commit (outside the engine's lock).
+  void PruneCheckpoints() {
+    if (options_.checkpoints_keep_last <= 0) return;
+    absl::StatusOr<int64_t> removed =
+        store_->PruneCheckpoints(options_.checkpoints_keep_last, options_.checkpoints_keep_every);
+    if (!removed.ok()) {
+      LogEvent(LogLevel::kWarn, "checkpoints_not_pruned", {{"error", removed.status().ToString()}});
+    } else if (*removed > 0) {
+      LogEvent(LogLevel::kInfo, "checkpoints_pruned",
+               {{"removed", absl::StrCat(*removed)},
+                {"keep_last", absl::StrCat(options_.checkpoints_keep_last)},
+                {"keep_every", absl::StrCat(options_.checkpoints_keep_every)}});
+    }
   }
 
   absl::Status StartMetricsEndpoint() {

@@ -1,4 +1,6 @@
 // Store on SQLite: one connection in WAL mode behind one mutex, plus checkpoint files.
+#include "server/store/sqlite_store.h"
+
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -28,17 +30,8 @@ namespace {
 using sqlite::Statement;
 using sqlite::Transaction;
 
-constexpr char kDbFile[] = "federation.db";
-constexpr char kCheckpointSubdir[] = "checkpoints";
-
 std::string RoundName(int64_t run_id, int32_t round, int32_t attempt) {
   return absl::StrCat("round ", round, " attempt ", attempt, " of run ", run_id);
-}
-
-int64_t WallClockMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 // Removes temporary checkpoint files a crash left behind; they never have a row.
@@ -51,95 +44,12 @@ void RemoveStaleTempFiles(const std::string& dir) {
   }
 }
 
-class SqliteStore final : public Store {
- public:
-  SqliteStore(std::string data_dir, sqlite::DbPtr db, int version, bool read_only,
-              bool durable = true)
-      : data_dir_(std::move(data_dir)),
-        schema_version_(version),
-        read_only_(read_only),
-        durable_(durable),
-        db_(std::move(db)) {}
+}  // namespace
 
-  std::string db_path() const override { return absl::StrCat(data_dir_, "/", kDbFile); }
-  std::string checkpoint_dir() const override {
-    return absl::StrCat(data_dir_, "/", kCheckpointSubdir);
-  }
-  int schema_version() const override { return schema_version_; }
-  bool read_only() const override { return read_only_; }
+namespace internal {
 
-  absl::StatusOr<int64_t> CreateRun(const RunRecord& run) override;
-  absl::StatusOr<std::optional<RunRecord>> ActiveRun() override;
-  absl::StatusOr<RunRecord> GetRun(int64_t run_id) override;
-  absl::StatusOr<std::vector<RunRecord>> Runs() override;
-  absl::Status FinishRun(int64_t run_id, RunStatus status, const std::string& reason,
-                         int64_t now_ms) override;
-  absl::StatusOr<std::string> ClaimFeatureSchema(int64_t run_id,
-                                                 const std::string& schema_json) override;
-  absl::StatusOr<std::string> FeatureStatistics(int64_t run_id) override;
-  absl::Status ResetFeatureSchema(int64_t run_id) override;
-  absl::Status SetFeatureStatistics(int64_t run_id, const std::string& stats_json) override;
-  absl::Status BeginRound(const RoundRecord& round) override;
-  absl::Status CommitRound(const RoundRecord& round,
-                           const std::vector<ParticipationRecord>& participations) override;
-  absl::Status EndRound(int64_t run_id, int32_t round, int32_t attempt, RoundStatus status,
-                        const std::string& reason, int64_t now_ms) override;
-  absl::Status SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
-                              const std::string& secagg_json) override;
-  absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) override;
-  absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) override;
-  absl::StatusOr<std::optional<RoundRecord>> LastCommittedRound(int64_t run_id) override;
-  absl::Status RecordParticipation(const ParticipationRecord& p) override;
-  absl::StatusOr<std::vector<ParticipationRecord>> Participations(int64_t run_id,
-                                                                  int32_t round) override;
-  absl::StatusOr<std::vector<ParticipationCount>> ParticipationCounts(
-      std::optional<int64_t> run_id) override;
-  absl::Status EnrollClient(const std::string& client_id, const std::string& name,
-                            int64_t now_ms) override;
-  absl::Status RevokeClient(const std::string& client_id, int64_t now_ms) override;
-  absl::StatusOr<bool> IsEnrolled(const std::string& client_id) override;
-  absl::StatusOr<std::optional<ClientRecord>> Client(const std::string& client_id) override;
-  absl::Status TouchClient(const std::string& client_id, int64_t now_ms) override;
-  absl::Status TouchClients(const std::vector<std::pair<std::string, int64_t>>& seen_ms) override;
-  absl::StatusOr<std::vector<ClientRecord>> Clients() override;
-  absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
-                                double loss, double accuracy, int64_t num_examples, int64_t now_ms,
-                                const std::map<std::string, double>& metrics) override;
-  absl::StatusOr<std::vector<EvaluationRecord>> Evaluations(int64_t run_id) override;
-  absl::StatusOr<std::string> WriteCheckpoint(const Model& model) override;
-  absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) override;
-  absl::Status Audit(const AuditRecord& record) override;
-  absl::StatusOr<std::vector<AuditRecord>> AuditLog(int limit) override;
-  absl::Status UpdateRunConfig(int64_t run_id, const std::string& config_json) override;
-  absl::StatusOr<std::vector<AuditRecord>> RunAuditLog(int64_t run_id, int64_t after_id,
-                                                       int limit) override;
-
- private:
-  // FAILED_PRECONDITION naming `what` when the store was opened read-only.
-  absl::Status CheckWritable(absl::string_view what) const {
-    if (!read_only_) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot ", what, ": the store at ", data_dir_, " is open read-only"));
-  }
-  absl::StatusOr<Statement> Prepare(absl::string_view sql, absl::string_view what)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return Statement::Prepare(db_.get(), sql, what);
-  }
-  // The status of one attempt, or nullopt when there is no such attempt.
-  absl::StatusOr<std::optional<RoundStatus>> AttemptStatus(int64_t run_id, int32_t round,
-                                                           int32_t attempt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CommitRoundLocked(const RoundRecord& round,
-                                 const std::vector<ParticipationRecord>& participations)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  const std::string data_dir_;
-  const int schema_version_;
-  const bool read_only_;
-  const bool durable_;  // StoreOpenOptions::durable
-  std::mutex mu_;
-  sqlite::DbPtr db_ ABSL_GUARDED_BY(mu_);
-};
+using sqlite::Statement;
+using sqlite::Transaction;
 
 absl::StatusOr<int64_t> SqliteStore::CreateRun(const RunRecord& run) {
   if (absl::Status s = CheckWritable("create a run"); !s.ok()) return s;
@@ -639,35 +549,6 @@ absl::StatusOr<std::vector<AuditRecord>> SqliteStore::RunAuditLog(int64_t run_id
   return sqlite::Collect(st->Bind(run_id, after_id, static_cast<int64_t>(limit)), ReadAudit);
 }
 
-absl::StatusOr<std::string> SqliteStore::WriteCheckpoint(const Model& model) {
-  if (absl::Status s = CheckWritable("write a checkpoint"); !s.ok()) return s;
-  const std::string sha = model.Sha256Hex();
-  const std::string relative = absl::StrCat(kCheckpointSubdir, "/", sha, ".ckpt");
-  const std::string path = absl::StrCat(data_dir_, "/", relative);
-  const int64_t bytes = CheckpointFileSize(model);
-  // The file is only ever renamed into place complete, so one of the right size is this model.
-  std::error_code ec;
-  if (std::filesystem::file_size(path, ec) != static_cast<uintmax_t>(bytes) || ec) {
-    if (absl::Status s = WriteCheckpointFile(path, model, durable_); !s.ok()) return s;
-  }
-  std::lock_guard lock(mu_);
-  absl::StatusOr<Statement> st = Prepare(
-      "INSERT OR IGNORE INTO checkpoints(sha256, path, bytes, created_at_ms) "
-      "VALUES (?, ?, ?, ?)",
-      "insert into checkpoints");
-  if (!st.ok()) return st.status();
-  if (absl::Status s = st->Bind(sha, relative, bytes, WallClockMs()).Run(); !s.ok()) return s;
-  return sha;
-}
-
-absl::StatusOr<Model> SqliteStore::ReadCheckpoint(const std::string& sha256) {
-  if (!IsSha256Hex(sha256)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", sha256, "' is not a checkpoint name (64 lowercase hex digits)"));
-  }
-  return ReadCheckpointFile(absl::StrCat(checkpoint_dir(), "/", sha256, ".ckpt"), sha256);
-}
-
 absl::Status SqliteStore::Audit(const AuditRecord& record) {
   if (absl::Status s = CheckWritable("write to the audit log"); !s.ok()) return s;
   std::lock_guard lock(mu_);
@@ -694,7 +575,11 @@ absl::StatusOr<std::vector<AuditRecord>> SqliteStore::AuditLog(int limit) {
   return sqlite::Collect(st->Bind(limit), ReadAudit);
 }
 
-}  // namespace
+}  // namespace internal
+
+using internal::kCheckpointSubdir;
+using internal::kDbFile;
+using internal::SqliteStore;
 
 absl::StatusOr<std::string> DataDirectoryOf(const std::string& path) {
   std::error_code ec;

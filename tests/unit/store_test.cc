@@ -768,6 +768,33 @@ TEST_F(StoreTest, RunQueueStartsOldestFirstAndEachEntryLeavesOnce) {
   EXPECT_FALSE((*queue)->Oldest()->has_value());
 }
 
+// Retention: the last K committed rounds' models and every M-th stay, with the run's initial
+// model; the rest leave the disk and the table; a checkpoint no round committed yet stays.
+TEST_F(StoreTest, PruneCheckpointsKeepsTheLastRoundsEveryMthAndTheInitialModel) {
+  const int64_t run = NewRun("r", 1);
+  std::vector<std::string> sha = {""};  // sha[round]
+  for (int round = 1; round <= 6; ++round) {
+    sha.push_back(NewCheckpoint(static_cast<float>(round)));
+    ASSERT_TRUE(store_->BeginRound(Round(run, round, 0)).ok());
+    ASSERT_TRUE(Commit(run, round, 0, sha.back()).ok());
+  }
+  const std::string pending = NewCheckpoint(7.0f);  // written, its round not committed yet
+  EXPECT_EQ(*store_->PruneCheckpoints(0, 0), 0) << "0 keeps everything";
+  absl::StatusOr<int64_t> removed = store_->PruneCheckpoints(2, 3);
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 3);  // rounds 1, 2 and 4
+  for (int round : {1, 2, 4}) {
+    EXPECT_FALSE(
+        std::filesystem::exists(absl::StrCat(store_->checkpoint_dir(), "/", sha[round], ".ckpt")));
+    EXPECT_FALSE(store_->ReadCheckpoint(sha[round]).ok()) << round;
+  }
+  for (int round : {3, 5, 6}) EXPECT_TRUE(store_->ReadCheckpoint(sha[round]).ok()) << round;
+  EXPECT_TRUE(store_->ReadCheckpoint(pending).ok());
+  EXPECT_EQ(*store_->PruneCheckpoints(2, 3), 0);
+  RawDb db(store_->db_path());
+  EXPECT_EQ(db.QueryText("SELECT COUNT(*) FROM checkpoints"), "4");  // 3, 5, 6 and pending
+}
+
 TEST_F(StoreTest, RunAuditLogHasOneRunsRecordsAfterAnId) {
   for (int i = 0; i < 5; ++i) {
     AuditRecord r;

@@ -68,6 +68,11 @@ struct ServerOptions {
   // /healthz and fl_run_state call a run stalled after this long without progress
   // (RunActivity::last_progress).
   absl::Duration stall_after = absl::Minutes(30);
+  // Checkpoint retention after each commit (Store::PruneCheckpoints): each run keeps its last
+  // `checkpoints_keep_last` committed rounds' models and each `checkpoints_keep_every`-th;
+  // 0: every checkpoint is kept.
+  int32_t checkpoints_keep_last = 0;
+  int32_t checkpoints_keep_every = 0;
   absl::Duration tick_interval = absl::Milliseconds(50);
   // Whether the store fsyncs its commits and checkpoints (StoreOpenOptions::durable): false only
   // for a simulation, which the same seed reruns.

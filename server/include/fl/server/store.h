@@ -269,6 +269,11 @@ class Store {
   // NOT_FOUND when there is no such file, INVALID_ARGUMENT when `sha256` is not 64 lowercase hex
   // digits.
   virtual absl::StatusOr<Model> ReadCheckpoint(const std::string& sha256) = 0;
+  // The retention policy: removes the checkpoint files (and rows) of committed rounds that no
+  // run keeps. Every run keeps its initial model, the checkpoints of its last `keep_last`
+  // committed rounds (so it always resumes) and of each round that is a multiple of
+  // `keep_every` (0: none). keep_last 0 keeps everything. Returns how many were removed.
+  virtual absl::StatusOr<int64_t> PruneCheckpoints(int32_t keep_last, int32_t keep_every) = 0;
 
   // --- audit log
   virtual absl::Status Audit(const AuditRecord& record) = 0;  // id is assigned
