@@ -164,6 +164,12 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
   a.columns->add_flag("--reset", a.reset,
                       "Forget them: the next site to join fixes them anew (after a "
                       "misconfigured first site)");
+  a.evals = cmd->add_subcommand(
+      "evals", "A run's evaluations: the server's, the sites' mean, and each site's own");
+  a.evals->add_option("--run", a.run_id, "Run id (default: the newest run)")
+      ->check(CLI::PositiveNumber);
+  a.evals->add_option("--round", a.round, "Only this round")->check(CLI::PositiveNumber);
+  add_report(a.evals, true);
   a.backup = cmd->add_subcommand(
       "backup",
       "Copy the data directory (SQLite file and checkpoints) consistently, also while "
@@ -313,6 +319,13 @@ int RunAdmin(const AdminArgs& a) {
     return PrintReport(admin::RoundsReport(**store, run, *format), a.out);
   }
   if (a.clients->parsed()) return PrintReport(admin::ClientsReport(**store, *format), a.out);
+  if (a.evals->parsed()) {
+    std::optional<int64_t> run;
+    if (a.run_id > 0) run = a.run_id;
+    std::optional<int32_t> round;
+    if (a.round > 0) round = a.round;
+    return PrintReport(admin::EvalsReport(**store, run, round, *format), a.out);
+  }
   if (a.audit->parsed()) return PrintReport(admin::AuditReport(**store, a.limit, *format), a.out);
   return 1;
 }

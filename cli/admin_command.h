@@ -36,6 +36,7 @@ struct AdminArgs {
   CLI::App* columns = nullptr;
   CLI::App* end_run = nullptr;
   CLI::App* backup = nullptr;
+  CLI::App* evals = nullptr;
 };
 
 // Adds `fl admin` and its subcommands to `app`, filling `a` when parsed.

@@ -201,6 +201,12 @@ const std::vector<Key>& Keys() {
           "limits", "require_secure_aggregation",
           "Decline tasks of runs without secure aggregation (the server would see this update).",
           [](auto& c) -> auto& { return c.client.limits.require_secure_aggregation; }),
+      tk::BoolKey<C>(
+          "limits", "share_site_evaluation",
+          "In runs with secure aggregation, let the server record this site's own evaluation "
+          "results (fl admin evals); false: only the federation's aggregate is kept. Runs "
+          "without secure aggregation record every site's.",
+          [](auto& c) -> auto& { return c.client.share_site_evaluation; }),
 
       tk::SecondsKey<C>(
           "client", "heartbeat_s",

@@ -133,8 +133,13 @@ int SiteDaemon::Serve(fl::client::Client& client) {
         absl::StartsWith(s.message(), fl::client::kServerTrustPrefix)) {
       LogEvent(LogLevel::kError, "server_untrusted",
                {{"server", config_.client.server_address}, {"error", std::string(s.message())}});
-      return Exit(kExitConfig, std::string(s.message()),
-                  "fix server.ca or server.address; not retried");
+      if (once) {
+        return Exit(kExitConfig, std::string(s.message()), "fix server.ca or server.address");
+      }
+      // Serving: said once per attempt at the next-run pace, not in a flood; a certificate the
+      // operator renews (or a clock set right) lets the site in again without a restart.
+      if (!SleepUnlessStopped(max_wait)) return Stopped();
+      continue;
     }
     if (IsRefusal(s)) {
       LogEvent(LogLevel::kError, "client_refused",

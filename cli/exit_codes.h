@@ -15,8 +15,9 @@ inline constexpr int kExitOk = 0;
 // Anything not below: an unexpected error (the message says which).
 inline constexpr int kExitError = 1;
 // The configuration or the data, before anything connects: a flag or TOML key that does not
-// parse or fit, a TLS file that cannot be read, data that does not fit the model, a server whose
-// certificate this site's CA does not trust or that is not valid for server.address. Retrying
+// parse or fit, a TLS file that cannot be read, data that does not fit the model; with --once, a
+// server whose certificate this site's CA does not trust or that is not valid for
+// server.address (serving, the site says so at its next-run pace and keeps trying). Retrying
 // cannot help: fix the configuration.
 inline constexpr int kExitConfig = 2;
 // The server refused this site (UNAUTHENTICATED or PERMISSION_DENIED: not enrolled, revoked, a

@@ -228,16 +228,11 @@ constexpr std::pair<const char*, const char*> kRunFlagKeys[] = {
     {"--secagg-stage-timeout", "secure_aggregation.stage_timeout_s"},
 };
 
-// What this start of `fl server` gave for a run's tables: the keys its --config file sets and
-// the flags given, with their values, as a run file.
-absl::StatusOr<std::string> GivenRunToml(const CLI::App& server_cmd, const std::string& config_path,
-                                         const fl::server::ServerConfig& config) {
+// What this start of `fl server` gave for a run's tables: the flags given, with their values,
+// as a run file. The --config file is not: a service restarts with the same file every time,
+// which would undo every `fl run update` at each restart.
+std::string GivenRunToml(const CLI::App& server_cmd, const fl::server::ServerConfig& config) {
   std::set<std::string> keys;
-  if (!config_path.empty()) {
-    absl::StatusOr<std::set<std::string>> in_file = fl::server::KeysInServerConfig(config_path);
-    if (!in_file.ok()) return in_file.status();
-    keys = *std::move(in_file);
-  }
   for (const auto& [flag, key] : kRunFlagKeys) {
     if (server_cmd.count(flag) > 0) keys.insert(key);
   }
@@ -579,10 +574,7 @@ int main(int argc, char** argv) {
       std::fputs(fl::server::ServerConfigToToml(server_config).c_str(), stdout);
       return 0;
     }
-    absl::StatusOr<std::string> given =
-        GivenRunToml(*server_cmd, ConfigPath(argc, argv, "server"), server_config);
-    if (!given.ok()) return Fail(given.status());
-    server.resume_toml = *std::move(given);
+    server.resume_toml = GivenRunToml(*server_cmd, server_config);
     return RunServer(server_config);
   }
   if (client_cmd->parsed()) return RunClient(client);

@@ -133,6 +133,7 @@ struct EvaluationReply {
   std::map<std::string, double> metrics;
   std::string error;  // non-empty: this client could not evaluate
   std::optional<FeatureSums> feature_sums;
+  bool share_site_result = false;  // ClientOptions::share_site_evaluation
 };
 
 // A client's message in one stage of a secure-aggregation round (exactly one of the bodies, or a

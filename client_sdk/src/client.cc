@@ -42,7 +42,9 @@ absl::Status ServerTrustProblem(const absl::Status& s, const ClientOptions& opti
       kServerTrustPrefix, options.server_address, ": ",
       wrong_name
           ? "its certificate is not valid for the address dialled"
-          : "its certificate does not verify against this site's CA (" + options.ca_cert_path + ")",
+          : "its certificate does not verify against this site's CA (" + options.ca_cert_path +
+                "): another CA, or a certificate expired or not yet valid (check both machines' "
+                "clocks)",
       "; give the federation's ca.pem (server.ca) and an address its certificate lists "
       "(server.address); fl client --preflight shows which (gRPC: ",
       m, ")"));
@@ -262,6 +264,7 @@ absl::Status Client::Impl::Evaluate(const ClientTask& task) {
     }
   }
   if (!failure.ok()) result.error = failure.ToString();
+  result.share_site_result = options_.share_site_evaluation;
   absl::Status s = transport_->SubmitEvaluation(result);
   LogEvent(s.ok() ? LogLevel::kInfo : LogLevel::kWarn, "evaluate_task",
            {{"name", options_.name},

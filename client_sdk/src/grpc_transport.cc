@@ -270,6 +270,7 @@ class GrpcTransport final : public Transport {
     result.set_loss(in.loss);
     for (const auto& [k, v] : in.metrics) (*result.mutable_metrics())[k] = v;
     result.set_error(in.error);
+    result.set_share_site_result(in.share_site_result);
     if (in.feature_sums.has_value()) {
       fl::v1::FeatureSums* out = result.mutable_feature_sums();
       out->set_count(in.feature_sums->count);

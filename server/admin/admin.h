@@ -87,6 +87,14 @@ absl::StatusOr<std::string> StatusReport(Store& store, int64_t now_ms,
 absl::StatusOr<std::string> RoundsReport(Store& store, std::optional<int64_t> run_id,
                                          Format format);
 
+// The evaluations of a run (see ResolveRun), of one round when `round` is set: the server's test
+// set ("server"), the sites' mean ("federated") and each site's own ("site:<name>", recorded
+// unless the run had secure aggregation and the site did not allow it). Table columns: ROUND,
+// SOURCE, EXAMPLES, LOSS, METRICS; CSV and JSON carry the client id of a site's row too.
+// NOT_FOUND from ResolveRun, or when the round has no evaluation.
+absl::StatusOr<std::string> EvalsReport(Store& store, std::optional<int64_t> run_id,
+                                        std::optional<int32_t> round, Format format);
+
 // Every enrolled client (revoked ones included) by enrollment time, then every identity that took
 // part without being enrolled, by id, with its participations over all runs. Table columns:
 // CLIENT (id prefix), NAME, STATUS, ENROLLED, LAST_SEEN, ACCEPTED, REFUSED, DROPPED.

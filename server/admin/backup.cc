@@ -1,6 +1,7 @@
 #include "server/admin/backup.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -85,6 +86,18 @@ absl::StatusOr<BackupSummary> BackupDataDirectory(const std::string& data_dir,
     return absl::Status(s.code(), absl::StrCat(s.message(), " (the partial copy in ", out_dir,
                                                " is not a backup: remove it)"));
   };
+  // From before the snapshot until its checkpoints are copied, the server's retention policy
+  // removes none (it skips its passes while this shared lock is held).
+  const std::string lock_path = data_dir + "/checkpoints/.retention.lock";
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_SH) != 0) {
+    if (lock_fd >= 0) ::close(lock_fd);
+    return partial(Errno(absl::StrCat("cannot lock ", lock_path)));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{lock_fd};
   if (absl::Status s = CopyDatabase(db, summary.db_path); !s.ok()) return partial(s);
 
   // The checkpoints the copy refers to, read from the copy itself.

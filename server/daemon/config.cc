@@ -369,19 +369,6 @@ absl::Status ApplyRunConfig(const std::string& text, const std::string& name,
   return CheckServerConfig(config);
 }
 
-absl::StatusOr<std::set<std::string>> KeysInServerConfig(const std::string& path) {
-  absl::StatusOr<toml::table> root = tk::ParseTomlFile(path);
-  if (!root.ok()) return root.status();
-  std::set<std::string> keys;
-  for (const auto& [table, node] : *root) {
-    if (!node.is_table()) continue;
-    for (const auto& [key, value] : *node.as_table()) {
-      keys.insert(std::string(table.str()) + "." + std::string(key.str()));
-    }
-  }
-  return keys;
-}
-
 std::string RunTomlOfKeys(const ServerConfig& config, const std::set<std::string>& keys) {
   absl::StatusOr<toml::table> all = tk::ParseTomlText(ServerConfigToToml(config), "config");
   if (!all.ok()) return "";

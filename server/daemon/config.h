@@ -75,9 +75,6 @@ absl::Status ApplyServerConfig(const std::string& path, ServerConfig& config);
 // `name`, the line and the key; [server] is refused.
 absl::Status ApplyRunConfig(const std::string& text, const std::string& name, ServerConfig& config);
 
-// The keys the TOML file at `path` sets, as "table.key". The errors of ApplyServerConfig.
-absl::StatusOr<std::set<std::string>> KeysInServerConfig(const std::string& path);
-
 // The keys of `config` named in `keys` ("run.rounds", "fit.batch_size", ...) that belong to a
 // run's tables, with their values, as a run file: what an operator gave at this start, for a
 // resumed run to take (ServerOptions::resume_toml). Keys of [server] and [model] (a resumed run

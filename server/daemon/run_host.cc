@@ -51,21 +51,33 @@ absl::Status RunHost::Start(RunSetup initial) {
       return TakeResumeChanges(strategy);
     }
     absl::StatusOr<RunSetup> setup = SetupOf(**queued);
-    absl::Status resumed = setup.ok() ? StartRun(*std::move(setup), "") : setup.status();
-    if (resumed.ok()) return absl::OkStatus();
-    // The server must come up (its control API is the way to act on runs): a submitted run it
-    // cannot resume ends as failed, with the reason, and the queue goes on.
+    if (setup.ok()) return StartRun(*std::move(setup), "");
+    if (!absl::IsInvalidArgument(setup.status())) return setup.status();  // e.g. a disk away
+    // The server must come up (its control API is the way to act on runs): a submitted run whose
+    // file no longer makes a run ends as failed, with the reason, and the queue goes on.
     const std::string reason = absl::StrCat(
         "cannot resume: its run file (q", (*queued)->queue_id,
-        ") no longer makes a run over this server's configuration: ", resumed.message());
+        ") no longer makes a run over this server's configuration: ", setup.status().message());
     LogEvent(LogLevel::kError, "run_failed", {{"run", absl::StrCat(run_id)}, {"reason", reason}});
     if (absl::Status s = options_.store->FinishRun(run_id, RunStatus::kFailed, reason,
                                                    absl::ToUnixMillis(absl::Now()));
         !s.ok()) {
       return s;
     }
-  } else if (!options_.server->stay_up) {
-    return StartRun(std::move(initial), "");
+  } else {
+    // No run is active, so an entry claimed but without its run never got one (the server
+    // stopped while making it): it did not start.
+    for (;;) {
+      absl::StatusOr<std::optional<QueuedRun>> orphan = queue_->ClaimedWithoutRun();
+      if (!orphan.ok()) return orphan.status();
+      if (!orphan->has_value()) break;
+      if (absl::Status s = queue_->Abandon((*orphan)->queue_id,
+                                           "the server stopped while starting it; submit it again");
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (!options_.server->stay_up) return StartRun(std::move(initial), "");
   }
   StartNextLocked();
   if (CurrentEngine() == nullptr) {
@@ -94,7 +106,7 @@ void RunHost::StartNextLocked() {
     if (!next->has_value()) return;
     absl::StatusOr<bool> started = StartQueued(**next);
     if (!started.ok()) {
-      LogEvent(LogLevel::kError, "run_queue_unwritable", {{"error", started.status().ToString()}});
+      LogEvent(LogLevel::kWarn, "queued_run_not_started", {{"error", started.status().ToString()}});
       return;
     }
     if (*started) return;
@@ -164,7 +176,7 @@ absl::Status RunHost::TakeResumeChanges(const aggregation::StrategyOptions& stra
   ServerConfig config;
   config.server.engine = engine->options();
   config.server.strategy = strategy;
-  const std::string source = "this start's --config and flags";
+  const std::string source = "this start's flags";
   if (absl::Status s = ApplyRunConfig(toml, source, config); !s.ok()) return s;
   if (absl::StrContains(toml, "[strategy]")) {
     // The strategy's settings reach the sites in every fit task: a resumed run's must be its own.
@@ -185,6 +197,8 @@ absl::Status RunHost::TakeResumeChanges(const aggregation::StrategyOptions& stra
 
 absl::StatusOr<std::vector<std::string>> RunHost::UpdateRun(
     int64_t run_id, const std::map<std::string, std::string>& set, const std::string& by) {
+  // One change at a time: each reads the run's options and writes them back whole.
+  std::lock_guard update_lock(update_mu_);
   std::shared_ptr<RoundEngine> engine = CurrentEngine();
   if (engine == nullptr || engine->run_id() != run_id) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -231,22 +245,21 @@ absl::StatusOr<RunSetup> RunHost::SetupOf(const QueuedRun& queued) {
 }
 
 absl::StatusOr<bool> RunHost::StartQueued(const QueuedRun& queued) {
+  // Never resume another run with this entry's settings: while the store shows a run active
+  // (its end not recorded), nothing starts, and the next tick tries again.
+  absl::StatusOr<std::optional<RunRecord>> active = options_.store->ActiveRun();
+  if (!active.ok()) return active.status();
+  if (active->has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "run ", (*active)->run_id, " is still active in the store; q", queued.queue_id, " waits"));
+  }
   // Claimed first: an entry being started can no longer be cancelled, nor started twice.
   if (absl::Status s = queue_->Claim(queued.queue_id); !s.ok()) {
     if (absl::IsFailedPrecondition(s)) return false;  // cancelled meanwhile
     return s;
   }
-  absl::Status why;
-  absl::StatusOr<std::optional<RunRecord>> active = options_.store->ActiveRun();
-  if (!active.ok()) return active.status();
-  if (active->has_value()) {
-    // Never resume another run with this entry's settings.
-    why =
-        absl::FailedPreconditionError(absl::StrCat("run ", (*active)->run_id, " is still active"));
-  } else {
-    absl::StatusOr<RunSetup> setup = SetupOf(queued);
-    why = setup.ok() ? StartRun(*std::move(setup), queued.name) : setup.status();
-  }
+  absl::StatusOr<RunSetup> setup = SetupOf(queued);
+  absl::Status why = setup.ok() ? StartRun(*std::move(setup), queued.name) : setup.status();
   if (!why.ok()) {
     LogEvent(LogLevel::kError, "queued_run_cancelled",
              {{"queue_id", absl::StrCat(queued.queue_id)}, {"reason", std::string(why.message())}});

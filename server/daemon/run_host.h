@@ -85,6 +85,7 @@ class RunHost final : public RunDirectory {
 
   const RunHostOptions options_;
   const std::unique_ptr<RunQueue> queue_;
+  std::mutex update_mu_;  // UpdateRun: one change at a time
   std::mutex switch_mu_;  // one move to the next run at a time; Idle waits for it
   std::mutex live_mu_;
   std::shared_ptr<LiveRun> live_;      // guarded by live_mu_

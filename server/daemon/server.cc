@@ -135,7 +135,7 @@ class ServerImpl final : public Server {
       }
       return absl::FailedPreconditionError(
           absl::StrCat("another server is running on the data directory ", options_.data_dir, " (",
-                       lock_path, " is locked)"));
+                       lock_path, " is locked; or fl admin end-run is writing to it: try again)"));
     }
     if (options_.engine.spill_dir.empty()) options_.engine.spill_dir = options_.data_dir + "/spill";
     if (absl::Status s = MakeDirectories(options_.engine.spill_dir); !s.ok()) return s;

@@ -392,6 +392,9 @@ class EngineImpl final : public RoundEngine {
   void StartStatisticsLocked(std::vector<std::string> online, absl::Time now);
   void FinishStatisticsLocked(std::unique_ptr<EvalState> stats, absl::Time now);
   absl::Status CheckFeatureSumsLocked(const EvaluationReport& report) const;
+  // One evaluations row per site that evaluated (source "site:<client id>"), beside the
+  // federation's: in a run with secure aggregation only for the sites that allow it.
+  void RecordSiteEvaluationsLocked(const EvalState& eval, absl::Time now);
   absl::Status LoadFeatureStatistics();
   std::optional<std::string> finish_after_eval_;  // the run ends when the evaluation does
   // The lowest federated evaluation loss of the run so far (this process), and whether the run

@@ -106,6 +106,7 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
          {"accuracy", absl::StrCat(accuracy)},
          {"metrics", metrics.empty() ? std::string("-")
                                      : absl::StrJoin(metrics, " ", absl::PairFormatter("="))}});
+    RecordSiteEvaluationsLocked(*eval, now);
     WarnIfLossDivergesLocked(eval->round, loss);
     // The stopping rule sees the federated results as "eval_loss" and "eval_<metric>"; a run
     // already ending (its last round) ends with its own reason.
@@ -125,6 +126,35 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
   if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);
   finish_after_eval_.reset();
   BumpLocked();
+}
+
+void EngineImpl::RecordSiteEvaluationsLocked(const EvalState& eval, absl::Time now) {
+  const bool secure = options_.secure_aggregation.enabled;
+  int withheld = 0;
+  for (const auto& [id, r] : eval.reports) {
+    if (!r.error.empty() || !std::isfinite(r.loss)) continue;
+    if (secure && !r.share_site_result) {
+      ++withheld;
+      continue;
+    }
+    const auto accuracy = r.metrics.find("accuracy");
+    if (absl::Status s = store_->RecordEvaluation(
+            run_.run_id, eval.round, absl::StrCat(kSiteEvaluationSource, id), r.loss,
+            accuracy == r.metrics.end() ? 0.0 : accuracy->second, r.num_examples, ToMs(now),
+            r.metrics);
+        !s.ok()) {
+      LogEvent(LogLevel::kWarn, "site_evaluation_not_recorded",
+               {{"client", id.substr(0, 16)}, {"reason", std::string(s.message())}});
+    }
+  }
+  if (withheld > 0) {
+    LogEvent(LogLevel::kInfo, "site_evaluations_withheld",
+             {{"round", absl::StrCat(eval.round)},
+              {"sites", absl::StrCat(withheld)},
+              {"why",
+               "secure aggregation: kept in the aggregate only (a site may allow more: "
+               "[client] share_site_evaluation)"}});
+  }
 }
 
 void EngineImpl::WarnIfLossDivergesLocked(int32_t round, double loss) {

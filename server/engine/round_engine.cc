@@ -255,6 +255,12 @@ void EngineImpl::MaybeAdvanceLocked() {
   }
   // A closed round is followed at once by the next, when enough clients are still online.
   if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_ &&
+      committed_round_ >= options_.num_rounds) {
+    // An operator lowered the rounds under those committed while a round was open or failed.
+    FinishRunLocked(absl::StrCat("rounds lowered to ", options_.num_rounds, "; ", committed_round_,
+                                 " committed"));
+  }
+  if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_ &&
       now >= retry_not_before_) {
     // With fewer clients known than min_clients none can start: skip listing who is online, so
     // that each of 100,000 joins stays O(log n) rather than O(n). Clients left out for the run

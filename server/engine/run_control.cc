@@ -104,6 +104,14 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const Engine
           "run ", run_.run_id, " is over (", ToString(run_.status), "); nothing to change"));
     }
     if (absl::Status s = CheckPolicies(wanted); !s.ok()) return s;
+    if (wanted.secure_aggregation.enabled) {
+      // The next round's parameters must exist for the new min_clients, or the run could not
+      // resume after a restart.
+      if (absl::Status s = wanted.secure_aggregation.ParamsFor(wanted.min_clients, 0).status();
+          !s.ok()) {
+        return absl::InvalidArgumentError(s.message());
+      }
+    }
     const nlohmann::json now = nlohmann::json::parse(options_.ToJson());
     const nlohmann::json want = nlohmann::json::parse(wanted.ToJson());
     std::vector<std::string> refused;
@@ -162,9 +170,15 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const Engine
       LogEvent(LogLevel::kWarn, "run_updated",
                {{"run", absl::StrCat(run_.run_id)}, {"change", change}, {"by", by}});
     }
-    // Fewer rounds than already committed: the run is over once no round is in flight.
-    if (committed_round_ >= options_.num_rounds && current_ == nullptr && eval_ == nullptr) {
-      FinishRunLocked(absl::StrCat("rounds lowered to ", options_.num_rounds, " by ", by));
+    // Fewer rounds than already committed: the run is over once no round is in flight (a round
+    // in flight that fails is not retried: MaybeAdvanceLocked ends the run instead).
+    if (committed_round_ >= options_.num_rounds) {
+      const std::string why = absl::StrCat("rounds lowered to ", options_.num_rounds, " by ", by);
+      if (eval_ != nullptr) {
+        if (!finish_after_eval_.has_value()) finish_after_eval_ = why;
+      } else if (current_ == nullptr) {
+        FinishRunLocked(why);
+      }
     }
     BumpLocked();
   }

@@ -293,6 +293,7 @@ class FederationService final
     report.loss = req->loss();
     report.metrics.insert(req->metrics().begin(), req->metrics().end());
     report.error = req->error();
+    report.share_site_result = req->share_site_result();
     if (req->has_feature_sums()) {
       // Bounded by the engine (CheckFeatureSums); the gRPC message limit bounds the copy.
       const fl::v1::FeatureSums& f = req->feature_sums();

@@ -1,5 +1,9 @@
 // The store's checkpoint files: written before the row that names them, read by SHA-256, and
 // removed by the retention policy once no run needs them.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <mutex>
 #include <string>
@@ -51,6 +55,18 @@ absl::StatusOr<Model> SqliteStore::ReadCheckpoint(const std::string& sha256) {
 absl::StatusOr<int64_t> SqliteStore::PruneCheckpoints(int32_t keep_last, int32_t keep_every) {
   if (absl::Status s = CheckWritable("remove checkpoints"); !s.ok()) return s;
   if (keep_last <= 0) return 0;  // keep everything
+  // Not while a backup copies the files its snapshot names: the next commit prunes instead.
+  const std::string lock_path = absl::StrCat(data_dir_, "/", kRetentionLockFile);
+  const int lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) return 0;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{lock_fd};
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    LogEvent(LogLevel::kInfo, "checkpoints_not_pruned", {{"reason", "a backup is copying them"}});
+    return 0;
+  }
   std::lock_guard files(checkpoint_mu_);
   std::vector<std::pair<std::string, std::string>> removed;  // sha256, path
   {
@@ -68,7 +84,10 @@ absl::StatusOr<int64_t> SqliteStore::PruneCheckpoints(int32_t keep_last, int32_t
         "  SELECT r.checkpoint FROM rounds r WHERE r.status = 'committed' AND ("
         "    r.round > (SELECT MAX(m.round) FROM rounds m WHERE m.run_id = r.run_id AND "
         "               m.status = 'committed') - ?1 "
-        "    OR (?2 > 0 AND r.round % ?2 = 0)))",
+        "    OR (?2 > 0 AND r.round % ?2 = 0))) "
+        // Bounded, so that the first pass over a long history does not hold the checkpoint
+        // files (and with them the next commit) for long; later commits take the rest.
+        "LIMIT 64",
         "find checkpoints to remove");
     if (!st.ok()) return st.status();
     st->Bind(static_cast<int64_t>(keep_last), static_cast<int64_t>(keep_every));

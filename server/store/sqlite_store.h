@@ -25,6 +25,9 @@ namespace fl::server::internal {
 
 inline constexpr char kDbFile[] = "federation.db";
 inline constexpr char kCheckpointSubdir[] = "checkpoints";
+// Held shared by `fl admin backup` while it copies checkpoints, taken exclusively (without
+// waiting) by the retention policy, which skips a pass while a backup runs.
+inline constexpr char kRetentionLockFile[] = "checkpoints/.retention.lock";
 
 inline int64_t WallClockMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(

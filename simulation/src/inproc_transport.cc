@@ -198,6 +198,7 @@ absl::Status InprocTransport::SubmitEvaluation(const client::EvaluationReply& re
   report.loss = reply.loss;
   report.metrics = reply.metrics;
   report.error = reply.error;
+  report.share_site_result = reply.share_site_result;
   if (reply.feature_sums.has_value()) {
     report.feature_sums.count = reply.feature_sums->count;
     report.feature_sums.sum = reply.feature_sums->sum;

@@ -237,6 +237,21 @@ TEST(SiteDaemonTest, AServerTheSiteCannotTrustExitsTwoAtOnceWithTheCause) {
     EXPECT_THAT(r.out, Not(HasSubstr("client_retry")));
     EXPECT_THAT(r.out, Not(HasSubstr("Handshake failed with fatal error")));
   }
+  // Serving, the site keeps trying at its next-run pace (a renewed certificate lets it in
+  // without a restart) and stops with 0 on SIGTERM.
+  std::string toml = WriteSiteToml(dir.path(), "serving", port, other.ca_cert, pki.client_certs[0],
+                                   pki.client_keys[0]);
+  std::string text = ReadFile(toml).value_or("");
+  text.replace(text.find("127.0.0.1"), 9, host);
+  ASSERT_TRUE(WriteFileAtomic(toml, text).ok());
+  const std::string log = dir.path() + "/serving.log";
+  ChildProcess serving({FL_BINARY, "client", "--config", toml}, log);
+  ASSERT_TRUE(WaitForText(log, "server_untrusted"));
+  absl::SleepFor(absl::Milliseconds(500));
+  EXPECT_TRUE(Running(serving.pid()));
+  serving.Kill(SIGTERM);
+  EXPECT_EQ(serving.Wait(), 0);
+  EXPECT_THAT(ReadFile(log).value_or(""), Not(HasSubstr("Handshake failed with fatal error")));
 }
 
 TEST(SiteDaemonTest, ConfigurationErrorsExitTwoAndAnUnreachableServerFiveWithOnce) {

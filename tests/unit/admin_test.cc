@@ -29,6 +29,9 @@
 #include "nlohmann/json.hpp"
 
 namespace fl::server::admin {
+
+using ::testing::HasSubstr;
+
 namespace {
 
 // Fingerprint-shaped client ids (64 hex digits).
@@ -320,6 +323,47 @@ TEST_F(AdminTest, RoundsReportsShowEveryFederatedEvaluationMetric) {
 
 // A run with differential privacy: the epsilon spent up to each committed round is shown in
 // every format; the rounds without it show none.
+// fl admin evals: the sites' mean and each site's own row, by the site's name, in every format.
+TEST_F(AdminTest, EvalsReportListsEachSitesEvaluationBesideTheMean) {
+  Populate();
+  ASSERT_TRUE(store_
+                  ->RecordEvaluation(run_, 1, "federated", 0.5, 0.75, 300, kNowMs + 1300,
+                                     {{"accuracy", 0.75}})
+                  .ok());
+  ASSERT_TRUE(store_
+                  ->RecordEvaluation(run_, 1, absl::StrCat(kSiteEvaluationSource, kAlice), 0.25,
+                                     0.9, 100, kNowMs + 1300, {{"accuracy", 0.9}})
+                  .ok());
+  ASSERT_TRUE(store_
+                  ->RecordEvaluation(run_, 1, absl::StrCat(kSiteEvaluationSource, kBob), 0.625,
+                                     0.675, 200, kNowMs + 1300, {{"accuracy", 0.675}})
+                  .ok());
+  absl::StatusOr<std::string> table = EvalsReport(*store_, run_, 1, Format::kTable);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<std::string> lines = Lines(*table);
+  ASSERT_EQ(lines.size(), 6u) << *table;  // run line, header, server, federated, alice, bob
+  EXPECT_THAT(lines[1], HasSubstr("ROUND  SOURCE"));
+  EXPECT_THAT(lines[3], HasSubstr("federated"));
+  EXPECT_THAT(lines[4], HasSubstr("site:alice"));
+  EXPECT_THAT(lines[4], HasSubstr("accuracy=0.9"));
+  EXPECT_THAT(lines[5], HasSubstr("site:bob"));
+
+  absl::StatusOr<std::string> json = EvalsReport(*store_, run_, std::nullopt, Format::kJson);
+  ASSERT_TRUE(json.ok()) << json.status();
+  nlohmann::json rows = nlohmann::json::parse(*json);
+  ASSERT_EQ(rows.size(), 4u);  // Populate's server evaluation first
+  EXPECT_EQ(rows[2]["client_id"], kAlice);
+  EXPECT_EQ(rows[2]["source"], "site:alice");
+  EXPECT_EQ(rows[2]["num_examples"], 100);
+  absl::StatusOr<std::string> csv = EvalsReport(*store_, run_, 1, Format::kCsv);
+  ASSERT_TRUE(csv.ok());
+  EXPECT_EQ(Lines(*csv)[0], "run_id,round,source,client_id,num_examples,loss,metrics_json,at_ms");
+
+  absl::Status none = EvalsReport(*store_, run_, 2, Format::kTable).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.message(), HasSubstr("has no evaluation of round 2"));
+}
+
 TEST_F(AdminTest, RoundsReportsShowTheEpsilonSpentWithDifferentialPrivacy) {
   Populate();
   RoundRecord dp = Round(2, 0);  // round 2 attempt 0, running since Populate, commits with DP

@@ -562,8 +562,14 @@ TEST_F(EngineTest, FederatedEvaluationKeepsEveryMetricAndTheStoppingRuleCanUseTh
   EXPECT_FALSE(engine_->finished());
   absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(engine_->run_id());
   ASSERT_TRUE(evals.ok()) << evals.status();
-  ASSERT_EQ(evals->size(), 1u);
+  ASSERT_EQ(evals->size(), 4u);  // the federation's mean, then each site's own (plain run)
   const EvaluationRecord& first = (*evals)[0];
+  for (size_t i = 1; i < 4; ++i) {
+    EXPECT_EQ((*evals)[i].source, absl::StrCat(kSiteEvaluationSource, clients_[i - 1]));
+  }
+  EXPECT_DOUBLE_EQ((*evals)[2].loss, 2.0);  // client-b's own
+  EXPECT_EQ((*evals)[2].num_examples, 300);
+  EXPECT_DOUBLE_EQ((*evals)[2].metrics.at("f1"), 0.4);
   EXPECT_EQ(first.source, "federated");
   EXPECT_EQ(first.num_examples, 500);
   EXPECT_DOUBLE_EQ(first.loss, (100 * 1.0 + 300 * 2.0 + 100 * 3.0) / 500);
@@ -610,7 +616,8 @@ TEST_F(EngineTest, AMetricWhoseMeanOverflowsIsDroppedAndTheRowIsStillRecorded) {
   }
   absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(engine_->run_id());
   ASSERT_TRUE(evals.ok()) << evals.status();
-  ASSERT_EQ(evals->size(), 1u);
+  ASSERT_EQ(evals->size(), 1u + clients_.size());  // the mean, then each site's own
+  EXPECT_EQ((*evals)[0].source, "federated");
   EXPECT_DOUBLE_EQ((*evals)[0].loss, 0.5);
   EXPECT_DOUBLE_EQ((*evals)[0].accuracy, 0.75);
   EXPECT_EQ((*evals)[0].metrics.count("huge"), 0u);

@@ -404,6 +404,35 @@ class Windows {
 // 0 %, 10 % and 30 % of 10 sites stop answering at each of the four stages, one round each: every
 // round commits global + the example-weighted mean of U3's clipped changes, within one
 // quantization step; U3 is who sent a masked input.
+// With secure aggregation the server keeps a federated evaluation only in the aggregate, except
+// for a site that allows its own row.
+TEST_F(EngineSecAggTest, SiteEvaluationsAreKeptOnlyForSitesThatAllowIt) {
+  options_.num_rounds = 2;
+  options_.eval_every = 1;
+  StartSecure();
+  JoinAll();
+  ASSERT_TRUE(DriveAttempt().committed);
+  for (size_t i = 0; i < sites_.size(); ++i) {
+    Task t = engine_->Poll(sites_[i].id);
+    ASSERT_EQ(t.kind, Task::Kind::kEvaluate) << sites_[i].id;
+    EvaluationReport r;
+    r.run_id = t.run_id;
+    r.round = 1;
+    r.task_id = t.task_id;
+    r.num_examples = 10;
+    r.loss = 1.0 + static_cast<double>(i);
+    r.metrics = {{"accuracy", 0.5}};
+    r.share_site_result = i == 0;
+    ASSERT_TRUE(engine_->SubmitEvaluation(sites_[i].id, r).ok());
+  }
+  absl::StatusOr<std::vector<EvaluationRecord>> evals = store_->Evaluations(engine_->run_id());
+  ASSERT_TRUE(evals.ok()) << evals.status();
+  ASSERT_EQ(evals->size(), 2u);
+  EXPECT_EQ((*evals)[0].source, "federated");
+  EXPECT_EQ((*evals)[1].source, absl::StrCat(kSiteEvaluationSource, sites_[0].id));
+  EXPECT_DOUBLE_EQ((*evals)[1].loss, 1.0);
+}
+
 TEST_F(EngineSecAggTest, DropoutsAtEveryStageStillCommitTheSurvivorsMean) {
   struct Case {
     int stage;

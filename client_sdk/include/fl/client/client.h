@@ -88,6 +88,9 @@ struct ClientOptions {
   // before its model is downloaded (already at its first stage when that task names the model);
   // see SiteLimits.
   SiteLimits limits;
+  // The server records each site's federated-evaluation result (fl admin evals), except in runs
+  // with secure aggregation, where it keeps only the federation's aggregate unless this is true.
+  bool share_site_evaluation = false;
 };
 
 // What happened to one fit task, or one stage of a secure-aggregation round, for progress

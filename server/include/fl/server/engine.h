@@ -264,6 +264,8 @@ struct EvaluationReport {
   std::map<std::string, double> metrics;
   std::string error;               // non-empty: the client could not evaluate
   FeatureSumsReport feature_sums;  // the answer to a kStatistics task
+  // The site lets its own result be recorded in a run with secure aggregation.
+  bool share_site_result = false;
 };
 
 struct UpdateMeta {

@@ -87,7 +87,7 @@ struct ServerOptions {
   // stays up between them until Shutdown.
   bool stay_up = false;
   // What the operator gave at this start for the run's tables (a run file, e.g. "[run]\nrounds
-  // = 20\n": the keys of --config and the flags given). A resumed run that was not submitted
+  // = 20\n": the flags given; not the --config file, which a service passes at every start). A resumed run that was not submitted
   // takes it: policies a run may change are changed and audited; any other key that differs
   // from the run's own refuses the start, naming it. "": nothing given.
   std::string resume_toml;

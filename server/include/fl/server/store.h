@@ -95,11 +95,14 @@ struct ClientRecord {
   int64_t last_seen_ms = 0;
 };
 
+// The source of a site's own federated-evaluation row: this, then the client's id.
+inline constexpr char kSiteEvaluationSource[] = "site:";
+
 struct EvaluationRecord {
   int64_t id = 0;
   int64_t run_id = 0;
   int32_t round = 0;
-  std::string source;  // who evaluated, e.g. "server"
+  std::string source;  // who evaluated: "server", "federated" (the sites' mean) or "site:<id>"
   double loss = 0;
   double accuracy = 0;  // metrics["accuracy"] when recorded, kept as a column for old readers
   int64_t num_examples = 0;
