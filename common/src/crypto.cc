@@ -12,8 +12,10 @@
 #include <openssl/x509v3.h>
 
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -146,6 +148,13 @@ bool IsAdminCertificate(X509* cert) {
   return false;
 }
 
+// The end of the certificate's validity, in ms since the epoch (0 when it cannot be read).
+int64_t NotAfterMs(X509* cert) {
+  struct tm tm = {};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1) return 0;
+  return static_cast<int64_t>(timegm(&tm)) * 1000;
+}
+
 std::string TimeString(const ASN1_TIME* time) {
   BioPtr bio(BIO_new(BIO_s_mem()));
   if (bio == nullptr || ASN1_TIME_print(bio.get(), time) != 1) return "?";
@@ -196,10 +205,12 @@ absl::StatusOr<std::string> FingerprintOf(X509* cert) {
 
 enum class CertKind { kAuthority, kServer, kClient, kAdmin };
 
-// Issues a certificate for a fresh P-256 key. `issuer`/`issuer_key` are null for a self-signed CA.
+// Issues a certificate for a fresh P-256 key, or for `subject_key` (a public key from a
+// certificate request; the result then has no key PEM). `issuer`/`issuer_key` are null for a
+// self-signed CA.
 absl::StatusOr<CertAndKey> Issue(CertKind kind, std::string_view common_name, int valid_days,
                                  const std::vector<std::string>& alt_names, X509* issuer,
-                                 EVP_PKEY* issuer_key) {
+                                 EVP_PKEY* issuer_key, EVP_PKEY* subject_key = nullptr) {
   if (common_name.empty() || common_name.size() > static_cast<size_t>(INT_MAX)) {
     return absl::InvalidArgumentError("the common name is empty or too long");
   }
@@ -207,8 +218,12 @@ absl::StatusOr<CertAndKey> Issue(CertKind kind, std::string_view common_name, in
     return absl::InvalidArgumentError(absl::StrCat("valid_days must be >= 1, got ", valid_days));
   }
   ERR_clear_error();
-  EvpPkeyPtr key(EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"));
-  if (key == nullptr) return Internal("generating a P-256 key");
+  EvpPkeyPtr generated;
+  if (subject_key == nullptr) {
+    generated.reset(EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256"));
+    if (generated == nullptr) return Internal("generating a P-256 key");
+  }
+  EVP_PKEY* key_ptr = subject_key != nullptr ? subject_key : generated.get();
   X509Ptr cert(X509_new());
   if (cert == nullptr) return Internal("X509_new");
   if (X509_set_version(cert.get(), X509_VERSION_3) != 1) return Internal("X509_set_version");
@@ -245,9 +260,9 @@ absl::StatusOr<CertAndKey> Issue(CertKind kind, std::string_view common_name, in
     return Internal("setting the admin role");
   }
   X509* signer = issuer != nullptr ? issuer : cert.get();
-  EVP_PKEY* signer_key = issuer_key != nullptr ? issuer_key : key.get();
+  EVP_PKEY* signer_key = issuer_key != nullptr ? issuer_key : key_ptr;
   if (X509_set_issuer_name(cert.get(), X509_get_subject_name(signer)) != 1 ||
-      X509_set_pubkey(cert.get(), key.get()) != 1) {
+      X509_set_pubkey(cert.get(), key_ptr) != 1) {
     return Internal("setting the issuer and public key");
   }
 
@@ -284,7 +299,14 @@ absl::StatusOr<CertAndKey> Issue(CertKind kind, std::string_view common_name, in
   }
 
   if (X509_sign(cert.get(), signer_key, EVP_sha256()) <= 0) return Internal("X509_sign");
-  return ToPem(cert.get(), key.get());
+  if (subject_key != nullptr) {  // the key is the requester's: only the certificate
+    BioPtr cert_bio(BIO_new(BIO_s_mem()));
+    if (cert_bio == nullptr || PEM_write_bio_X509(cert_bio.get(), cert.get()) != 1) {
+      return Internal("PEM_write_bio_X509");
+    }
+    return CertAndKey{BioContents(cert_bio.get()), ""};
+  }
+  return ToPem(cert.get(), key_ptr);
 }
 
 struct ParsedCa {
@@ -389,6 +411,23 @@ absl::StatusOr<CertAndKey> CertificateIssuer::IssueClient(std::string_view commo
                state_->ca.key.get());
 }
 
+absl::StatusOr<std::string> CertificateIssuer::IssueClientForKey(std::string_view common_name,
+                                                                 std::string_view public_key_pem,
+                                                                 int valid_days) const {
+  absl::StatusOr<BioPtr> bio = MemBio(public_key_pem);
+  if (!bio.ok()) return bio.status();
+  EvpPkeyPtr public_key(PEM_read_bio_PUBKEY(bio->get(), nullptr, nullptr, nullptr));
+  if (public_key == nullptr) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError("not a PEM public key");
+  }
+  absl::StatusOr<CertAndKey> issued =
+      Issue(CertKind::kClient, common_name, valid_days, {}, state_->ca.cert.get(),
+            state_->ca.key.get(), public_key.get());
+  if (!issued.ok()) return issued.status();
+  return std::move(issued->cert_pem);
+}
+
 absl::StatusOr<CertAndKey> CertificateIssuer::IssueAdmin(std::string_view common_name,
                                                          int valid_days) const {
   return Issue(CertKind::kAdmin, common_name, valid_days, {}, state_->ca.cert.get(),
@@ -409,6 +448,12 @@ absl::StatusOr<std::string> CertificateFingerprint(std::string_view cert_pem) {
   absl::StatusOr<X509Ptr> cert = ParseCertificate(cert_pem, "input");
   if (!cert.ok()) return cert.status();
   return FingerprintOf(cert->get());
+}
+
+absl::StatusOr<int64_t> CertificateNotAfterMs(std::string_view cert_pem) {
+  absl::StatusOr<X509Ptr> cert = ParseCertificate(cert_pem, "input");
+  if (!cert.ok()) return cert.status();
+  return NotAfterMs(cert->get());
 }
 
 absl::StatusOr<std::string> CertificateCommonName(std::string_view cert_pem) {
@@ -550,7 +595,7 @@ absl::StatusOr<CertificateIdentity> ClientCertificateVerifier::Verify(
   absl::StatusOr<std::string> fingerprint = FingerprintOf(cert->get());
   if (!fingerprint.ok()) return fingerprint.status();
   return CertificateIdentity{*std::move(fingerprint), CommonNameOf(cert->get()),
-                             IsAdminCertificate(cert->get())};
+                             IsAdminCertificate(cert->get()), NotAfterMs(cert->get())};
 }
 
 std::string NameListSha256(const std::vector<std::string>& names) {

@@ -27,10 +27,7 @@ absl::Status CheckPlainName(const std::string& kind, const std::string& name) {
 
 }  // namespace
 
-absl::StatusOr<IssuedFiles> IssueFromFederation(const std::string& out_dir, IssuedRole role,
-                                                const std::string& name, int valid_days) {
-  const bool admin = role == IssuedRole::kAdmin;
-  if (absl::Status s = CheckPlainName(admin ? "admin" : "site", name); !s.ok()) return s;
+absl::StatusOr<CertificateIssuer> LoadFederationIssuer(const std::string& out_dir) {
   CertAndKey ca;
   for (auto [path, out] : {std::pair{out_dir + "/ca.pem", &ca.cert_pem},
                            std::pair{out_dir + "/ca.key", &ca.key_pem}}) {
@@ -43,7 +40,14 @@ absl::StatusOr<IssuedFiles> IssueFromFederation(const std::string& out_dir, Issu
     }
     *out = *std::move(text);
   }
-  absl::StatusOr<CertificateIssuer> issuer = CertificateIssuer::Load(ca);
+  return CertificateIssuer::Load(ca);
+}
+
+absl::StatusOr<IssuedFiles> IssueFromFederation(const std::string& out_dir, IssuedRole role,
+                                                const std::string& name, int valid_days) {
+  const bool admin = role == IssuedRole::kAdmin;
+  if (absl::Status s = CheckPlainName(admin ? "admin" : "site", name); !s.ok()) return s;
+  absl::StatusOr<CertificateIssuer> issuer = LoadFederationIssuer(out_dir);
   if (!issuer.ok()) return issuer.status();
   const std::string dir = out_dir + (admin ? "/admins" : "/clients");
   IssuedFiles files{dir + "/" + name + ".pem", dir + "/" + name + ".key", ""};
@@ -62,6 +66,45 @@ absl::StatusOr<IssuedFiles> IssueFromFederation(const std::string& out_dir, Issu
   absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pair->cert_pem);
   if (!fingerprint.ok()) return fingerprint.status();
   files.fingerprint = *std::move(fingerprint);
+  if (absl::Status s = WritePair(*pair, files.cert, files.key, Durability::kSynced); !s.ok()) {
+    return s;
+  }
+  return files;
+}
+
+absl::StatusOr<IssuedFiles> RenewFromFederation(const std::string& out_dir, IssuedRole role,
+                                                const std::string& name, int valid_days,
+                                                const std::vector<std::string>& server_names) {
+  const bool server = !server_names.empty();
+  const bool admin = role == IssuedRole::kAdmin;
+  if (!server) {
+    if (absl::Status s = CheckPlainName(admin ? "admin" : "site", name); !s.ok()) return s;
+  }
+  const std::string base =
+      server ? out_dir + "/server" : out_dir + (admin ? "/admins/" : "/clients/") + name;
+  IssuedFiles files{base + ".pem", base + ".key", ""};
+  if (!std::filesystem::exists(files.cert)) {
+    return absl::NotFoundError(
+        absl::StrCat("no certificate to renew at ", files.cert,
+                     server ? "" : "; fl certs add-site (or --admin) issues a first one"));
+  }
+  absl::StatusOr<CertificateIssuer> issuer = LoadFederationIssuer(out_dir);
+  if (!issuer.ok()) return issuer.status();
+  absl::StatusOr<CertAndKey> pair = server  ? issuer->IssueServer(name, server_names, valid_days)
+                                    : admin ? issuer->IssueAdmin(name, valid_days)
+                                            : issuer->IssueClient(name, valid_days);
+  if (!pair.ok()) return pair.status();
+  absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pair->cert_pem);
+  if (!fingerprint.ok()) return fingerprint.status();
+  files.fingerprint = *std::move(fingerprint);
+  std::error_code ec;
+  for (const std::string& path : {files.cert, files.key}) {
+    std::filesystem::rename(path, path + ".old", ec);
+    if (ec && std::filesystem::exists(path)) {
+      return absl::InternalError(
+          absl::StrCat("cannot keep ", path, " as ", path, ".old: ", ec.message()));
+    }
+  }
   if (absl::Status s = WritePair(*pair, files.cert, files.key, Durability::kSynced); !s.ok()) {
     return s;
   }

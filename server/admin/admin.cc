@@ -461,20 +461,21 @@ absl::StatusOr<std::string> ClientsReport(Store& store, Format format) {
   }
 
   if (format == Format::kTable) {
-    TextTable table(
-        {"CLIENT", "NAME", "STATUS", "ENROLLED", "LAST_SEEN", "ACCEPTED", "REFUSED", "DROPPED"});
+    TextTable table({"CLIENT", "NAME", "STATUS", "ENROLLED", "LAST_SEEN", "ACCEPTED", "REFUSED",
+                     "DROPPED", "CERT_EXPIRES"});
     for (const ClientRow& row : rows) {
       table.AddRow({ShortId(row.client.client_id), row.client.name.empty() ? "-" : row.client.name,
                     ClientStatus(row), FormatTime(row.client.enrolled_at_ms),
                     FormatTime(row.client.last_seen_ms, "never"), absl::StrCat(row.counts.accepted),
-                    absl::StrCat(row.counts.refused), absl::StrCat(row.counts.dropped)});
+                    absl::StrCat(row.counts.refused), absl::StrCat(row.counts.dropped),
+                    FormatTime(row.client.cert_not_after_ms)});
     }
     return table.Render();
   }
   if (format == Format::kCsv) {
-    std::string out =
-        CsvLine({"client_id", "name", "status", "enrolled_at_ms", "revoked_at_ms", "last_seen_ms",
-                 "assigned", "accepted", "refused", "dropped", "last_round_started_ms"});
+    std::string out = CsvLine({"client_id", "name", "status", "enrolled_at_ms", "revoked_at_ms",
+                               "last_seen_ms", "assigned", "accepted", "refused", "dropped",
+                               "last_round_started_ms", "cert_not_after_ms"});
     for (const ClientRow& row : rows) {
       absl::StrAppend(
           &out,
@@ -482,8 +483,8 @@ absl::StatusOr<std::string> ClientsReport(Store& store, Format format) {
                    absl::StrCat(row.client.enrolled_at_ms), absl::StrCat(row.client.revoked_at_ms),
                    absl::StrCat(row.client.last_seen_ms), absl::StrCat(row.counts.assigned),
                    absl::StrCat(row.counts.accepted), absl::StrCat(row.counts.refused),
-                   absl::StrCat(row.counts.dropped),
-                   absl::StrCat(row.counts.last_round_started_ms)}));
+                   absl::StrCat(row.counts.dropped), absl::StrCat(row.counts.last_round_started_ms),
+                   absl::StrCat(row.client.cert_not_after_ms)}));
     }
     return out;
   }
@@ -499,7 +500,8 @@ absl::StatusOr<std::string> ClientsReport(Store& store, Format format) {
                    {"accepted", row.counts.accepted},
                    {"refused", row.counts.refused},
                    {"dropped", row.counts.dropped},
-                   {"last_round_started_ms", row.counts.last_round_started_ms}});
+                   {"last_round_started_ms", row.counts.last_round_started_ms},
+                   {"cert_not_after_ms", row.client.cert_not_after_ms}});
   }
   return DumpJson(out);
 }

@@ -77,6 +77,11 @@ absl::StatusOr<Enrollment> EnrollCertificate(Store& store, absl::string_view cer
                                   : absl::StrCat("; it was enrolled as '", c.name, "'");
   }
   if (absl::Status s = store.EnrollClient(out.client_id, out.name, now_ms); !s.ok()) return s;
+  if (absl::StatusOr<int64_t> expiry = CertificateNotAfterMs(cert); expiry.ok()) {
+    if (absl::Status s = store.SetClientCertificateExpiry(out.client_id, *expiry); !s.ok()) {
+      return s;
+    }
+  }
   out.changed = true;
   const std::string detail =
       absl::StrCat("client '", out.name, "' (fingerprint ", out.client_id,

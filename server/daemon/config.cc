@@ -84,6 +84,12 @@ const std::vector<Key>& Keys() {
             "host:port of the Prometheus /metrics and /healthz endpoint; empty: off.", true,
             [](auto& c) -> auto& { return c.server.metrics_address; }),
         tk::IntKey<C, int32_t>(
+            "server", "cert_warn_days",
+            "Warn (log certificate_expiring at start and daily; metric fl_site_certificates_"
+            "expiring) when the server's or an enrolled site's certificate expires within this "
+            "many days.",
+            0, [](auto& c) -> auto& { return c.server.cert_warn_days; }),
+        tk::IntKey<C, int32_t>(
             "server", "keep_checkpoints",
             "Checkpoint retention: each run keeps the global models of its last N committed "
             "rounds (and its initial model); older ones are deleted after each commit. 0: keep "

@@ -264,7 +264,13 @@ ServerMetrics::ServerMetrics()
       seconds_since_progress_(registry_.AddGauge(
           "fl_seconds_since_progress",
           "Seconds since the run last made progress (a round opened or closed, an update "
-          "accepted, a site at work).")) {}
+          "accepted, a site at work).")),
+      server_cert_expiry_(registry_.AddGauge(
+          "fl_server_certificate_expiry_seconds",
+          "Seconds until the server's certificate expires (negative: expired).")),
+      sites_cert_expiring_(registry_.AddGauge(
+          "fl_site_certificates_expiring",
+          "Enrolled sites whose certificate expires within cert_warn_days (or has expired).")) {}
 
 void ServerMetrics::RoundCommitted(absl::Duration duration) {
   MetricsRegistry::UpdateScope scope(registry_);
@@ -309,6 +315,12 @@ void ServerMetrics::SetRunState(int state, double seconds_since_progress) {
   MetricsRegistry::UpdateScope scope(registry_);
   run_state_->Set(scope, state);
   seconds_since_progress_->Set(scope, seconds_since_progress);
+}
+
+void ServerMetrics::SetCertificates(double server_expiry_seconds, int sites_expiring) {
+  MetricsRegistry::UpdateScope scope(registry_);
+  server_cert_expiry_->Set(scope, server_expiry_seconds);
+  sites_cert_expiring_->Set(scope, sites_expiring);
 }
 
 std::string ServerMetrics::RenderPrometheus() const { return registry_.RenderPrometheus(); }

@@ -156,6 +156,9 @@ class ServerMetrics final {
   void SetCurrentRound(int round);
   // The run's state as fl_run_state's number (RunStateValue) and its seconds without progress.
   void SetRunState(int state, double seconds_since_progress);
+  // Seconds until the server's certificate expires, and how many enrolled sites' certificates
+  // expire within the warning window ([server] cert_warn_days).
+  void SetCertificates(double server_expiry_seconds, int sites_expiring);
 
   std::string RenderPrometheus() const;
 
@@ -174,6 +177,8 @@ class ServerMetrics final {
   MetricsRegistry::Gauge* current_round_;
   MetricsRegistry::Gauge* run_state_;
   MetricsRegistry::Gauge* seconds_since_progress_;
+  MetricsRegistry::Gauge* server_cert_expiry_;
+  MetricsRegistry::Gauge* sites_cert_expiring_;
 };
 
 }  // namespace fl::server

@@ -102,6 +102,9 @@ class ServerImpl final : public Server {
         if (!text.ok()) return text.status();
         *out = *std::move(text);
       }
+      if (absl::StatusOr<int64_t> expiry = CertificateNotAfterMs(cert_pem); expiry.ok()) {
+        server_cert_not_after_ms_ = *expiry;
+      }
       if (absl::Status s = CheckServerCertificate(cert_pem, key_pem, ca_pem); !s.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(s.message(), " (certificate ", options_.cert_path, ", key ",
@@ -197,6 +200,13 @@ class ServerImpl final : public Server {
       const std::string& name = identity->common_name.empty() ? path : identity->common_name;
       if (absl::Status s = store_->EnrollClient(identity->fingerprint, name, now_ms); !s.ok()) {
         return s;
+      }
+      if (identity->not_after_ms > 0) {
+        if (absl::Status s =
+                store_->SetClientCertificateExpiry(identity->fingerprint, identity->not_after_ms);
+            !s.ok()) {
+          return s;
+        }
       }
     }
 
@@ -360,6 +370,42 @@ class ServerImpl final : public Server {
     return hooks;
   }
 
+  // Certificates that expire within cert_warn_days: one warning each (at start, then daily), and
+  // the metrics. Sites revoked, or enrolled before their expiry was recorded, are left out.
+  void CheckCertificates() {
+    const int64_t now_ms = absl::ToUnixMillis(absl::Now());
+    const int64_t window_ms = int64_t{options_.cert_warn_days} * 24 * 3600 * 1000;
+    auto warn = [now_ms](const std::string& who, int64_t not_after_ms) {
+      const int64_t days = (not_after_ms - now_ms) / (24 * 3600 * 1000);
+      LogEvent(
+          LogLevel::kWarn, "certificate_expiring",
+          {{"certificate", who},
+           {"expires", absl::FormatTime("%Y-%m-%d %H:%M:%SZ", absl::FromUnixMillis(not_after_ms),
+                                        absl::UTCTimeZone())},
+           {"days_left", absl::StrCat(days)},
+           {"fix", who == "server" ? "fl certs renew --server, then restart the server"
+                                   : "fl certs renew " + who.substr(5) +
+                                         ", then fl admin enroll the new certificate"}});
+    };
+    if (server_cert_not_after_ms_ > 0 && server_cert_not_after_ms_ - now_ms < window_ms) {
+      warn("server", server_cert_not_after_ms_);
+    }
+    int expiring = 0;
+    if (absl::StatusOr<std::vector<ClientRecord>> clients = store_->Clients(); clients.ok()) {
+      for (const ClientRecord& c : *clients) {
+        if (c.revoked_at_ms != 0 || c.cert_not_after_ms == 0 ||
+            c.cert_not_after_ms - now_ms >= window_ms) {
+          continue;
+        }
+        ++expiring;
+        warn(absl::StrCat("site ", c.name), c.cert_not_after_ms);
+      }
+    }
+    metrics_->SetCertificates(
+        server_cert_not_after_ms_ > 0 ? (server_cert_not_after_ms_ - now_ms) / 1000.0 : 0,
+        expiring);
+  }
+
   // The retention policy, after each commit (outside the engine's lock).
   void PruneCheckpoints() {
     if (options_.checkpoints_keep_last <= 0) return;
@@ -439,12 +485,17 @@ class ServerImpl final : public Server {
   void TickLoop() {
     std::unique_lock<std::mutex> lock(stop_mu_);
     absl::Time next_queue_check = absl::InfinitePast();
+    absl::Time next_cert_check = absl::InfinitePast();
     while (!stopping_.load()) {
       lock.unlock();
       // A run that is over gives way to the oldest queued one (looked for a few times a second).
       if (const absl::Time now = absl::Now(); now >= next_queue_check) {
         host_->StartNextIfOver();
         next_queue_check = now + absl::Milliseconds(250);
+      }
+      if (const absl::Time now = absl::Now(); now >= next_cert_check) {
+        CheckCertificates();
+        next_cert_check = now + absl::Hours(24);
       }
       if (const std::shared_ptr<RoundEngine> engine = host_->CurrentEngine(); engine != nullptr) {
         engine->Tick();
@@ -472,6 +523,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<fl::v1::Control::Service> control_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
+  int64_t server_cert_not_after_ms_ = 0;  // 0: plaintext or unknown
   std::thread ticker_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

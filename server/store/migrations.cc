@@ -11,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 6> kMigrations = {
+constexpr std::array<const char*, 7> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -130,6 +130,11 @@ CREATE TABLE run_queue(
   run_id INTEGER NOT NULL DEFAULT 0,
   reason TEXT NOT NULL DEFAULT '');
 CREATE INDEX run_queue_by_status ON run_queue(status, queue_id);
+)sql",
+    // 7: when each enrolled client's certificate expires (ms since the epoch; 0: unknown, as for
+    // clients enrolled before).
+    R"sql(
+ALTER TABLE clients ADD COLUMN cert_not_after_ms INTEGER NOT NULL DEFAULT 0;
 )sql",
 };
 

@@ -134,7 +134,8 @@ absl::StatusOr<ClientRecord> ReadClient(const Statement& st) {
                       .name = st.Text(1),
                       .enrolled_at_ms = st.Int(2),
                       .revoked_at_ms = st.Int(3),
-                      .last_seen_ms = st.Int(4)};
+                      .last_seen_ms = st.Int(4),
+                      .cert_not_after_ms = st.Int(5)};
 }
 
 absl::StatusOr<EvaluationRecord> ReadEvaluation(const Statement& st) {

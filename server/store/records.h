@@ -34,7 +34,8 @@ inline constexpr char kSelectParticipations[] =
 absl::StatusOr<ParticipationRecord> ReadParticipation(const sqlite::Statement& st);
 
 inline constexpr char kSelectClients[] =
-    "SELECT client_id, name, enrolled_at_ms, revoked_at_ms, last_seen_ms FROM clients ";
+    "SELECT client_id, name, enrolled_at_ms, revoked_at_ms, last_seen_ms, cert_not_after_ms "
+    "FROM clients ";
 absl::StatusOr<ClientRecord> ReadClient(const sqlite::Statement& st);
 
 inline constexpr char kSelectEvaluations[] =

@@ -493,6 +493,20 @@ absl::StatusOr<std::optional<ClientRecord>> SqliteStore::Client(const std::strin
   return std::move(found->front());
 }
 
+absl::Status SqliteStore::SetClientCertificateExpiry(const std::string& client_id,
+                                                     int64_t not_after_ms) {
+  if (absl::Status s = CheckWritable("record a certificate's expiry"); !s.ok()) return s;
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st =
+      Prepare("UPDATE clients SET cert_not_after_ms = ? WHERE client_id = ?", "update clients");
+  if (!st.ok()) return st.status();
+  if (absl::Status s = st->Bind(not_after_ms, client_id).Run(); !s.ok()) return s;
+  if (sqlite3_changes(db_.get()) == 0) {
+    return absl::NotFoundError(absl::StrCat("client ", client_id, " is not enrolled"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<ClientRecord>> SqliteStore::Clients() {
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(

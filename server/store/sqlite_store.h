@@ -86,6 +86,8 @@ class SqliteStore final : public Store {
   absl::Status TouchClient(const std::string& client_id, int64_t now_ms) override;
   absl::Status TouchClients(const std::vector<std::pair<std::string, int64_t>>& seen_ms) override;
   absl::StatusOr<std::vector<ClientRecord>> Clients() override;
+  absl::Status SetClientCertificateExpiry(const std::string& client_id,
+                                          int64_t not_after_ms) override;
   absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
                                 double loss, double accuracy, int64_t num_examples, int64_t now_ms,
                                 const std::map<std::string, double>& metrics) override;

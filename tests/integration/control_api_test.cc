@@ -317,6 +317,37 @@ TEST_F(ControlApiTest, ABackupTakenWhileARunGoesOnRestoresToAServerThatResumesIt
   EXPECT_EQ(site.Wait(), 0);
 }
 
+// Certificates that expire within cert_warn_days are named at start, with the fix, counted in
+// the metrics, and shown in fl admin clients.
+TEST(CertificateExpiryTest, TheServerWarnsOfCertificatesAboutToExpire) {
+  TempDir dir;
+  FlResult certs =
+      RunFl({"certs", "--out", dir.path() + "/certs", "--clients", "1", "--valid-days", "10"},
+            dir.path());
+  ASSERT_EQ(certs.exit_code, 0) << certs.out;
+  ProvisionedFiles pki;
+  pki.ca_cert = dir.path() + "/certs/ca.pem";
+  pki.server_cert = dir.path() + "/certs/server.pem";
+  pki.server_key = dir.path() + "/certs/server.key";
+  pki.client_certs = {dir.path() + "/certs/clients/site-0.pem"};
+  const int port = FreeLoopbackPort();
+  std::vector<std::string> flags = TinyRunFlags(2, 0);
+  flags.insert(flags.end(), {"--metrics-listen", "127.0.0.1:0"});
+  const std::string log = dir.path() + "/server.log";
+  std::unique_ptr<ChildProcess> server =
+      StartServer(ServerCommand(pki, dir.path() + "/data", port, flags), log);
+  ASSERT_TRUE(WaitForText(log, "certificate=\"site site-0\""));
+  const std::string text = ReadFile(log).value_or("");
+  EXPECT_THAT(text, HasSubstr("certificate_expiring certificate=server"));
+  EXPECT_THAT(text, HasSubstr("fix=\"fl certs renew site-0, then fl admin enroll the new "
+                              "certificate\""));
+  FlResult clients =
+      RunFl({"admin", "--data-dir", dir.path() + "/data", "clients"}, dir.path(), "clients.log");
+  EXPECT_THAT(clients.out, HasSubstr("CERT_EXPIRES"));
+  server->Kill(SIGTERM);
+  EXPECT_EQ(server->Wait(), 0);
+}
+
 TEST_F(ControlApiTest, ASiteCertificateIsRefusedAndAudited) {
   FlResult site = Run({"list"}, pki_.client_certs[0], pki_.client_keys[0]);
   EXPECT_EQ(site.exit_code, 1);

@@ -39,6 +39,7 @@ const std::string kAlice = "a11ce" + std::string(59, '1');
 const std::string kBob = "b0b" + std::string(61, '2');
 const std::string kDave = "dade" + std::string(60, '4');
 constexpr int64_t kNowMs = 1'700'000'000'000;
+constexpr int64_t kYearMs = 365LL * 24 * 3600 * 1000;
 
 std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
@@ -122,6 +123,7 @@ class AdminTest : public ::testing::Test {
       ASSERT_TRUE(store_->EnrollClient(client, name, kNowMs).ok());
     }
     ASSERT_TRUE(store_->RevokeClient(kDave, kNowMs + 10).ok());
+    ASSERT_TRUE(store_->SetClientCertificateExpiry(kAlice, kNowMs + kYearMs).ok());
     ASSERT_TRUE(store_->TouchClient(kAlice, kNowMs + 10'000 - 60'000).ok());
     ASSERT_TRUE(store_->TouchClient(kBob, kNowMs + 10'000 - 3'600'000).ok());
 
@@ -509,6 +511,7 @@ TEST_F(AdminTest, ClientsReportCountsParticipationsInEveryFormat) {
   EXPECT_TRUE(absl::StrContains(lines[3], "never")) << lines[3];
   EXPECT_TRUE(absl::StartsWith(lines[4], "carol")) << lines[4];
   EXPECT_TRUE(absl::StrContains(lines[4], "not_enrolled")) << lines[4];
+  EXPECT_TRUE(absl::EndsWith(lines[1], "2024-11-13 22:13:20Z")) << lines[1];
 
   absl::StatusOr<std::string> csv = ClientsReport(*store_, Format::kCsv);
   ASSERT_TRUE(csv.ok()) << csv.status();
@@ -516,12 +519,13 @@ TEST_F(AdminTest, ClientsReportCountsParticipationsInEveryFormat) {
   ASSERT_EQ(lines.size(), 5u) << *csv;
   EXPECT_EQ(lines[0],
             "client_id,name,status,enrolled_at_ms,revoked_at_ms,last_seen_ms,assigned,accepted,"
-            "refused,dropped,last_round_started_ms");
-  // alice: accepted in 1.1, refused in 1.0, assigned in 2.0 (started at kNowMs + 2000).
+            "refused,dropped,last_round_started_ms,cert_not_after_ms");
+  // alice: accepted in 1.1, refused in 1.0, assigned in 2.0 (started at kNowMs + 2000); her
+  // certificate expires in a year; bob's expiry is not known.
   EXPECT_EQ(lines[1], absl::StrCat(kAlice, ",alice,enrolled,", kNowMs, ",0,", kNowMs - 50'000,
-                                   ",1,1,1,0,", kNowMs + 2000));
+                                   ",1,1,1,0,", kNowMs + 2000, ",", kNowMs + kYearMs));
   EXPECT_EQ(lines[2], absl::StrCat(kBob, ",bob,enrolled,", kNowMs, ",0,", kNowMs - 3'590'000,
-                                   ",0,1,0,1,", kNowMs + 1100));
+                                   ",0,1,0,1,", kNowMs + 1100, ",0"));
 
   absl::StatusOr<std::string> text = ClientsReport(*store_, Format::kJson);
   ASSERT_TRUE(text.ok()) << text.status();

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "fl/common/certificate_request.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -296,6 +297,86 @@ TEST_F(CryptoTest, AServerCertificateMustBeAServersWithItsOwnKeyAndTheCa) {
       CheckServerCertificate(server->cert_pem, server->key_pem, other_ca->cert_pem);
   EXPECT_EQ(wrong_ca.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(wrong_ca.message(), HasSubstr("does not verify against the CA certificate"));
+}
+
+}  // namespace
+}  // namespace fl
+
+namespace fl {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A request a site could craft by hand, asking for more than its name: an admin role.
+std::string RequestAskingForAdmin(const std::string& cn) {
+  EVP_PKEY* key = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256");
+  X509_REQ* req = X509_REQ_new();
+  X509_NAME* subject = X509_REQ_get_subject_name(req);
+  X509_NAME_add_entry_by_NID(subject, NID_commonName, MBSTRING_UTF8,
+                             reinterpret_cast<const unsigned char*>(cn.data()),
+                             static_cast<int>(cn.size()), -1, 0);
+  X509_NAME_add_entry_by_NID(subject, NID_organizationalUnitName, MBSTRING_UTF8,
+                             reinterpret_cast<const unsigned char*>("admin"), 5, -1, 0);
+  X509_REQ_set_pubkey(req, key);
+  X509_REQ_sign(req, key, EVP_sha256());
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509_REQ(bio, req);
+  char* data = nullptr;
+  const long n = BIO_get_mem_data(bio, &data);
+  std::string pem(data, static_cast<size_t>(n));
+  BIO_free(bio);
+  X509_REQ_free(req);
+  EVP_PKEY_free(key);
+  return pem;
+}
+
+// fl certs request / sign: the site keeps its key; the certificate is for that key, a site's
+// (whatever else the request asks for), and verifies against the federation's CA.
+TEST(CertificateRequestTest, ASignedRequestIsASiteCertificateForTheSitesOwnKey) {
+  auto ca = MakeCertificateAuthority("fl-ca", 30);
+  ASSERT_TRUE(ca.ok());
+  auto issuer = CertificateIssuer::Load(*ca);
+  ASSERT_TRUE(issuer.ok());
+  auto made = MakeCertificateRequest("hospital-z");
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_THAT(made->request_pem, HasSubstr("BEGIN CERTIFICATE REQUEST"));
+  EXPECT_THAT(made->key_pem, HasSubstr("BEGIN PRIVATE KEY"));
+  auto signed_request = SignCertificateRequest(*issuer, made->request_pem, "", 30);
+  ASSERT_TRUE(signed_request.ok()) << signed_request.status();
+  EXPECT_EQ(signed_request->common_name, "hospital-z");
+  // The certificate is for the key the site kept.
+  BIO* cert_bio = BIO_new_mem_buf(signed_request->cert_pem.data(),
+                                  static_cast<int>(signed_request->cert_pem.size()));
+  BIO* key_bio = BIO_new_mem_buf(made->key_pem.data(), static_cast<int>(made->key_pem.size()));
+  X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+  ASSERT_NE(cert, nullptr);
+  ASSERT_NE(key, nullptr);
+  EXPECT_EQ(X509_check_private_key(cert, key), 1);
+  X509_free(cert);
+  EVP_PKEY_free(key);
+  BIO_free(cert_bio);
+  BIO_free(key_bio);
+  EXPECT_TRUE(VerifyClientCertificate(signed_request->cert_pem, ca->cert_pem).ok());
+  auto verifier = ClientCertificateVerifier::Create(ca->cert_pem);
+  ASSERT_TRUE(verifier.ok());
+  EXPECT_FALSE(verifier->Verify(signed_request->cert_pem)->admin);
+  EXPECT_EQ(*CertificateCommonName(signed_request->cert_pem), "hospital-z");
+
+  auto renamed = SignCertificateRequest(*issuer, made->request_pem, "site-9", 30);
+  ASSERT_TRUE(renamed.ok());
+  EXPECT_EQ(*CertificateCommonName(renamed->cert_pem), "site-9");
+
+  auto greedy = SignCertificateRequest(*issuer, RequestAskingForAdmin("mallory"), "", 30);
+  ASSERT_TRUE(greedy.ok()) << greedy.status();
+  EXPECT_FALSE(verifier->Verify(greedy->cert_pem)->admin) << "the role is the CA's to give";
+
+  std::string tampered = made->request_pem;
+  tampered[tampered.size() / 2] = tampered[tampered.size() / 2] == 'A' ? 'B' : 'A';
+  auto bad = SignCertificateRequest(*issuer, tampered, "", 30);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SignCertificateRequest(*issuer, "garbage", "", 30).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -133,6 +133,39 @@ TEST_F(FileUtilTest, IssuesAdminsAndSitesFromAnExistingFederation) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// `fl certs renew`: a new key and certificate under the same name, the old kept as *.old; the
+// server's keeps its names.
+TEST_F(FileUtilTest, RenewReplacesACertificateAndKeepsTheOldBeside) {
+  ProvisionOptions options;
+  options.out_dir = Path("certs");
+  options.client_names = {"site-0"};
+  options.server_names = {"fl.example.org", "10.0.0.7"};
+  auto federation = ProvisionFederation(options);
+  ASSERT_TRUE(federation.ok()) << federation.status();
+  const std::string old_pem = *ReadFile(federation->client_certs[0]);
+
+  auto site = RenewFromFederation(options.out_dir, IssuedRole::kSite, "site-0", 400);
+  ASSERT_TRUE(site.ok()) << site.status();
+  EXPECT_EQ(*ReadFile(federation->client_certs[0] + ".old"), old_pem);
+  const std::string new_pem = *ReadFile(site->cert);
+  EXPECT_NE(new_pem, old_pem);
+  EXPECT_EQ(site->fingerprint, *CertificateFingerprint(new_pem));
+  EXPECT_EQ(*CertificateCommonName(new_pem), "site-0");
+  EXPECT_GT(*CertificateNotAfterMs(new_pem), *CertificateNotAfterMs(old_pem));
+  EXPECT_TRUE(VerifyClientCertificate(new_pem, *ReadFile(federation->ca_cert)).ok());
+  EXPECT_EQ(Mode(site->key), 0600);
+
+  auto server = RenewFromFederation(options.out_dir, IssuedRole::kSite, "fl server", 30,
+                                    options.server_names);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ(server->cert, Path("certs/server.pem"));
+  EXPECT_TRUE(CheckServerCertificate(*ReadFile(server->cert), *ReadFile(server->key),
+                                     *ReadFile(federation->ca_cert))
+                  .ok());
+  EXPECT_EQ(RenewFromFederation(options.out_dir, IssuedRole::kSite, "nobody", 30).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST_F(FileUtilTest, ReadFileOfMissingPathIsNotFound) {
   const std::string path = Path("missing.txt");
   auto read = ReadFile(path);

@@ -108,7 +108,15 @@ TEST(ServerMetricsTest, RendersAKnownSequenceExactly) {
       "# HELP fl_seconds_since_progress Seconds since the run last made progress (a round "
       "opened or closed, an update accepted, a site at work).\n"
       "# TYPE fl_seconds_since_progress gauge\n"
-      "fl_seconds_since_progress 1800.5\n";
+      "fl_seconds_since_progress 1800.5\n"
+      "# HELP fl_server_certificate_expiry_seconds Seconds until the server's certificate expires "
+      "(negative: expired).\n"
+      "# TYPE fl_server_certificate_expiry_seconds gauge\n"
+      "fl_server_certificate_expiry_seconds 0\n"
+      "# HELP fl_site_certificates_expiring Enrolled sites whose certificate expires within "
+      "cert_warn_days (or has expired).\n"
+      "# TYPE fl_site_certificates_expiring gauge\n"
+      "fl_site_certificates_expiring 0\n";
   EXPECT_EQ(metrics.RenderPrometheus(), expected);
 }
 

@@ -79,6 +79,10 @@ absl::StatusOr<CertAndKey> MakeClientCertificate(const CertAndKey& ca, std::stri
 // INVALID_ARGUMENT when `cert_pem` holds no certificate.
 absl::StatusOr<std::string> CertificateFingerprint(std::string_view cert_pem);
 
+// The end of the certificate's validity, in ms since the epoch. INVALID_ARGUMENT when `cert_pem`
+// holds no certificate.
+absl::StatusOr<int64_t> CertificateNotAfterMs(std::string_view cert_pem);
+
 // The subject's common name. INVALID_ARGUMENT when `cert_pem` holds no certificate or the subject
 // has no common name.
 absl::StatusOr<std::string> CertificateCommonName(std::string_view cert_pem);
@@ -110,6 +114,11 @@ class CertificateIssuer {
   ~CertificateIssuer();
 
   absl::StatusOr<CertAndKey> IssueClient(std::string_view common_name, int valid_days) const;
+  // A site's certificate (as IssueClient) for a key the site made and keeps: its PEM public key
+  // (from a certificate request, fl certs sign). Returns the certificate PEM only.
+  absl::StatusOr<std::string> IssueClientForKey(std::string_view common_name,
+                                                std::string_view public_key_pem,
+                                                int valid_days) const;
   // An operator's certificate for the server's control API: a client certificate (clientAuth)
   // whose subject carries the admin role, OU=kAdminRole.
   absl::StatusOr<CertAndKey> IssueAdmin(std::string_view common_name, int valid_days) const;
@@ -129,9 +138,10 @@ inline constexpr std::string_view kAdminRole = "admin";
 
 // Who a verified client certificate names.
 struct CertificateIdentity {
-  std::string fingerprint;  // as CertificateFingerprint
-  std::string common_name;  // empty when the subject has none
-  bool admin = false;       // the subject carries OU=kAdminRole
+  std::string fingerprint;   // as CertificateFingerprint
+  std::string common_name;   // empty when the subject has none
+  bool admin = false;        // the subject carries OU=kAdminRole
+  int64_t not_after_ms = 0;  // the end of its validity (ms since the epoch)
 };
 
 // VerifyClientCertificate against one CA parsed once, returning the certificate's identity from

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
 
 namespace fl {
@@ -39,6 +40,10 @@ struct ProvisionedFiles {
 // INVALID_ARGUMENT for a client name that is empty or not a plain file name.
 absl::StatusOr<ProvisionedFiles> ProvisionFederation(const ProvisionOptions& options);
 
+// The CA of an existing federation (ca.pem and ca.key in `out_dir`), to issue from. NOT_FOUND
+// naming the file and what --out must be when one is missing.
+absl::StatusOr<CertificateIssuer> LoadFederationIssuer(const std::string& out_dir);
+
 // One more certificate from an existing federation's CA (ca.pem and ca.key in `out_dir`).
 enum class IssuedRole { kSite, kAdmin };
 struct IssuedFiles {
@@ -49,6 +54,14 @@ struct IssuedFiles {
 // the file when the CA is missing; INVALID_ARGUMENT for a name that is not a plain file name.
 absl::StatusOr<IssuedFiles> IssueFromFederation(const std::string& out_dir, IssuedRole role,
                                                 const std::string& name, int valid_days);
+
+// A new key and certificate in place of an existing one, from the CA in `out_dir`: a site's
+// (clients/<name>), an admin's (admins/<name>) or, with `server_names` non-empty, the server's
+// (server.pem, valid for those names; `name` is then its common name). The old files are kept
+// beside, renamed *.old. NOT_FOUND when there is no certificate of that name to renew.
+absl::StatusOr<IssuedFiles> RenewFromFederation(const std::string& out_dir, IssuedRole role,
+                                                const std::string& name, int valid_days,
+                                                const std::vector<std::string>& server_names = {});
 
 }  // namespace fl
 

@@ -71,6 +71,9 @@ struct ServerOptions {
   // Checkpoint retention after each commit (Store::PruneCheckpoints): each run keeps its last
   // `checkpoints_keep_last` committed rounds' models and each `checkpoints_keep_every`-th;
   // 0: every checkpoint is kept.
+  // Certificates expiring within this many days are logged (certificate_expiring, at start and
+  // daily) and counted in fl_site_certificates_expiring.
+  int32_t cert_warn_days = 30;
   int32_t checkpoints_keep_last = 0;
   int32_t checkpoints_keep_every = 0;
   absl::Duration tick_interval = absl::Milliseconds(50);

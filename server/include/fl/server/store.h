@@ -93,6 +93,7 @@ struct ClientRecord {
   int64_t enrolled_at_ms = 0;
   int64_t revoked_at_ms = 0;  // 0 when not revoked
   int64_t last_seen_ms = 0;
+  int64_t cert_not_after_ms = 0;  // its certificate's expiry; 0 when unknown
 };
 
 // The source of a site's own federated-evaluation row: this, then the client's id.
@@ -249,6 +250,9 @@ class Store {
       const std::vector<std::pair<std::string, int64_t>>& seen_ms) = 0;
   // Every client, revoked ones included, by enrollment time.
   virtual absl::StatusOr<std::vector<ClientRecord>> Clients() = 0;
+  // Records when an enrolled client's certificate expires (NOT_FOUND when not enrolled).
+  virtual absl::Status SetClientCertificateExpiry(const std::string& client_id,
+                                                  int64_t not_after_ms) = 0;
   // The client with this id, revoked or not; nullopt when it was never enrolled.
   virtual absl::StatusOr<std::optional<ClientRecord>> Client(const std::string& client_id) = 0;
 
