@@ -81,6 +81,8 @@ CLI::App* AddCertsCommand(CLI::App& app, CertsArgs& a) {
       "clients/NAME.pem (no private key travels)");
   a.sign->add_option("request", a.sign_file, "The site's NAME.csr")->required();
   a.sign->add_option("--name", a.sign_name, "The site's name (default: the request's)");
+  a.sign->add_flag("--replace", a.sign_replace,
+                   "The site's certificate exists (a renewal): keep it as NAME.pem.old");
   a.sign->add_option("--out", a.out_dir, "The directory fl certs made")->capture_default_str();
   a.sign->add_option("--valid-days", a.valid_days)->capture_default_str();
   return cmd;
@@ -161,8 +163,20 @@ int RunSign(const CertsArgs& a) {
   }
   const std::string cert = a.out_dir + "/clients/" + name + ".pem";
   if (std::filesystem::exists(cert)) {
-    return Fail(absl::AlreadyExistsError(
-        absl::StrCat(cert, " exists: refusing to replace it (fl certs renew, or another --name)")));
+    if (!a.sign_replace) {
+      return Fail(absl::AlreadyExistsError(absl::StrCat(
+          cert,
+          " exists: refusing to replace it (--replace keeps it as .old; or another --name)")));
+    }
+    if (std::filesystem::exists(cert + ".old")) {
+      return Fail(absl::FailedPreconditionError(
+          absl::StrCat(cert, ".old exists (an earlier renewal's): move it away first")));
+    }
+    std::error_code ec;
+    std::filesystem::rename(cert, cert + ".old", ec);
+    if (ec) {
+      return Fail(absl::InternalError(absl::StrCat("cannot keep ", cert, ": ", ec.message())));
+    }
   }
   if (absl::Status s = MakeDirectories(a.out_dir + "/clients"); !s.ok()) return Fail(s);
   if (absl::Status s = WriteFileAtomic(cert, signed_request->cert_pem, 0644); !s.ok()) {

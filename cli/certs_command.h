@@ -31,7 +31,8 @@ struct CertsArgs {
   CLI::App* renew = nullptr;
   std::string request_name;  // `request NAME`: at the site
   CLI::App* request = nullptr;
-  std::string sign_file, sign_name;  // `sign FILE [--name]`: at the operator
+  std::string sign_file, sign_name;  // `sign FILE [--name] [--replace]`: at the operator
+  bool sign_replace = false;
   CLI::App* sign = nullptr;
 };
 

@@ -6,6 +6,7 @@
 #include <openssl/x509.h>
 
 #include <memory>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/internal/openssl_ptr.h"
@@ -73,7 +74,17 @@ absl::StatusOr<SignedRequest> SignCertificateRequest(const CertificateIssuer& is
         "request at the site");
   }
   EVP_PKEY* key = X509_REQ_get0_pubkey(req.get());
-  if (key == nullptr || X509_REQ_verify(req.get(), key) != 1) {
+  char group[64] = {};
+  size_t group_len = 0;
+  if (key == nullptr || EVP_PKEY_get_base_id(key) != EVP_PKEY_EC ||
+      EVP_PKEY_get_group_name(key, group, sizeof(group), &group_len) != 1 ||
+      std::string_view(group, group_len) != "prime256v1") {
+    ERR_clear_error();
+    return absl::InvalidArgumentError(
+        "the request's key is not a P-256 (prime256v1) EC key, the only kind a site certificate "
+        "is issued for; make the request with fl certs request");
+  }
+  if (X509_REQ_verify(req.get(), key) != 1) {
     ERR_clear_error();
     return absl::InvalidArgumentError(
         "the request's signature does not verify: it was altered, or not made with its key");
@@ -92,6 +103,12 @@ absl::StatusOr<SignedRequest> SignCertificateRequest(const CertificateIssuer& is
     }
     if (out.common_name.empty()) {
       return absl::InvalidArgumentError("the request names no site (no CN); give --name");
+    }
+  }
+  for (unsigned char c : out.common_name) {
+    if (c < 0x20 || c == 0x7f || c == '/') {
+      return absl::InvalidArgumentError(
+          "the request's site name holds a control character or '/'; give --name");
     }
   }
   BioPtr pub(BIO_new(BIO_s_mem()));

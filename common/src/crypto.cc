@@ -242,6 +242,12 @@ absl::StatusOr<CertAndKey> Issue(CertKind kind, std::string_view common_name, in
       X509_time_adj_ex(X509_getm_notAfter(cert.get()), valid_days, 0, nullptr) == nullptr) {
     return Internal("setting the validity period");
   }
+  // Never past the issuing CA's own end: such a certificate would stop verifying with the CA.
+  if (issuer != nullptr &&
+      ASN1_TIME_compare(X509_get0_notAfter(cert.get()), X509_get0_notAfter(issuer)) > 0 &&
+      X509_set1_notAfter(cert.get(), X509_get0_notAfter(issuer)) != 1) {
+    return Internal("capping the validity period at the CA's");
+  }
 
   X509_NAME* subject = X509_get_subject_name(cert.get());
   if (X509_NAME_add_entry_by_NID(subject, NID_commonName, MBSTRING_UTF8,

@@ -88,6 +88,20 @@ absl::StatusOr<IssuedFiles> RenewFromFederation(const std::string& out_dir, Issu
         absl::StrCat("no certificate to renew at ", files.cert,
                      server ? "" : "; fl certs add-site (or --admin) issues a first one"));
   }
+  if (!std::filesystem::exists(files.key)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "there is no ", files.key,
+        ": this site made its own key (fl certs request); ask it for "
+        "a new request and sign it with fl certs sign --replace, so that its key stays there"));
+  }
+  for (const std::string& path : {files.cert, files.key}) {
+    if (std::filesystem::exists(path + ".old") || std::filesystem::exists(path + ".new")) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          path,
+          ".old or .new exists (an earlier renewal's): move it away once that renewal is "
+          "no longer needed, then renew again"));
+    }
+  }
   absl::StatusOr<CertificateIssuer> issuer = LoadFederationIssuer(out_dir);
   if (!issuer.ok()) return issuer.status();
   absl::StatusOr<CertAndKey> pair = server  ? issuer->IssueServer(name, server_names, valid_days)
@@ -97,15 +111,25 @@ absl::StatusOr<IssuedFiles> RenewFromFederation(const std::string& out_dir, Issu
   absl::StatusOr<std::string> fingerprint = CertificateFingerprint(pair->cert_pem);
   if (!fingerprint.ok()) return fingerprint.status();
   files.fingerprint = *std::move(fingerprint);
+  // The new pair is written whole beside the old (*.new), then each old file moves to *.old and
+  // each new one into place: a crash leaves every file, named for what it is.
   std::error_code ec;
+  if (absl::Status s =
+          WritePair(*pair, files.cert + ".new", files.key + ".new", Durability::kSynced);
+      !s.ok()) {
+    return s;
+  }
   for (const std::string& path : {files.cert, files.key}) {
     std::filesystem::rename(path, path + ".old", ec);
-    if (ec && std::filesystem::exists(path)) {
-      return absl::InternalError(
-          absl::StrCat("cannot keep ", path, " as ", path, ".old: ", ec.message()));
+    if (!ec) std::filesystem::rename(path + ".new", path, ec);
+    if (ec) {
+      return absl::InternalError(absl::StrCat("renewing ", path, ": ", ec.message(),
+                                              " (the new file is ", path, ".new, the old ", path,
+                                              ".old)"));
     }
   }
-  if (absl::Status s = WritePair(*pair, files.cert, files.key, Durability::kSynced); !s.ok()) {
+  if (absl::Status s = SyncDirectory(std::filesystem::path(files.cert).parent_path().string());
+      !s.ok()) {
     return s;
   }
   return files;

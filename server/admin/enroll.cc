@@ -72,7 +72,14 @@ absl::StatusOr<Enrollment> EnrollCertificate(Store& store, absl::string_view cer
   std::string before;  // what changed for a client that was already known
   for (const ClientRecord& c : *clients) {
     if (c.client_id != out.client_id) continue;
-    if (c.revoked_at_ms == 0 && c.name == out.name) return out;  // nothing to do
+    if (c.revoked_at_ms == 0 && c.name == out.name) {  // nothing to do but what was not known
+      if (c.cert_not_after_ms == 0) {
+        if (absl::StatusOr<int64_t> expiry = CertificateNotAfterMs(cert); expiry.ok()) {
+          (void)store.SetClientCertificateExpiry(out.client_id, *expiry);
+        }
+      }
+      return out;
+    }
     before = c.revoked_at_ms != 0 ? "; it had been revoked"
                                   : absl::StrCat("; it was enrolled as '", c.name, "'");
   }

@@ -266,8 +266,8 @@ ServerMetrics::ServerMetrics()
           "Seconds since the run last made progress (a round opened or closed, an update "
           "accepted, a site at work).")),
       server_cert_expiry_(registry_.AddGauge(
-          "fl_server_certificate_expiry_seconds",
-          "Seconds until the server's certificate expires (negative: expired).")),
+          "fl_server_certificate_not_after_seconds",
+          "When the server's certificate expires (Unix time, seconds); 0 without TLS.")),
       sites_cert_expiring_(registry_.AddGauge(
           "fl_site_certificates_expiring",
           "Enrolled sites whose certificate expires within cert_warn_days (or has expired).")) {}
@@ -317,9 +317,9 @@ void ServerMetrics::SetRunState(int state, double seconds_since_progress) {
   seconds_since_progress_->Set(scope, seconds_since_progress);
 }
 
-void ServerMetrics::SetCertificates(double server_expiry_seconds, int sites_expiring) {
+void ServerMetrics::SetCertificates(double server_not_after_seconds, int sites_expiring) {
   MetricsRegistry::UpdateScope scope(registry_);
-  server_cert_expiry_->Set(scope, server_expiry_seconds);
+  server_cert_expiry_->Set(scope, server_not_after_seconds);
   sites_cert_expiring_->Set(scope, sites_expiring);
 }
 

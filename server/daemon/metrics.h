@@ -156,9 +156,9 @@ class ServerMetrics final {
   void SetCurrentRound(int round);
   // The run's state as fl_run_state's number (RunStateValue) and its seconds without progress.
   void SetRunState(int state, double seconds_since_progress);
-  // Seconds until the server's certificate expires, and how many enrolled sites' certificates
-  // expire within the warning window ([server] cert_warn_days).
-  void SetCertificates(double server_expiry_seconds, int sites_expiring);
+  // When the server's certificate expires (Unix seconds; 0 without TLS), and how many enrolled
+  // sites' certificates expire within the warning window ([server] cert_warn_days).
+  void SetCertificates(double server_not_after_seconds, int sites_expiring);
 
   std::string RenderPrometheus() const;
 

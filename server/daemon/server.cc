@@ -105,6 +105,9 @@ class ServerImpl final : public Server {
       if (absl::StatusOr<int64_t> expiry = CertificateNotAfterMs(cert_pem); expiry.ok()) {
         server_cert_not_after_ms_ = *expiry;
       }
+      if (absl::StatusOr<int64_t> expiry = CertificateNotAfterMs(ca_pem); expiry.ok()) {
+        ca_not_after_ms_ = *expiry;
+      }
       if (absl::Status s = CheckServerCertificate(cert_pem, key_pem, ca_pem); !s.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(s.message(), " (certificate ", options_.cert_path, ", key ",
@@ -370,25 +373,33 @@ class ServerImpl final : public Server {
     return hooks;
   }
 
-  // Certificates that expire within cert_warn_days: one warning each (at start, then daily), and
-  // the metrics. Sites revoked, or enrolled before their expiry was recorded, are left out.
-  void CheckCertificates() {
+  // Certificates that expire within cert_warn_days (the CA's, the server's, enrolled sites'):
+  // one warning each when `warn` (at start, then daily), and the metrics (hourly). Sites revoked,
+  // or enrolled before their expiry was recorded, are left out.
+  void CheckCertificates(bool warn) {
+    constexpr int64_t kDayMs = int64_t{24} * 3600 * 1000;
     const int64_t now_ms = absl::ToUnixMillis(absl::Now());
-    const int64_t window_ms = int64_t{options_.cert_warn_days} * 24 * 3600 * 1000;
-    auto warn = [now_ms](const std::string& who, int64_t not_after_ms) {
-      const int64_t days = (not_after_ms - now_ms) / (24 * 3600 * 1000);
+    const int64_t window_ms = int64_t{options_.cert_warn_days} * kDayMs;
+    auto report = [&](const std::string& who, int64_t not_after_ms, const std::string& fix) {
+      if (!warn) return;
+      const int64_t left_ms = not_after_ms - now_ms;
+      const int64_t days = left_ms >= 0 ? left_ms / kDayMs : -((-left_ms + kDayMs - 1) / kDayMs);
       LogEvent(
-          LogLevel::kWarn, "certificate_expiring",
+          LogLevel::kWarn, left_ms <= 0 ? "certificate_expired" : "certificate_expiring",
           {{"certificate", who},
            {"expires", absl::FormatTime("%Y-%m-%d %H:%M:%SZ", absl::FromUnixMillis(not_after_ms),
                                         absl::UTCTimeZone())},
            {"days_left", absl::StrCat(days)},
-           {"fix", who == "server" ? "fl certs renew --server, then restart the server"
-                                   : "fl certs renew " + who.substr(5) +
-                                         ", then fl admin enroll the new certificate"}});
+           {"fix", fix}});
     };
+    if (ca_not_after_ms_ > 0 && ca_not_after_ms_ - now_ms < window_ms) {
+      report("CA", ca_not_after_ms_,
+             "every certificate it issued stops verifying with it: make a new federation CA (fl "
+             "certs --out NEWDIR), issue the server's and the sites' certificates from it, and "
+             "enroll them");
+    }
     if (server_cert_not_after_ms_ > 0 && server_cert_not_after_ms_ - now_ms < window_ms) {
-      warn("server", server_cert_not_after_ms_);
+      report("server", server_cert_not_after_ms_, "fl certs renew --server, then restart");
     }
     int expiring = 0;
     if (absl::StatusOr<std::vector<ClientRecord>> clients = store_->Clients(); clients.ok()) {
@@ -398,12 +409,12 @@ class ServerImpl final : public Server {
           continue;
         }
         ++expiring;
-        warn(absl::StrCat("site ", c.name), c.cert_not_after_ms);
+        report(absl::StrCat("site ", c.name), c.cert_not_after_ms,
+               "fl certs renew <site> (a site with its own key: sign its new request with fl "
+               "certs sign --replace), then fl admin enroll the new certificate");
       }
     }
-    metrics_->SetCertificates(
-        server_cert_not_after_ms_ > 0 ? (server_cert_not_after_ms_ - now_ms) / 1000.0 : 0,
-        expiring);
+    metrics_->SetCertificates(static_cast<double>(server_cert_not_after_ms_) / 1000.0, expiring);
   }
 
   // The retention policy, after each commit (outside the engine's lock).
@@ -486,6 +497,7 @@ class ServerImpl final : public Server {
     std::unique_lock<std::mutex> lock(stop_mu_);
     absl::Time next_queue_check = absl::InfinitePast();
     absl::Time next_cert_check = absl::InfinitePast();
+    absl::Time next_cert_warning = absl::InfinitePast();
     while (!stopping_.load()) {
       lock.unlock();
       // A run that is over gives way to the oldest queued one (looked for a few times a second).
@@ -494,8 +506,10 @@ class ServerImpl final : public Server {
         next_queue_check = now + absl::Milliseconds(250);
       }
       if (const absl::Time now = absl::Now(); now >= next_cert_check) {
-        CheckCertificates();
-        next_cert_check = now + absl::Hours(24);
+        const bool warn = now >= next_cert_warning;
+        CheckCertificates(warn);
+        next_cert_check = now + absl::Hours(1);
+        if (warn) next_cert_warning = now + absl::Hours(24);
       }
       if (const std::shared_ptr<RoundEngine> engine = host_->CurrentEngine(); engine != nullptr) {
         engine->Tick();
@@ -524,6 +538,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;
   int64_t server_cert_not_after_ms_ = 0;  // 0: plaintext or unknown
+  int64_t ca_not_after_ms_ = 0;
   std::thread ticker_;
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -339,8 +339,8 @@ TEST(CertificateExpiryTest, TheServerWarnsOfCertificatesAboutToExpire) {
   ASSERT_TRUE(WaitForText(log, "certificate=\"site site-0\""));
   const std::string text = ReadFile(log).value_or("");
   EXPECT_THAT(text, HasSubstr("certificate_expiring certificate=server"));
-  EXPECT_THAT(text, HasSubstr("fix=\"fl certs renew site-0, then fl admin enroll the new "
-                              "certificate\""));
+  EXPECT_THAT(text, HasSubstr("certificate_expiring certificate=CA"));
+  EXPECT_THAT(text, HasSubstr("then fl admin enroll the new certificate"));
   FlResult clients =
       RunFl({"admin", "--data-dir", dir.path() + "/data", "clients"}, dir.path(), "clients.log");
   EXPECT_THAT(clients.out, HasSubstr("CERT_EXPIRES"));

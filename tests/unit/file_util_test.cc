@@ -151,7 +151,12 @@ TEST_F(FileUtilTest, RenewReplacesACertificateAndKeepsTheOldBeside) {
   EXPECT_NE(new_pem, old_pem);
   EXPECT_EQ(site->fingerprint, *CertificateFingerprint(new_pem));
   EXPECT_EQ(*CertificateCommonName(new_pem), "site-0");
-  EXPECT_GT(*CertificateNotAfterMs(new_pem), *CertificateNotAfterMs(old_pem));
+  // 400 days asked, capped at the CA's end (the federation was made for 365).
+  EXPECT_LE(*CertificateNotAfterMs(new_pem),
+            *CertificateNotAfterMs(*ReadFile(federation->ca_cert)));
+  // A second renewal would lose the first's old pair: refused until it is moved away.
+  EXPECT_EQ(RenewFromFederation(options.out_dir, IssuedRole::kSite, "site-0", 30).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(VerifyClientCertificate(new_pem, *ReadFile(federation->ca_cert)).ok());
   EXPECT_EQ(Mode(site->key), 0600);
 
@@ -164,6 +169,11 @@ TEST_F(FileUtilTest, RenewReplacesACertificateAndKeepsTheOldBeside) {
                   .ok());
   EXPECT_EQ(RenewFromFederation(options.out_dir, IssuedRole::kSite, "nobody", 30).status().code(),
             absl::StatusCode::kNotFound);
+  // A site that made its own key (fl certs request) is renewed by a new request, not here.
+  ASSERT_TRUE(WriteFileAtomic(Path("certs/clients/own.pem"), old_pem).ok());
+  absl::Status own = RenewFromFederation(options.out_dir, IssuedRole::kSite, "own", 30).status();
+  EXPECT_EQ(own.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(own.message(), HasSubstr("fl certs sign --replace"));
 }
 
 TEST_F(FileUtilTest, ReadFileOfMissingPathIsNotFound) {
