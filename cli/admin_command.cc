@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "cli/command_util.h"
+#include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
 #include "fl/server/store.h"
 #include "server/admin/admin.h"
@@ -164,6 +165,12 @@ CLI::App* AddAdminCommand(CLI::App& app, AdminArgs& a) {
   a.columns->add_flag("--reset", a.reset,
                       "Forget them: the next site to join fixes them anew (after a "
                       "misconfigured first site)");
+  a.revoke_admin =
+      cmd->add_subcommand("revoke-admin",
+                          "Revoke an admin's certificate: the control API (fl run) refuses it from "
+                          "its next call");
+  a.revoke_admin->add_option("cert", a.cert, "The admin's certificate (admins/NAME.pem)")
+      ->required();
   a.evals = cmd->add_subcommand(
       "evals", "A run's evaluations: the server's, the sites' mean, and each site's own");
   a.evals->add_option("--run", a.run_id, "Run id (default: the newest run)")
@@ -301,6 +308,28 @@ int RunAdmin(const AdminArgs& a) {
   if (a.end_run->parsed()) {
     store->reset();
     return RunAdminEndRun(a, *data_dir, now_ms);
+  }
+  if (a.revoke_admin->parsed()) {
+    absl::StatusOr<std::string> pem = fl::ReadFile(a.cert);
+    if (!pem.ok()) return Fail(pem.status());
+    absl::StatusOr<std::string> fingerprint = fl::CertificateFingerprint(*pem);
+    if (!fingerprint.ok()) return Fail(fingerprint.status());
+    const std::string name = fl::CertificateCommonName(*pem).value_or("?");
+    store->reset();
+    store = fl::server::Store::Open(*data_dir, {.remove_stale_temp_files = false});
+    if (!store.ok()) return Fail(store.status());
+    if (absl::Status s = (*store)->RevokeCertificate(*fingerprint, name, now_ms); !s.ok()) {
+      return Fail(s);
+    }
+    fl::server::AuditRecord rec;
+    rec.at_ms = now_ms;
+    rec.client_id = *fingerprint;
+    rec.event = "admin_revoked";
+    rec.detail = absl::StrCat("admin certificate CN=", name, " revoked by ", OperatorName());
+    if (absl::Status s = (*store)->Audit(rec); !s.ok()) return Fail(s);
+    std::printf("revoked admin certificate CN=%s (%s): the control API refuses it from now\n",
+                name.c_str(), fingerprint->c_str());
+    return 0;
   }
   if (a.enroll->parsed() || a.revoke->parsed()) {
     store->reset();

@@ -37,6 +37,7 @@ struct AdminArgs {
   CLI::App* end_run = nullptr;
   CLI::App* backup = nullptr;
   CLI::App* evals = nullptr;
+  CLI::App* revoke_admin = nullptr;
 };
 
 // Adds `fl admin` and its subcommands to `app`, filling `a` when parsed.

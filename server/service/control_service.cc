@@ -356,6 +356,17 @@ class ControlService final : public fl::v1::Control::Service {
                         " is not an admin certificate; the control API takes only those (fl "
                         "certs --admin NAME --out <the federation's certs directory>)")));
     }
+    absl::StatusOr<std::optional<int64_t>> revoked =
+        store_->CertificateRevokedAt(identity->fingerprint);
+    if (!revoked.ok()) return revoked.status();
+    if (revoked->has_value()) {
+      return Refuse(identity->fingerprint, method,
+                    absl::PermissionDeniedError(absl::StrCat(
+                        "admin certificate CN=", identity->common_name, " was revoked at ",
+                        absl::FormatTime("%Y-%m-%d %H:%M:%SZ", absl::FromUnixMillis(**revoked),
+                                         absl::UTCTimeZone()),
+                        "; ask for a new one (fl certs renew NAME --admin)")));
+    }
     return *std::move(identity);
   }
 

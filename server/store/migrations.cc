@@ -11,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 7> kMigrations = {
+constexpr std::array<const char*, 8> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -135,6 +135,13 @@ CREATE INDEX run_queue_by_status ON run_queue(status, queue_id);
     // clients enrolled before).
     R"sql(
 ALTER TABLE clients ADD COLUMN cert_not_after_ms INTEGER NOT NULL DEFAULT 0;
+)sql",
+    // 8: certificates revoked that are not sites' (admins' for the control API), by fingerprint.
+    R"sql(
+CREATE TABLE revoked_certificates(
+  fingerprint TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  revoked_at_ms INTEGER NOT NULL);
 )sql",
 };
 

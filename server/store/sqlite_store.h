@@ -88,6 +88,10 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::vector<ClientRecord>> Clients() override;
   absl::Status SetClientCertificateExpiry(const std::string& client_id,
                                           int64_t not_after_ms) override;
+  absl::Status RevokeCertificate(const std::string& fingerprint, const std::string& name,
+                                 int64_t now_ms) override;
+  absl::StatusOr<std::optional<int64_t>> CertificateRevokedAt(
+      const std::string& fingerprint) override;
   absl::Status RecordEvaluation(int64_t run_id, int32_t round, const std::string& source,
                                 double loss, double accuracy, int64_t num_examples, int64_t now_ms,
                                 const std::map<std::string, double>& metrics) override;

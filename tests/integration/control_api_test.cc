@@ -356,6 +356,15 @@ TEST_F(ControlApiTest, ASiteCertificateIsRefusedAndAudited) {
                                   "--admin NAME"));
   EXPECT_THAT(Audit(), HasSubstr("control_refused round 0: ListRuns: PERMISSION_DENIED"));
 
+  // A revoked admin certificate is refused from its next call, the server running.
+  FlResult revoke = RunFl(
+      {"admin", "--data-dir", dir_.path() + "/data", "revoke-admin", certs_ + "/admins/alice.pem"},
+      dir_.path(), "revoke-admin.log");
+  ASSERT_EQ(revoke.exit_code, 0) << revoke.out;
+  FlResult revoked = Run({"list"});
+  EXPECT_EQ(revoked.exit_code, 1);
+  EXPECT_THAT(revoked.out, HasSubstr("PERMISSION_DENIED: admin certificate CN=alice was revoked"));
+
   // And the other way round: an admin's certificate does not make a site.
   const std::string toml =
       WriteSiteToml(dir_.path(), "admin-site", port_, pki_.ca_cert, certs_ + "/admins/alice.pem",

@@ -250,6 +250,12 @@ class Store {
       const std::vector<std::pair<std::string, int64_t>>& seen_ms) = 0;
   // Every client, revoked ones included, by enrollment time.
   virtual absl::StatusOr<std::vector<ClientRecord>> Clients() = 0;
+  // An admin's certificate (the control API's) revoked by fingerprint: refused from then on.
+  virtual absl::Status RevokeCertificate(const std::string& fingerprint, const std::string& name,
+                                         int64_t now_ms) = 0;
+  // When the certificate was revoked (RevokeCertificate), or nullopt.
+  virtual absl::StatusOr<std::optional<int64_t>> CertificateRevokedAt(
+      const std::string& fingerprint) = 0;
   // Records when an enrolled client's certificate expires (NOT_FOUND when not enrolled).
   virtual absl::Status SetClientCertificateExpiry(const std::string& client_id,
                                                   int64_t not_after_ms) = 0;
