@@ -215,9 +215,10 @@ absl::Status AddSimCommand(CLI::App& app, int argc, char** argv, SimArgs& a) {
       "Simulate a federation on this machine: the real engine, store and strategies, with "
       "virtual sites in process (default) or real clients over loopback mutual TLS");
   a.command = cmd;
-  std::string ignored;  // --preset and --config were read before parsing
-  cmd->add_option("--preset", ignored, PresetHelp());
-  cmd->add_option("--config", ignored, "TOML configuration file; flags given override it");
+  // --preset and --config were read before parsing; parsing writes the same values again (into
+  // SimArgs, which outlives the parse: a local here would be written after it is gone).
+  cmd->add_option("--preset", a.preset, PresetHelp());
+  cmd->add_option("--config", a.config_path, "TOML configuration file; flags given override it");
   cmd->add_flag("--print-config-reference", a.print_config_reference,
                 "Print every configuration key with its default and meaning, and exit");
   cmd->add_flag("--print-effective-config", a.print_effective_config,
