@@ -254,7 +254,7 @@ class FederationService final
     const std::shared_ptr<RoundEngine> engine = engines_();
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ModelDownload::Refuse(ToGrpcStatus(id.status()));
-    if (engine == nullptr) return ModelDownload::Refuse(ToGrpcStatus(NoRun()));
+    if (engine == nullptr) return ModelDownload::Refuse(NoRun());
     absl::StatusOr<GlobalModel> global =
         engine->ModelForTask(*id, req.run_id(), req.round(), req.task_id());
     if (global.ok() && global->model == nullptr) {
@@ -272,7 +272,7 @@ class FederationService final
     const std::shared_ptr<RoundEngine> engine = engines_();
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
-    if (engine == nullptr) return NoRunReply(*id);
+    if (engine == nullptr) return NoRun();
     const bool open = engine->Heartbeat(*id, req->round(), req->task_id());
     reply->set_task_open(open);
     if (!open) reply->set_message("the task's round is closed, or this client was dropped from it");
@@ -284,7 +284,7 @@ class FederationService final
     const std::shared_ptr<RoundEngine> engine = engines_();
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
-    if (engine == nullptr) return NoRunReply(*id);
+    if (engine == nullptr) return NoRun();
     EvaluationReport report;
     report.run_id = req->run_id();
     report.round = req->round();
@@ -314,7 +314,7 @@ class FederationService final
     const std::shared_ptr<RoundEngine> engine = engines_();
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
-    if (engine == nullptr) return NoRunReply(*id);
+    if (engine == nullptr) return NoRun();
     absl::StatusOr<SecAggMessage> message = SecAggMessageFromProto(*req);
     if (!message.ok()) {
       engine->AuditRefusal(*id, "secagg_refused", message.status());
@@ -336,7 +336,7 @@ class FederationService final
     const std::shared_ptr<RoundEngine> engine = engines_();
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
-    if (engine == nullptr) return NoRunReply(*id);
+    if (engine == nullptr) return NoRun();
     fl::v1::UpdatePart part;
     if (!reader->Read(&part) || !part.has_metadata()) {
       absl::Status s =
@@ -540,11 +540,10 @@ class FederationService final
     return grpc::Status::OK;
   }
 
-  static absl::Status NoRun() {
-    return absl::FailedPreconditionError(
-        "no run is active on this server: it waits for the next one (fl run submit); join again");
+  static grpc::Status NoRun() {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        "no run is active on this server: it waits for the next one (fl run submit); join again"));
   }
-  static grpc::Status NoRunReply(const std::string&) { return ToGrpcStatus(NoRun()); }
 
   static constexpr std::chrono::seconds kVerifiedFor{60};
   static constexpr size_t kMaxVerified = 100000;
