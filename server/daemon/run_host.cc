@@ -293,6 +293,7 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
     setup.engine.fit.extra[key] = value;
   }
   setup.engine.spill_dir = options_.server->engine.spill_dir;
+  setup.engine.commit_thread = true;  // the last upload of a round returns before its commit
   if (!run_name.empty()) setup.engine.run_name = run_name;
   Clock* clock = options_.server->clock != nullptr ? options_.server->clock : Clock::Real();
   EngineHooks hooks =

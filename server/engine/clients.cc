@@ -30,7 +30,7 @@ absl::StatusOr<int64_t> EngineImpl::Join(const std::string& client_id, const std
     MaybeAdvanceLocked();
     BumpLocked();
   }
-  FlushSummaries();
+  AfterUnlock();
   return run_.run_id;
 }
 
@@ -42,7 +42,7 @@ Task EngineImpl::Poll(const std::string& client_id) {
     MaybeAdvanceLocked();
     task = TaskForLocked(client_id);
   }
-  FlushSummaries();
+  AfterUnlock();
   return task;
 }
 
@@ -136,10 +136,14 @@ absl::Status EngineImpl::CheckTaskLocked(const std::string& client_id, int64_t r
   }
   if (finished_) return absl::FailedPreconditionError("the run is over");
   if (current_ == nullptr || current_->round != round) {
+    std::string now_open = "no round is open";
+    if (current_ != nullptr) {
+      now_open = absl::StrCat("the open round is ", current_->round);
+    } else if (commit_ != nullptr) {
+      now_open = absl::StrCat("round ", commit_->round->round, " is closed and being committed");
+    }
     return absl::FailedPreconditionError(
-        absl::StrCat("request is for round ", round, " but ",
-                     current_ == nullptr ? std::string("no round is open")
-                                         : absl::StrCat("the open round is ", current_->round)));
+        absl::StrCat("request is for round ", round, " but ", now_open));
   }
   auto it = current_->task_of.find(client_id);
   if (it == current_->task_of.end() || it->second != task_id) {
@@ -315,7 +319,7 @@ void EngineImpl::ForgetClient(const std::string& client_id, const std::string& r
     MaybeAdvanceLocked();
     BumpLocked();
   }
-  FlushSummaries();
+  AfterUnlock();
 }
 
 std::vector<const std::string*> EngineImpl::OnlineByNameLocked(absl::Time now,

@@ -1,6 +1,8 @@
 // Internal to the engine: the implementation of RoundEngine and of its Upload, shared by the
 // engine's source files:
-//   round_engine.cc    Create, resuming a run, advancing, starting and closing rounds, ending it
+//   round_engine.cc    Create, advancing, starting and closing rounds, ending the run
+//   run_setup.cc       creating or resuming a run
+//   commit.cc          a closed round's commit, off mu_, on the engine's thread or after the call
 //   clients.cc         joins, polls, heartbeats, task assignment, liveness, dropping the silent
 //   uploads.cc         registering, checking, streaming and folding updates; declines
 //   evaluation.cc      federated evaluation between rounds
@@ -24,6 +26,7 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -144,8 +147,15 @@ class EngineImpl final : public RoundEngine {
         strategy_(strategy),
         clock_(clock),
         hooks_(std::move(hooks)) {}
+  // Runs a commit still pending (the engine's thread), then stops that thread.
+  ~EngineImpl() override;
 
   absl::Status Init(Model initial_model);
+  // Starts the engine's own thread for commits, when options_.commit_thread asks for it.
+  void StartCommitThread() {
+    own_commit_thread_ = options_.commit_thread;
+    if (own_commit_thread_) commit_thread_ = std::thread([this] { CommitLoop(); });
+  }
 
   absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) override;
   absl::Status Admit(const std::string& client_id, const SiteProfile& profile,
@@ -190,7 +200,7 @@ class EngineImpl final : public RoundEngine {
       MaybeAdvanceLocked();
       FlushLastSeenLocked(clock_->Now());
     }
-    FlushSummaries();
+    AfterUnlock();
   }
 
   uint64_t WaitForChange(uint64_t seen_version, absl::Duration timeout) override {
@@ -204,9 +214,11 @@ class EngineImpl final : public RoundEngine {
     std::lock_guard<std::mutex> lock(mu_);
     return version_;
   }
+  // Over, and every round's summary delivered (on_round_end): a caller that waits for the run
+  // to finish sees its last round reported.
   bool finished() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return finished_;
+    return finished_ && pending_summaries_.empty() && summaries_in_delivery_ == 0;
   }
   RunActivity Activity() const override;
   int clients_online() const override {
@@ -307,12 +319,48 @@ class EngineImpl final : public RoundEngine {
   // Sets `closing` and takes the round's gate exclusively: uploads still streaming are aborted
   // with `reason` (their spills removed); none is mid-fold when this returns.
   static void CutOffUploadsLocked(RoundState& round, const std::string& reason);
-  // The commit path shared by plain and secure rounds: commits `next` with the participations
-  // (or, when `next` is an error, fails the attempt with its message, counted against
-  // max_round_retries). `summary` carries num_accepted and the metrics; current_ is already null.
+
+  // --- A closed round's commit (commit.cc)
+  // A round closed with enough accepted updates, on its way to its commit: what the close
+  // collected under mu_ (current_ is already null). `summary` carries num_accepted and the
+  // training metrics.
+  struct PendingCommit {
+    std::shared_ptr<RoundState> round;
+    std::vector<ParticipationRecord> participations;
+    RoundSummary summary;
+  };
+  // What the commit computed without mu_: the next global model, or why there is none; the
+  // evaluation hook's metrics; the checkpoint's SHA-256, or why it could not be written.
+  struct CommitInputs {
+    explicit CommitInputs(absl::StatusOr<Model> model) : next(std::move(model)) {}
+    absl::StatusOr<Model> next;
+    std::map<std::string, double> hook_metrics;
+    absl::StatusOr<std::string> checkpoint = absl::FailedPreconditionError("not written");
+  };
+  // Sets commit_: nothing starts until it is committed (MaybeAdvanceLocked waits); the engine's
+  // thread, or AfterUnlock, runs it.
+  void ScheduleCommitLocked(PendingCommit commit);
+  // Runs commit_, if one is pending and nobody runs it yet: computes the next model, evaluates
+  // and checkpoints it without mu_, then commits (EndAttemptLocked) and moves on under mu_.
+  void RunPendingCommit();
+  // The engine's thread (options_.commit_thread): runs each commit as it is scheduled, until
+  // the engine is destroyed.
+  void CommitLoop();
+  // Waits (mu_ released meanwhile) until no commit is pending.
+  void WaitForCommitLocked(std::unique_lock<std::mutex>& lock);
+  // The next global model of a closed round: the strategy's finish, or for a secure round the
+  // unmasked sum handed to the strategy (UnmaskedModel, secagg_round.cc). Without mu_.
+  absl::StatusOr<Model> NextModel(RoundState& round);
+  absl::StatusOr<Model> UnmaskedModel(RoundState& round);
+  // Drops a round's model-sized parts (the aggregate, the round's global model).
+  static void DropRoundModels(RoundState& round);
+  // The end of an attempt, shared by plain and secure rounds: commits `in.next` with the
+  // participations (or, when it or its checkpoint is an error, fails the attempt with the
+  // message, counted against max_round_retries), then starts what follows (an evaluation, the
+  // run's end).
   void EndAttemptLocked(std::shared_ptr<RoundState> round,
                         std::vector<ParticipationRecord> participations, RoundSummary summary,
-                        absl::StatusOr<Model> next, absl::Time now);
+                        CommitInputs in, absl::Time now);
 
   // --- Secure aggregation (secagg_round.cc)
   // The refusals at Create / resume: min_clients < 3, SCAFFOLD, a train_* stop metric, central
@@ -340,15 +388,27 @@ class EngineImpl final : public RoundEngine {
   // Why the run's stopping rule ends it after a commit with `metrics`; empty when it does not.
   std::string StoppingRuleMet(const std::map<std::string, double>& metrics) const;
 
+  // What a call that may have closed a round does once it released mu_: runs the round's commit
+  // (unless the engine's thread does), then delivers the round summaries.
+  void AfterUnlock() {
+    if (!own_commit_thread_) RunPendingCommit();
+    FlushSummaries();
+  }
   void FlushSummaries() {
     std::lock_guard<std::mutex> deliver(deliver_mu_);
     std::vector<RoundSummary> batch;
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (pending_summaries_.empty()) return;
       batch.swap(pending_summaries_);
+      ++summaries_in_delivery_;
     }
-    if (!hooks_.on_round_end) return;
-    for (const RoundSummary& s : batch) hooks_.on_round_end(s);
+    if (hooks_.on_round_end) {
+      for (const RoundSummary& s : batch) hooks_.on_round_end(s);
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    --summaries_in_delivery_;
+    BumpLocked();
   }
 
   friend class UploadImpl;
@@ -405,6 +465,12 @@ class EngineImpl final : public RoundEngine {
   bool warned_eval_loss_ = false;
   bool aborted_ = false;  // Abort was called: no more rounds in this process
   std::shared_ptr<RoundState> current_;
+  // A closed round on its way to its commit (commit.cc), and whether a thread runs it now.
+  std::shared_ptr<PendingCommit> commit_;
+  bool commit_running_ = false;
+  bool closing_ = false;            // the engine is being destroyed: its thread ends
+  bool own_commit_thread_ = false;  // options_.commit_thread, fixed before any call
+  std::thread commit_thread_;
   std::map<std::string, ClientState> clients_;
   // Clients left out of sampling for the rest of this run, with why: each declined a task for a
   // reason that will not change while the run's model and settings do not (PermanentDecline).
@@ -418,6 +484,7 @@ class EngineImpl final : public RoundEngine {
   // Task::client_committed_round); rebuilt from the store when a run resumes.
   std::map<std::string, int32_t> client_committed_round_;
   std::vector<RoundSummary> pending_summaries_;
+  int summaries_in_delivery_ = 0;  // batches FlushSummaries took and has not delivered yet
   std::mutex deliver_mu_;
   // Differential privacy (see PrivacyOptions): the wrapper strategy_ points to, and the RDP of
   // the committed rounds.

@@ -247,7 +247,7 @@ absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
                  absl::FailedPreconditionError(absl::StrCat(
                      "the client declined to evaluate round ", report.round, ": ", report.error)));
   }
-  FlushSummaries();
+  AfterUnlock();
   return refusal;
 }
 

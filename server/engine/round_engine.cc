@@ -38,7 +38,8 @@ std::map<std::string, double> FederatedStopMetrics(double loss,
 }
 
 void EngineImpl::MaybeAdvanceLocked() {
-  if (finished_) return;
+  // While a closed round commits, nothing starts (its commit calls this again when done).
+  if (finished_ || commit_ != nullptr || closing_) return;
   const absl::Time now = clock_->Now();
   if (eval_ != nullptr) {
     // A sampled evaluator silent for client_timeout is offline: count it as declined.
@@ -79,13 +80,13 @@ void EngineImpl::MaybeAdvanceLocked() {
     }
   }
   // A closed round is followed at once by the next, when enough clients are still online.
-  if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_ &&
+  if (current_ == nullptr && commit_ == nullptr && eval_ == nullptr && !finished_ && !aborted_ &&
       committed_round_ >= options_.num_rounds) {
     // An operator lowered the rounds under those committed while a round was open or failed.
     FinishRunLocked(absl::StrCat("rounds lowered to ", options_.num_rounds, "; ", committed_round_,
                                  " committed"));
   }
-  if (current_ == nullptr && eval_ == nullptr && !finished_ && !aborted_ &&
+  if (current_ == nullptr && commit_ == nullptr && eval_ == nullptr && !finished_ && !aborted_ &&
       now >= retry_not_before_) {
     // With fewer clients known than min_clients none can start: skip listing who is online, so
     // that each of 100,000 joins stays O(log n) rather than O(n). Clients left out for the run
@@ -278,150 +279,13 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
                            " sampled clients delivered an accepted update (", why,
                            "); min_fit_clients is ", options_.min_fit_clients);
   }
-  CrashPoint("aggregate");
-  absl::StatusOr<Model> next = failure.empty() ? round->aggregator->Finish()
-                                               : absl::StatusOr<Model>(absl::AbortedError(failure));
-  EndAttemptLocked(std::move(round), std::move(participations), std::move(summary), std::move(next),
-                   now);
-}
-
-void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
-                                  std::vector<ParticipationRecord> participations,
-                                  RoundSummary summary, absl::StatusOr<Model> next,
-                                  absl::Time now) {
-  // The attempt is over and every upload in it was cut off at the close, so nothing reads its
-  // models again; but an upload call that is still returning holds this RoundState, and the next
-  // round may start at once. Drop the model-sized parts now, or the previous global model (and,
-  // after a failed attempt, its sum) would sit beside the next round's: 4x the model, not 3x.
-  round->aggregator.reset();
-  round->global.reset();
-  round->dp_global.reset();
-  summary.run_id = run_.run_id;
-  summary.round = round->round;
-  summary.attempt = round->attempt;
-  summary.num_sampled = static_cast<int32_t>(round->sampled.size());
-  summary.duration = now - round->started;
-  const std::string secagg_json = round->secagg != nullptr ? SecAggJson(*round->secagg) : "";
-  std::string failure;
-  if (next.ok()) {
-    std::map<std::string, double> hook_metrics;
-    if (hooks_.evaluate) {
-      hook_metrics = hooks_.evaluate(*next);
-      for (const auto& [k, v] : hook_metrics) summary.metrics[k] = v;
-    }
-    RoundRecord rec;
-    rec.run_id = run_.run_id;
-    rec.round = round->round;
-    rec.attempt = round->attempt;
-    rec.status = RoundStatus::kCommitted;
-    rec.started_at_ms = ToMs(round->started);
-    rec.ended_at_ms = ToMs(now);
-    rec.num_sampled = summary.num_sampled;
-    rec.num_reported = summary.num_accepted;
-    rec.metrics_json = MetricsJson(summary.metrics);
-    rec.secagg_json = secagg_json;
-    if (accountant_.has_value()) {
-      absl::StatusOr<aggregation::dp::PrivacySpent> spent = accountant_->SpentAfter(
-          round->dp_sampling_rate, options_.privacy.noise_multiplier, 1, options_.privacy.delta);
-      // StartRoundLocked computed the same value: it cannot fail here.
-      rec.dp_sampling_rate = round->dp_sampling_rate;
-      rec.dp_epsilon = spent.ok() ? spent->epsilon : 0;
-    }
-    absl::StatusOr<std::string> sha = store_->WriteCheckpoint(*next);
-    absl::Status committed =
-        sha.ok() ? (rec.checkpoint = *sha, store_->CommitRound(rec, participations)) : sha.status();
-    if (committed.ok()) CrashPoint("after_commit");
-    if (committed.ok()) {
-      if (summary.metrics.count("test_accuracy") != 0) {
-        double loss = summary.metrics.count("test_loss") ? summary.metrics["test_loss"] : 0.0;
-        // The evaluation row names the hook's metrics as a site's are named ("test_auc" ->
-        // "auc"), so that both sources read alike; the loss has its own column.
-        std::map<std::string, double> metrics;
-        for (const auto& [k, v] : hook_metrics) {
-          if (k == "test_loss" || !std::isfinite(v)) continue;
-          metrics[absl::StartsWith(k, "test_") ? k.substr(5) : k] = v;
-        }
-        (void)store_->RecordEvaluation(run_.run_id, round->round, "server", loss,
-                                       summary.metrics["test_accuracy"], 0, ToMs(now), metrics);
-      }
-      summary.committed = true;
-      global_ = std::make_shared<const Model>(*std::move(next));
-      global_sha_ = *sha;
-      committed_round_ = round->round;
-      for (const ParticipationRecord& p : participations) {
-        if (p.status == ParticipationStatus::kAccepted) {
-          client_committed_round_[p.client_id] = round->round;
-        }
-      }
-      if (accountant_.has_value()) {
-        (void)accountant_->AddSteps(round->dp_sampling_rate, options_.privacy.noise_multiplier);
-      }
-      next_attempt_ = 0;
-      failed_attempts_ = 0;
-      LogEvent(LogLevel::kInfo, "round_committed",
-               {{"run", absl::StrCat(run_.run_id)},
-                {"round", absl::StrCat(round->round)},
-                {"accepted", absl::StrCat(summary.num_accepted)},
-                {"checkpoint", global_sha_.substr(0, 16)}});
-      std::optional<std::string> finish;
-      if (committed_round_ >= options_.num_rounds) {
-        finish = "";
-      } else if (std::string why = StoppingRuleMet(summary.metrics); !why.empty()) {
-        finish = why;
-      }
-      if (options_.eval_every > 0 && committed_round_ % options_.eval_every == 0) {
-        finish_after_eval_ = finish;
-        StartEvaluationLocked(now);
-      } else if (finish.has_value()) {
-        FinishRunLocked(*finish);
-      }
-    } else {
-      failure = absl::StrCat("could not commit the round: ", committed.message());
-    }
-  } else {
-    failure = std::string(next.status().message());
+  if (!failure.empty()) {
+    EndAttemptLocked(std::move(round), std::move(participations), std::move(summary),
+                     CommitInputs{absl::AbortedError(failure)}, now);
+    return;
   }
-  if (!summary.committed) {
-    summary.reason = failure;
-    if (!secagg_json.empty()) {
-      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, secagg_json);
-    }
-    (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kFailed, failure,
-                           ToMs(now));
-    for (const ParticipationRecord& p : participations) (void)store_->RecordParticipation(p);
-    LogEvent(LogLevel::kWarn, "round_failed",
-             {{"round", absl::StrCat(round->round)},
-              {"attempt", absl::StrCat(round->attempt)},
-              {"reason", failure}});
-    ++next_attempt_;
-    ++failed_attempts_;
-    if (round->secagg != nullptr && round->secagg->revealed) {
-      // The server holds this attempt's sum. Another attempt from the same global model over a
-      // different set of sites would let the difference of the two sums reveal one site's
-      // update (and, with DP, release more than the accountant counted): stop instead.
-      FailRunLocked(
-          absl::StrCat("round ", round->round,
-                       ": the secure sum was unmasked but could not be committed (", failure,
-                       "); the run stops rather than run the round again from the same model, "
-                       "where two sums over different sites could reveal one site's update"));
-    } else if (failed_attempts_ > options_.max_round_retries) {
-      FailRunLocked(absl::StrCat("round ", round->round, " failed ", failed_attempts_,
-                                 " times; last reason: ", failure));
-    } else if (options_.retry_backoff > absl::ZeroDuration()) {
-      // Bounded exponential: backoff, 2 x backoff, 4 x ... up to kMaxRetryBackoff.
-      absl::Duration delay = options_.retry_backoff;
-      for (int32_t i = 1; i < failed_attempts_ && delay < kMaxRetryBackoff; ++i) delay *= 2;
-      delay = std::min(delay, kMaxRetryBackoff);
-      retry_not_before_ = now + delay;
-      LogEvent(LogLevel::kInfo, "round_retry_scheduled",
-               {{"round", absl::StrCat(round->round)},
-                {"attempt", absl::StrCat(next_attempt_)},
-                {"in", absl::FormatDuration(delay)}});
-    }
-  }
-  waiting_since_ = std::max(now, retry_not_before_);
-  pending_summaries_.push_back(std::move(summary));
-  BumpLocked();
+  ScheduleCommitLocked(
+      PendingCommit{std::move(round), std::move(participations), std::move(summary)});
 }
 
 void EngineImpl::LogWaitingLocked(absl::Time now, int64_t online, int64_t eligible, int64_t least) {
@@ -467,7 +331,7 @@ RunActivity EngineImpl::Activity() const {
   if (finished_) {
     a.phase = run_.status == RunStatus::kFailed ? RunActivity::Phase::kFailed
                                                 : RunActivity::Phase::kFinished;
-  } else if (current_ != nullptr) {
+  } else if (current_ != nullptr || commit_ != nullptr) {
     a.phase = RunActivity::Phase::kTraining;
   } else if (eval_ != nullptr) {
     a.phase = RunActivity::Phase::kEvaluating;
@@ -511,8 +375,10 @@ std::string EngineImpl::StoppingRuleMet(const std::map<std::string, double>& met
 }
 
 void EngineImpl::Abort(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   aborted_ = true;
+  // A round whose updates are all in is committed, not thrown away: wait for its commit.
+  WaitForCommitLocked(lock);
   AbortInFlightLocked(reason);
 }
 
@@ -586,6 +452,7 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   auto engine = std::make_unique<internal::EngineImpl>(std::move(options), store, strategy, clock,
                                                        std::move(hooks));
   if (absl::Status s = engine->Init(std::move(initial_model)); !s.ok()) return s;
+  engine->StartCommitThread();
   return engine;
 }
 

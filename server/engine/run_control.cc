@@ -18,7 +18,12 @@ namespace fl::server::internal {
 
 absl::Status EngineImpl::Stop(RunStatus status, const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!finished_ && commit_ != nullptr) {
+      // A round whose updates are all in is committed first; nothing starts after it.
+      aborted_ = true;
+      WaitForCommitLocked(lock);
+    }
     if (finished_) {
       return absl::FailedPreconditionError(
           absl::StrCat("run ", run_.run_id, " is already over (", ToString(run_.status),
@@ -34,7 +39,7 @@ absl::Status EngineImpl::Stop(RunStatus status, const std::string& reason) {
     (void)store_->Audit(rec);
     EndRunLocked(status == RunStatus::kFailed ? RunStatus::kFailed : RunStatus::kFinished, reason);
   }
-  FlushSummaries();
+  AfterUnlock();
   return absl::OkStatus();
 }
 
@@ -176,13 +181,13 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const Engine
       const std::string why = absl::StrCat("rounds lowered to ", options_.num_rounds, " by ", by);
       if (eval_ != nullptr) {
         if (!finish_after_eval_.has_value()) finish_after_eval_ = why;
-      } else if (current_ == nullptr) {
+      } else if (current_ == nullptr && commit_ == nullptr) {
         FinishRunLocked(why);
       }
     }
     BumpLocked();
   }
-  FlushSummaries();
+  AfterUnlock();
   return changes;
 }
 

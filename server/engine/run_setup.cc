@@ -26,11 +26,13 @@ absl::Status EngineImpl::Init(Model initial_model) {
   const int64_t now_ms = ToMs(waiting_since_);
   if (active->has_value()) {
     run_ = **active;
-    std::string spill_dir = options_.spill_dir;
+    const EngineOptions process = options_;  // this process's settings, not the run's
     absl::StatusOr<EngineOptions> stored = EngineOptions::FromJson(run_.config_json);
     if (!stored.ok()) return stored.status();
     options_ = *stored;
-    options_.spill_dir = spill_dir;
+    options_.spill_dir = process.spill_dir;
+    options_.last_seen_flush = process.last_seen_flush;
+    options_.commit_thread = process.commit_thread;
     if (absl::Status s = SetUpPrivacy(); !s.ok()) return s;
     if (absl::Status s = LoadFeatureStatistics(); !s.ok()) return s;
     if (run_.model_spec_json != initial_model.spec().ToJson()) {

@@ -259,7 +259,7 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
     MaybeAdvanceLocked();
     BumpLocked();
   }
-  FlushSummaries();
+  AfterUnlock();
   if (event == "task_declined") {
     AuditRoundRefusal(client_id, event, refusal, round);
     return absl::OkStatus();

@@ -339,36 +339,36 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
     BumpLocked();
     return;
   }
-  // Unmask: remove the masks, hand the mean change to the strategy as one update.
-  CrashPoint("secagg_unmask");
-  absl::StatusOr<secagg::AggregateResult> result = s.session->Finish();
-  if (!result.ok()) {
-    FailSecAggRoundLocked(std::string(result.status().message()), now);
-    return;
-  }
-  s.revealed = true;
-  const std::span<const float> g = global_->data();
-  if (result->mean.size() != g.size()) {
-    FailSecAggRoundLocked(absl::StrCat("secure aggregation: the unmasked mean has ",
-                                       result->mean.size(), " values, the model ", g.size()),
-                          now);
-    return;
-  }
-  Model candidate(global_->spec());
-  std::span<float> c = candidate.data();
-  for (size_t i = 0; i < c.size(); ++i) c[i] = g[i] + result->mean[i];
-  std::unique_ptr<aggregation::RoundAggregator> agg = strategy_->BeginRound(*global_);
-  agg->Fold(0, c, 1.0);
-  agg->Accept(1.0);
-  CrashPoint("aggregate");
-  absl::StatusOr<Model> next = agg->Finish();
+  // Unmask: the masks are removed by the commit, without mu_ (UnmaskedModel).
   std::shared_ptr<RoundState> round = std::move(current_);
   current_ = nullptr;
   std::vector<ParticipationRecord> participations = SecAggParticipationsLocked(*round);
   RoundSummary summary;
-  summary.num_accepted = static_cast<int32_t>(result->survivors.size());
-  EndAttemptLocked(std::move(round), std::move(participations), std::move(summary), std::move(next),
-                   now);
+  summary.num_accepted = s.u3;
+  ScheduleCommitLocked(
+      PendingCommit{std::move(round), std::move(participations), std::move(summary)});
+}
+
+absl::StatusOr<Model> EngineImpl::UnmaskedModel(RoundState& round) {
+  // Remove the masks, hand the mean change to the strategy as one update.
+  SecAggRound& s = *round.secagg;
+  CrashPoint("secagg_unmask");
+  absl::StatusOr<secagg::AggregateResult> result = s.session->Finish();
+  if (!result.ok()) return result.status();
+  s.revealed = true;
+  const std::span<const float> g = round.global->data();
+  if (result->mean.size() != g.size()) {
+    return absl::InternalError(absl::StrCat("secure aggregation: the unmasked mean has ",
+                                            result->mean.size(), " values, the model ", g.size()));
+  }
+  Model candidate(round.global->spec());
+  std::span<float> c = candidate.data();
+  for (size_t i = 0; i < c.size(); ++i) c[i] = g[i] + result->mean[i];
+  std::unique_ptr<aggregation::RoundAggregator> agg = strategy_->BeginRound(*round.global);
+  agg->Fold(0, c, 1.0);
+  agg->Accept(1.0);
+  CrashPoint("aggregate");
+  return agg->Finish();
 }
 
 void EngineImpl::FailSecAggRoundLocked(const std::string& failure, absl::Time now) {
@@ -380,7 +380,7 @@ void EngineImpl::FailSecAggRoundLocked(const std::string& failure, absl::Time no
   RoundSummary summary;
   summary.num_accepted = round->secagg->u3;
   EndAttemptLocked(std::move(round), std::move(participations), std::move(summary),
-                   absl::FailedPreconditionError(failure), now);
+                   CommitInputs{absl::FailedPreconditionError(failure)}, now);
 }
 
 std::vector<ParticipationRecord> EngineImpl::SecAggParticipationsLocked(

@@ -272,7 +272,7 @@ void EngineImpl::OnUploadEnded(const std::shared_ptr<RoundState>& round, const U
     MaybeAdvanceLocked();
     BumpLocked();
   }
-  FlushSummaries();
+  AfterUnlock();
 }
 
 ParticipationRecord EngineImpl::ParticipationFor(const RoundState& round,

@@ -332,7 +332,7 @@ TEST_F(EngineTest, ASiteThatCanNeverTrainIsLeftOutAndTheRunGoesOn) {
   options_.num_rounds = 2;
   StartEngine();
   JoinAll();
-  for (const std::string& c : {"client-a", "client-b", "client-c"}) {
+  for (const std::string c : {"client-a", "client-b", "client-c"}) {
     ASSERT_TRUE(Submit(c, engine_->Poll(c), RandomModel(1), 1).ok());
   }
   Task td = engine_->Poll("client-d");
@@ -345,7 +345,7 @@ TEST_F(EngineTest, ASiteThatCanNeverTrainIsLeftOutAndTheRunGoesOn) {
   ASSERT_EQ(engine_->committed_round(), 1);
   // Round 2 draws from the three others only, and commits with them.
   EXPECT_EQ(engine_->Poll("client-d").kind, Task::Kind::kWait);
-  for (const std::string& c : {"client-a", "client-b", "client-c"}) {
+  for (const std::string c : {"client-a", "client-b", "client-c"}) {
     Task t = engine_->Poll(c);
     ASSERT_EQ(t.kind, Task::Kind::kFit) << c;
     EXPECT_EQ(t.round, 2);
@@ -392,7 +392,7 @@ TEST_F(EngineTest, TooFewSitesLeftAfterExclusionsFailsTheRunSayingWhy) {
   clients_.push_back("client-d");
   StartEngine();
   JoinAll();
-  for (const std::string& c : {"client-a", "client-b", "client-c"}) {
+  for (const std::string c : {"client-a", "client-b", "client-c"}) {
     ASSERT_TRUE(Submit(c, engine_->Poll(c), RandomModel(1), 1).ok());
   }
   Task td = engine_->Poll("client-d");

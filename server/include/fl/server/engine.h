@@ -171,6 +171,14 @@ struct EngineOptions {
   std::string update_encoding = "float32";
   // Where updates are staged while their chunks arrive (not part of a run's configuration).
   std::string spill_dir;
+  // Where a closed round's commit runs (not part of a run's configuration). The commit finishes
+  // the aggregation, runs the evaluation hook and writes the checkpoint without the engine's
+  // lock either way, so polls, heartbeats and downloads go on meanwhile. true: on the engine's
+  // own thread, so that the upload that closed the round returns at once (a server); false: in
+  // the call that closed the round, once the lock is released, so that a single-threaded
+  // driver under a fake clock (a simulation, a unit test) sees the commit done when the call
+  // returns.
+  bool commit_thread = false;
 
   std::string ToJson() const;
   // Reads back what ToJson wrote (spill_dir is not part of a run's configuration); keys absent

@@ -1,0 +1,235 @@
+// A round's commit: what follows its close. The close (under mu_) collects the round's
+// participations and metrics and hands a round with enough accepted updates to the commit, which
+// computes the next global model (the strategy's finish; a secure round's unmasking), runs the
+// evaluation hook and writes the checkpoint (fsync included) without mu_, so that polls,
+// heartbeats, downloads and the other calls go on meanwhile; then it takes mu_ to commit the
+// round to the store and start what comes next. It runs on the engine's own thread
+// (EngineOptions::commit_thread, a server) or at the end of the call that closed the round, once
+// mu_ is released (a simulation, unit tests: deterministic under a fake clock).
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "fl/common/crash_point.h"
+#include "fl/common/logging.h"
+#include "server/engine/engine_impl.h"
+
+namespace fl::server::internal {
+
+void EngineImpl::DropRoundModels(RoundState& round) {
+  // The attempt is over and every upload in it was cut off at the close, so nothing reads its
+  // models again; but an upload call that is still returning holds this RoundState, and the next
+  // round may start at once. Drop the model-sized parts now, or the previous global model (and,
+  // after a failed attempt, its sum) would sit beside the next round's: 4x the model, not 3x.
+  round.aggregator.reset();
+  round.global.reset();
+  round.dp_global.reset();
+}
+
+void EngineImpl::ScheduleCommitLocked(PendingCommit commit) {
+  commit_ = std::make_shared<PendingCommit>(std::move(commit));
+  commit_running_ = false;
+  cv_.notify_all();  // the engine's thread, when it has one
+}
+
+void EngineImpl::WaitForCommitLocked(std::unique_lock<std::mutex>& lock) {
+  cv_.wait(lock, [this] { return commit_ == nullptr; });
+}
+
+absl::StatusOr<Model> EngineImpl::NextModel(RoundState& round) {
+  if (round.secagg != nullptr) return UnmaskedModel(round);
+  CrashPoint("aggregate");
+  return round.aggregator->Finish();
+}
+
+void EngineImpl::RunPendingCommit() {
+  std::shared_ptr<PendingCommit> job;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (commit_ == nullptr || commit_running_) return;
+    commit_running_ = true;  // commit_ stays set: nothing starts until it is committed
+    job = commit_;
+  }
+  // Without mu_: only this job touches the closed round now (current_ no longer names it, and
+  // every upload in it was cut off), and nothing else uses the strategy or writes checkpoints
+  // until the next round starts, after this commit.
+  CommitInputs in{NextModel(*job->round)};
+  DropRoundModels(*job->round);
+  if (in.next.ok() && hooks_.evaluate) in.hook_metrics = hooks_.evaluate(*in.next);
+  if (in.next.ok()) in.checkpoint = store_->WriteCheckpoint(*in.next);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!in.next.ok() && job->round->secagg != nullptr) {
+      job->round->secagg->failed_at = SecAggStageName(job->round->secagg->stage);
+    }
+    EndAttemptLocked(std::move(job->round), std::move(job->participations), std::move(job->summary),
+                     std::move(in), clock_->Now());
+    commit_.reset();
+    commit_running_ = false;
+    MaybeAdvanceLocked();
+    BumpLocked();
+  }
+  FlushSummaries();
+}
+
+void EngineImpl::CommitLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    cv_.wait(lock, [this] { return closing_ || (commit_ != nullptr && !commit_running_); });
+    if (commit_ != nullptr && !commit_running_) {
+      lock.unlock();
+      RunPendingCommit();
+      lock.lock();
+      continue;
+    }
+    if (closing_) return;
+  }
+}
+
+EngineImpl::~EngineImpl() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;  // a commit pending now is still run (CommitLoop runs it before it returns)
+  }
+  cv_.notify_all();
+  if (commit_thread_.joinable()) commit_thread_.join();
+}
+
+void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
+                                  std::vector<ParticipationRecord> participations,
+                                  RoundSummary summary, CommitInputs in, absl::Time now) {
+  DropRoundModels(*round);
+  absl::StatusOr<Model>& next = in.next;
+  summary.run_id = run_.run_id;
+  summary.round = round->round;
+  summary.attempt = round->attempt;
+  summary.num_sampled = static_cast<int32_t>(round->sampled.size());
+  summary.duration = now - round->started;
+  const std::string secagg_json = round->secagg != nullptr ? SecAggJson(*round->secagg) : "";
+  std::string failure;
+  if (next.ok()) {
+    const std::map<std::string, double>& hook_metrics = in.hook_metrics;
+    for (const auto& [k, v] : hook_metrics) summary.metrics[k] = v;
+    RoundRecord rec;
+    rec.run_id = run_.run_id;
+    rec.round = round->round;
+    rec.attempt = round->attempt;
+    rec.status = RoundStatus::kCommitted;
+    rec.started_at_ms = ToMs(round->started);
+    rec.ended_at_ms = ToMs(now);
+    rec.num_sampled = summary.num_sampled;
+    rec.num_reported = summary.num_accepted;
+    rec.metrics_json = MetricsJson(summary.metrics);
+    rec.secagg_json = secagg_json;
+    if (accountant_.has_value()) {
+      absl::StatusOr<aggregation::dp::PrivacySpent> spent = accountant_->SpentAfter(
+          round->dp_sampling_rate, options_.privacy.noise_multiplier, 1, options_.privacy.delta);
+      // StartRoundLocked computed the same value: it cannot fail here.
+      rec.dp_sampling_rate = round->dp_sampling_rate;
+      rec.dp_epsilon = spent.ok() ? spent->epsilon : 0;
+    }
+    const absl::StatusOr<std::string>& sha = in.checkpoint;
+    absl::Status committed =
+        sha.ok() ? (rec.checkpoint = *sha, store_->CommitRound(rec, participations)) : sha.status();
+    if (committed.ok()) CrashPoint("after_commit");
+    if (committed.ok()) {
+      if (summary.metrics.count("test_accuracy") != 0) {
+        double loss = summary.metrics.count("test_loss") ? summary.metrics["test_loss"] : 0.0;
+        // The evaluation row names the hook's metrics as a site's are named ("test_auc" ->
+        // "auc"), so that both sources read alike; the loss has its own column.
+        std::map<std::string, double> metrics;
+        for (const auto& [k, v] : hook_metrics) {
+          if (k == "test_loss" || !std::isfinite(v)) continue;
+          metrics[absl::StartsWith(k, "test_") ? k.substr(5) : k] = v;
+        }
+        (void)store_->RecordEvaluation(run_.run_id, round->round, "server", loss,
+                                       summary.metrics["test_accuracy"], 0, ToMs(now), metrics);
+      }
+      summary.committed = true;
+      global_ = std::make_shared<const Model>(*std::move(next));
+      global_sha_ = *sha;
+      committed_round_ = round->round;
+      for (const ParticipationRecord& p : participations) {
+        if (p.status == ParticipationStatus::kAccepted) {
+          client_committed_round_[p.client_id] = round->round;
+        }
+      }
+      if (accountant_.has_value()) {
+        (void)accountant_->AddSteps(round->dp_sampling_rate, options_.privacy.noise_multiplier);
+      }
+      next_attempt_ = 0;
+      failed_attempts_ = 0;
+      LogEvent(LogLevel::kInfo, "round_committed",
+               {{"run", absl::StrCat(run_.run_id)},
+                {"round", absl::StrCat(round->round)},
+                {"accepted", absl::StrCat(summary.num_accepted)},
+                {"checkpoint", global_sha_.substr(0, 16)}});
+      std::optional<std::string> finish;
+      if (committed_round_ >= options_.num_rounds) {
+        finish = "";
+      } else if (std::string why = StoppingRuleMet(summary.metrics); !why.empty()) {
+        finish = why;
+      }
+      if (!aborted_ && options_.eval_every > 0 && committed_round_ % options_.eval_every == 0) {
+        finish_after_eval_ = finish;
+        StartEvaluationLocked(now);
+      } else if (finish.has_value()) {
+        FinishRunLocked(*finish);
+      }
+    } else {
+      failure = absl::StrCat("could not commit the round: ", committed.message());
+    }
+  } else {
+    failure = std::string(next.status().message());
+  }
+  if (!summary.committed) {
+    summary.reason = failure;
+    if (!secagg_json.empty()) {
+      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, secagg_json);
+    }
+    (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kFailed, failure,
+                           ToMs(now));
+    for (const ParticipationRecord& p : participations) (void)store_->RecordParticipation(p);
+    LogEvent(LogLevel::kWarn, "round_failed",
+             {{"round", absl::StrCat(round->round)},
+              {"attempt", absl::StrCat(round->attempt)},
+              {"reason", failure}});
+    ++next_attempt_;
+    ++failed_attempts_;
+    if (round->secagg != nullptr && round->secagg->revealed) {
+      // The server holds this attempt's sum. Another attempt from the same global model over a
+      // different set of sites would let the difference of the two sums reveal one site's
+      // update (and, with DP, release more than the accountant counted): stop instead.
+      FailRunLocked(
+          absl::StrCat("round ", round->round,
+                       ": the secure sum was unmasked but could not be committed (", failure,
+                       "); the run stops rather than run the round again from the same model, "
+                       "where two sums over different sites could reveal one site's update"));
+    } else if (failed_attempts_ > options_.max_round_retries) {
+      FailRunLocked(absl::StrCat("round ", round->round, " failed ", failed_attempts_,
+                                 " times; last reason: ", failure));
+    } else if (options_.retry_backoff > absl::ZeroDuration()) {
+      // Bounded exponential: backoff, 2 x backoff, 4 x ... up to kMaxRetryBackoff.
+      absl::Duration delay = options_.retry_backoff;
+      for (int32_t i = 1; i < failed_attempts_ && delay < kMaxRetryBackoff; ++i) delay *= 2;
+      delay = std::min(delay, kMaxRetryBackoff);
+      retry_not_before_ = now + delay;
+      LogEvent(LogLevel::kInfo, "round_retry_scheduled",
+               {{"round", absl::StrCat(round->round)},
+                {"attempt", absl::StrCat(next_attempt_)},
+                {"in", absl::FormatDuration(delay)}});
+    }
+  }
+  waiting_since_ = std::max(now, retry_not_before_);
+  pending_summaries_.push_back(std::move(summary));
+  BumpLocked();
+}
+
+}  // namespace fl::server::internal
