@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -36,6 +37,7 @@ void EngineImpl::DropRoundModels(RoundState& round) {
 void EngineImpl::ScheduleCommitLocked(PendingCommit commit) {
   commit_ = std::make_shared<PendingCommit>(std::move(commit));
   commit_running_ = false;
+  commit_owner_ = std::this_thread::get_id();
   cv_.notify_all();  // the engine's thread, when it has one
 }
 
@@ -54,6 +56,9 @@ void EngineImpl::RunPendingCommit() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (commit_ == nullptr || commit_running_) return;
+    // Without the engine's thread, the call that closed the round commits it: not a poll or a
+    // heartbeat of another site that happens to take the lock first.
+    if (!own_commit_thread_ && commit_owner_ != std::this_thread::get_id()) return;
     commit_running_ = true;  // commit_ stays set: nothing starts until it is committed
     job = commit_;
   }

@@ -468,6 +468,7 @@ class EngineImpl final : public RoundEngine {
   // A closed round on its way to its commit (commit.cc), and whether a thread runs it now.
   std::shared_ptr<PendingCommit> commit_;
   bool commit_running_ = false;
+  std::thread::id commit_owner_;    // the thread whose call closed the round
   bool closing_ = false;            // the engine is being destroyed: its thread ends
   bool own_commit_thread_ = false;  // options_.commit_thread, fixed before any call
   std::thread commit_thread_;
