@@ -58,6 +58,7 @@ nlohmann::json Json(const fl::v1::RunInfo& r) {
                       {"reason", r.reason()},
                       {"committed_round", r.committed_round()},
                       {"rounds", r.num_rounds()},
+                      {"strategy", r.strategy()},
                       {"state", r.state()},
                       {"created_at_ms", r.created_at_ms()},
                       {"ended_at_ms", r.ended_at_ms()},
@@ -70,13 +71,15 @@ nlohmann::json Json(const fl::v1::RunInfo& r) {
 }
 
 void PrintTable(const google::protobuf::RepeatedPtrField<fl::v1::RunInfo>& runs) {
-  std::printf("%-6s %-20s %-10s %-8s %-11s %-10s %-19s %s\n", "RUN", "NAME", "STATUS", "ROUNDS",
-              "STATE", "BY", "CREATED", "REASON");
+  std::printf("%-6s %-20s %-10s %-8s %-9s %-11s %-10s %-19s %s\n", "RUN", "NAME", "STATUS",
+              "ROUNDS", "STRATEGY", "STATE", "BY", "CREATED", "REASON");
   for (const fl::v1::RunInfo& r : runs) {
     const std::string rounds =
         r.run_id() == 0 ? "-" : absl::StrCat(r.committed_round(), "/", r.num_rounds());
-    std::printf("%-6s %-20s %-10s %-8s %-11s %-10s %-19s %s\n", RefOf(r).c_str(), r.name().c_str(),
-                r.status().c_str(), rounds.c_str(), r.state().empty() ? "-" : r.state().c_str(),
+    std::printf("%-6s %-20s %-10s %-8s %-9s %-11s %-10s %-19s %s\n", RefOf(r).c_str(),
+                r.name().c_str(), r.status().c_str(), rounds.c_str(),
+                r.strategy().empty() ? "-" : r.strategy().c_str(),
+                r.state().empty() ? "-" : r.state().c_str(),
                 r.submitted_by().empty() ? "-" : r.submitted_by().c_str(),
                 Time(r.created_at_ms()).c_str(), r.reason().c_str());
   }

@@ -175,9 +175,12 @@ absl::Status RunHost::TakeResumeChanges(const aggregation::StrategyOptions& stra
   }
   ServerConfig config;
   config.server.engine = engine->options();
-  config.server.strategy = strategy;
+  config.server.strategy = config.server.engine.strategy.value_or(strategy);
   const std::string source = "this start's flags";
   if (absl::Status s = ApplyRunConfig(toml, source, config); !s.ok()) return s;
+  if (config.server.engine.strategy.has_value()) {
+    config.server.engine.strategy = config.server.strategy;  // a change is refused below
+  }
   if (absl::StrContains(toml, "[strategy]")) {
     // The strategy's settings reach the sites in every fit task: a resumed run's must be its own.
     std::map<std::string, double>& extra = config.server.engine.fit.extra;
@@ -282,6 +285,15 @@ absl::StatusOr<bool> RunHost::StartQueued(const QueuedRun& queued) {
 
 absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
   auto live = std::make_shared<LiveRun>();
+  // A run that resumes keeps the strategy recorded with it, whatever this start's configuration
+  // (or a run file's defaults over it) says; a flag that would change it is refused
+  // (TakeResumeChanges). Runs from before the strategy was recorded take this start's.
+  absl::StatusOr<std::optional<RunRecord>> active = options_.store->ActiveRun();
+  if (!active.ok()) return active.status();
+  if (active->has_value()) {
+    absl::StatusOr<EngineOptions> stored = EngineOptions::FromJson((*active)->config_json);
+    if (stored.ok() && stored->strategy.has_value()) setup.strategy = *stored->strategy;
+  }
   absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
       aggregation::MakeStrategy(setup.strategy, options_.enrolled_clients);
   if (!strategy.ok()) {
@@ -292,6 +304,7 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
   for (const auto& [key, value] : setup.strategy.ClientConfig()) {
     setup.engine.fit.extra[key] = value;
   }
+  setup.engine.strategy = setup.strategy;
   setup.engine.spill_dir = options_.server->engine.spill_dir;
   setup.engine.commit_thread = true;  // the last upload of a round returns before its commit
   if (!run_name.empty()) setup.engine.run_name = run_name;

@@ -174,6 +174,15 @@ std::string EngineOptions::ToJson() const {
         {"stage_timeout_ms", absl::ToInt64Milliseconds(secure_aggregation.stage_timeout)},
         {"max_dropout", secure_aggregation.max_dropout}}},
   };
+  if (strategy.has_value()) {
+    j["strategy"] = {{"name", strategy->name},
+                     {"proximal_mu", strategy->proximal_mu},
+                     {"momentum", strategy->momentum},
+                     {"weight_decay", strategy->weight_decay},
+                     {"clip_norm", strategy->clip_norm},
+                     {"server_learning_rate", strategy->server_learning_rate},
+                     {"num_parties", strategy->num_parties}};
+  }
   return j.dump();
 }
 
@@ -235,6 +244,17 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
       sa.stage_timeout = absl::Milliseconds(
           a.value("stage_timeout_ms", absl::ToInt64Milliseconds(sa.stage_timeout)));
       sa.max_dropout = a.value("max_dropout", sa.max_dropout);
+    }
+    if (j.contains("strategy")) {  // absent: a run from before it was recorded
+      const nlohmann::json& s = j.at("strategy");
+      aggregation::StrategyOptions& st = o.strategy.emplace();
+      st.name = s.at("name").get<std::string>();
+      st.proximal_mu = s.value("proximal_mu", st.proximal_mu);
+      st.momentum = s.value("momentum", st.momentum);
+      st.weight_decay = s.value("weight_decay", st.weight_decay);
+      st.clip_norm = s.value("clip_norm", st.clip_norm);
+      st.server_learning_rate = s.value("server_learning_rate", st.server_learning_rate);
+      st.num_parties = s.value("num_parties", st.num_parties);
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));

@@ -124,9 +124,17 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const Engine
       if (key == "run_name" || now.value(key, nlohmann::json()) == value) continue;
       const bool changeable = std::any_of(std::begin(kMutablePolicies), std::end(kMutablePolicies),
                                           [&key](const MutablePolicy& p) { return key == p.json; });
-      if (!changeable)
-        refused.push_back(
-            absl::StrCat(key, " ", now.value(key, nlohmann::json()).dump(), " -> ", value.dump()));
+      if (changeable) continue;
+      const nlohmann::json was = now.value(key, nlohmann::json());
+      if (was.is_object() && value.is_object()) {  // strategy, privacy, ...: the keys that differ
+        for (const auto& [sub, v] : value.items()) {
+          const nlohmann::json w = was.value(sub, nlohmann::json());
+          if (w != v)
+            refused.push_back(absl::StrCat(key, ".", sub, " ", w.dump(), " -> ", v.dump()));
+        }
+      } else {
+        refused.push_back(absl::StrCat(key, " ", was.dump(), " -> ", value.dump()));
+      }
     }
     if (!refused.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(

@@ -312,7 +312,10 @@ class ControlService final : public fl::v1::Control::Service {
     info.set_created_at_ms(r.created_at_ms);
     info.set_ended_at_ms(r.ended_at_ms);
     absl::StatusOr<EngineOptions> options = EngineOptions::FromJson(r.config_json);
-    if (options.ok()) info.set_num_rounds(options->num_rounds);
+    if (options.ok()) {
+      info.set_num_rounds(options->num_rounds);
+      if (options->strategy.has_value()) info.set_strategy(options->strategy->name);
+    }
     absl::StatusOr<std::optional<RoundRecord>> last = store_->LastCommittedRound(r.run_id);
     if (!last.ok()) return last.status();
     if (last->has_value()) {

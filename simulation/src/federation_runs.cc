@@ -97,6 +97,7 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   for (const auto& [key, value] : options.strategy.ClientConfig()) {
     engine_options.fit.extra[key] = value;
   }
+  engine_options.strategy = options.strategy;
   absl::StatusOr<Model> initial = InitialModelFor(options, data);
   if (!initial.ok()) return initial.status();
   if (absl::Status s = (*strategy)->CheckModel(initial->spec()); !s.ok()) return s;

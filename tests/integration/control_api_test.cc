@@ -113,7 +113,11 @@ TEST_F(ControlApiTest, AnAdminRunsRunsOneAfterAnotherOnAServerThatStaysUp) {
   EXPECT_THAT(logs.out, HasSubstr("run_finished           all rounds committed"));
 
   // The next run takes the same site, with its own settings.
-  FlResult second = Run({"submit", RunFile("second", "[run]\nrounds = 3\n"), "--name", "again"});
+  FlResult second = Run({"submit",
+                         RunFile("second",
+                                 "[run]\nrounds = 3\n[strategy]\nname = \"fedprox\"\n"
+                                 "proximal_mu = 0.1\n"),
+                         "--name", "again"});
   ASSERT_EQ(second.exit_code, 0) << second.out;
   ASSERT_EQ(Run({"logs", "q2", "-f"}).exit_code, 0);
   FlResult status = Run({"status", "2", "--format", "json"});
@@ -123,6 +127,7 @@ TEST_F(ControlApiTest, AnAdminRunsRunsOneAfterAnotherOnAServerThatStaysUp) {
   EXPECT_EQ(run["status"], "finished");
   EXPECT_EQ(run["committed_round"], 3);
   EXPECT_EQ(run["submitted_by"], "alice");
+  EXPECT_EQ(run["strategy"], "fedprox");  // its own, recorded with it
   EXPECT_THAT(run["config_toml"].get<std::string>(), HasSubstr("rounds = 3"));
 
   // A run that cannot start (it needs three sites) is stopped as failed; the one queued behind
@@ -214,13 +219,25 @@ TEST(ControlApiResumeTest, ARestartedServerAppliesTheValuesGivenOrRefusesToStart
   EXPECT_EQ(no.exit_code, 1);
   EXPECT_THAT(no.out, HasSubstr("resuming: run 1 cannot change update_encoding \"float32\" -> "
                                 "\"int8\""));
+  // The strategy is recorded with the run: a flag that changes it refuses the start.
+  std::vector<std::string> other_strategy = ServerCommand(pki, data, port, flags);
+  other_strategy.insert(other_strategy.end(), {"--strategy", "fedprox", "--proximal-mu", "0.5"});
+  FlResult strategy =
+      RunFl(std::vector<std::string>(other_strategy.begin() + 1, other_strategy.end()), dir.path(),
+            "server-2b.log");
+  EXPECT_EQ(strategy.exit_code, 1);
+  EXPECT_THAT(strategy.out, HasSubstr("resuming: run 1 cannot change"));
+  EXPECT_THAT(strategy.out, HasSubstr("strategy.name \"fedavg\" -> \"fedprox\""));
 
   // min_clients and min_fit_clients 1; served 3 s after the run so that the site hears DONE.
   std::vector<std::string> lowered = TinyRunFlags(2, 3);
   const std::string log3 = dir.path() + "/server-3.log";
   // A --config file's values serve new runs; they do not change the run resumed.
   const std::string config = dir.path() + "/server.toml";
-  ASSERT_TRUE(WriteFileAtomic(config, "[run]\nmax_round_retries = 7\n").ok());
+  ASSERT_TRUE(WriteFileAtomic(config,
+                              "[run]\nmax_round_retries = 7\n[strategy]\nname = \"fedprox\"\n"
+                              "proximal_mu = 0.5\n")
+                  .ok());
   std::vector<std::string> third_argv = ServerCommand(pki, data, port, lowered);
   third_argv.insert(third_argv.begin() + 2, {"--config", config});
   std::unique_ptr<ChildProcess> third = StartServer(third_argv, log3);
@@ -234,10 +251,15 @@ TEST(ControlApiResumeTest, ARestartedServerAppliesTheValuesGivenOrRefusesToStart
   const std::string audit = AuditText(**store);
   EXPECT_THAT(audit, HasSubstr("run_updated round 0: min_clients: 3 -> 1 (by this start's flags)"));
   EXPECT_THAT(audit, Not(HasSubstr("max_round_retries")));
+  EXPECT_THAT(audit, Not(HasSubstr("strategy")));
   absl::StatusOr<std::vector<server::RunRecord>> runs = (*store)->Runs();
   ASSERT_TRUE(runs.ok());
   ASSERT_EQ(runs->size(), 1u) << "the run resumed; no new run";
   EXPECT_EQ((*runs)[0].status, server::RunStatus::kFinished);
+  // ... nor its strategy: the run kept FedAvg, and its sites were never sent a proximal term.
+  EXPECT_THAT((*runs)[0].config_json, HasSubstr("\"strategy\":{\"clip_norm\":0.0,"));
+  EXPECT_THAT((*runs)[0].config_json, HasSubstr("\"name\":\"fedavg\""));
+  EXPECT_THAT((*runs)[0].config_json, Not(HasSubstr("\"proximal_mu\":0.5")));
 }
 
 // The way out when a configuration cannot resume the unfinished run: end it offline; never

@@ -409,6 +409,17 @@ TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {
   EXPECT_EQ(back->num_rounds, 42);
   EXPECT_EQ(back->round_timeout, absl::Seconds(90));
   EXPECT_FLOAT_EQ(back->fit.learning_rate, 0.25f);
+  EXPECT_FALSE(back->strategy.has_value()) << "none given, none recorded";
+  o.strategy.emplace();
+  o.strategy->name = "scaffold";
+  o.strategy->server_learning_rate = 0.5;
+  o.strategy->num_parties = 12;
+  back = EngineOptions::FromJson(o.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(back->strategy.has_value());
+  EXPECT_EQ(back->strategy->name, "scaffold");
+  EXPECT_DOUBLE_EQ(back->strategy->server_learning_rate, 0.5);
+  EXPECT_EQ(back->strategy->num_parties, 12);
   EXPECT_EQ(EngineOptions::FromJson("{").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EngineOptions::FromJson("{}").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EngineOptions::FromJson("{\"num_rounds\": \"ten\"}").status().code(),

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "fl/aggregation/secagg/params.h"
 #include "fl/aggregation/secagg/protocol.h"
+#include "fl/aggregation/strategies.h"
 #include "fl/aggregation/strategy.h"
 #include "fl/common/model.h"
 #include "fl/common/update_codec.h"
@@ -169,6 +170,11 @@ struct EngineOptions {
   // carry it; an update in another encoding is refused. Anything but "float32" is refused with
   // secure aggregation (its rounds send masked words).
   std::string update_encoding = "float32";
+  // The strategy the run was started with and its settings, recorded with the run when the
+  // caller gives it (the server does): the engine aggregates with the Strategy object it is
+  // handed; a server that resumes the run makes that object from these, and a start that would
+  // change them is refused like any setting a run keeps.
+  std::optional<aggregation::StrategyOptions> strategy;
   // Where updates are staged while their chunks arrive (not part of a run's configuration).
   std::string spill_dir;
   // Where a closed round's commit runs (not part of a run's configuration). The commit finishes
