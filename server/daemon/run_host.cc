@@ -1,6 +1,7 @@
 #include "server/daemon/run_host.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -8,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "fl/aggregation/scaffold.h"
 #include "fl/common/logging.h"
 #include "server/daemon/config.h"
 
@@ -64,6 +66,7 @@ absl::Status RunHost::Start(RunSetup initial) {
         !s.ok()) {
       return s;
     }
+    served_.push_back(run_id);  // a one-shot server exits non-zero for it
   } else {
     // No run is active, so an entry claimed but without its run never got one (the server
     // stopped while making it): it did not start.
@@ -292,7 +295,22 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
   if (!active.ok()) return active.status();
   if (active->has_value()) {
     absl::StatusOr<EngineOptions> stored = EngineOptions::FromJson((*active)->config_json);
-    if (stored.ok() && stored->strategy.has_value()) setup.strategy = *stored->strategy;
+    if (stored.ok() && stored->strategy.has_value()) {
+      // SCAFFOLD's model carries control variates: the model this start made for its own
+      // strategy gets them, or loses them, so that its spec is the run's.
+      const bool had = setup.strategy.name == "scaffold";
+      setup.strategy = *stored->strategy;
+      const bool has = setup.strategy.name == "scaffold";
+      if (has && !had) {
+        setup.initial_model = aggregation::WithZeroControlVariates(setup.initial_model);
+      } else if (had && !has) {
+        const std::vector<TensorSpec>& all = setup.initial_model.spec().tensors();
+        Model weights(
+            ModelSpec(std::vector<TensorSpec>(all.begin(), all.begin() + all.size() / 2)));
+        std::memcpy(weights.data().data(), setup.initial_model.data().data(), weights.NumBytes());
+        setup.initial_model = std::move(weights);
+      }
+    }
   }
   absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
       aggregation::MakeStrategy(setup.strategy, options_.enrolled_clients);
@@ -306,7 +324,9 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
   }
   setup.engine.strategy = setup.strategy;
   setup.engine.spill_dir = options_.server->engine.spill_dir;
-  setup.engine.commit_thread = true;  // the last upload of a round returns before its commit
+  // The last upload of a round returns before its commit; not under a simulated clock, whose
+  // driver must see the commit done before it moves time on (a commit takes no simulated time).
+  setup.engine.commit_thread = options_.server->clock == nullptr;
   if (!run_name.empty()) setup.engine.run_name = run_name;
   Clock* clock = options_.server->clock != nullptr ? options_.server->clock : Clock::Real();
   EngineHooks hooks =

@@ -185,7 +185,10 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
     return t;
   }
   if (current_ == nullptr) {
-    t.message = aborted_ ? "the server is shutting down" : "waiting for clients to come online";
+    t.message = aborted_ ? "the server is shutting down"
+                : commit_ != nullptr
+                    ? absl::StrCat("round ", commit_->round->round, " is being committed")
+                    : "waiting for clients to come online";
     return t;
   }
   t.round = current_->round;

@@ -8,6 +8,7 @@
 // mu_ is released (a simulation, unit tests: deterministic under a fake clock).
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -65,10 +66,17 @@ void EngineImpl::RunPendingCommit() {
   // Without mu_: only this job touches the closed round now (current_ no longer names it, and
   // every upload in it was cut off), and nothing else uses the strategy or writes checkpoints
   // until the next round starts, after this commit.
-  CommitInputs in{NextModel(*job->round)};
-  DropRoundModels(*job->round);
-  if (in.next.ok() && hooks_.evaluate) in.hook_metrics = hooks_.evaluate(*in.next);
-  if (in.next.ok()) in.checkpoint = store_->WriteCheckpoint(*in.next);
+  CommitInputs in(absl::InternalError("not computed"));
+  try {
+    in.next = NextModel(*job->round);
+    DropRoundModels(*job->round);
+    if (in.next.ok() && hooks_.evaluate) in.hook_metrics = hooks_.evaluate(*in.next);
+    if (in.next.ok()) in.checkpoint = store_->WriteCheckpoint(*in.next);
+  } catch (const std::exception& e) {  // std::bad_alloc for a large model: the attempt fails
+    in.next = absl::ResourceExhaustedError(
+        absl::StrCat("the round's commit failed: ", e.what(), " (out of memory?)"));
+    DropRoundModels(*job->round);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!in.next.ok() && job->round->secagg != nullptr) {
@@ -100,8 +108,10 @@ void EngineImpl::CommitLoop() {
 
 EngineImpl::~EngineImpl() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     closing_ = true;  // a commit pending now is still run (CommitLoop runs it before it returns)
+    // Without the engine's thread, a commit another thread is running ends first.
+    cv_.wait(lock, [this] { return !commit_running_; });
   }
   cv_.notify_all();
   if (commit_thread_.joinable()) commit_thread_.join();

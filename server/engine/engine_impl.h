@@ -395,6 +395,12 @@ class EngineImpl final : public RoundEngine {
     FlushSummaries();
   }
   void FlushSummaries() {
+    {
+      // Nothing to deliver: do not wait for another thread's delivery (its hook may prune
+      // checkpoint files) on a poll's path.
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pending_summaries_.empty()) return;
+    }
     std::lock_guard<std::mutex> deliver(deliver_mu_);
     std::vector<RoundSummary> batch;
     {

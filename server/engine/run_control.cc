@@ -127,10 +127,14 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const Engine
       if (changeable) continue;
       const nlohmann::json was = now.value(key, nlohmann::json());
       if (was.is_object() && value.is_object()) {  // strategy, privacy, ...: the keys that differ
-        for (const auto& [sub, v] : value.items()) {
+        nlohmann::json subkeys = was;
+        subkeys.update(value);
+        for (const auto& [sub, unused] : subkeys.items()) {
           const nlohmann::json w = was.value(sub, nlohmann::json());
-          if (w != v)
+          const nlohmann::json v = value.value(sub, nlohmann::json());
+          if (w != v) {
             refused.push_back(absl::StrCat(key, ".", sub, " ", w.dump(), " -> ", v.dump()));
+          }
         }
       } else {
         refused.push_back(absl::StrCat(key, " ", was.dump(), " -> ", value.dump()));

@@ -262,6 +262,37 @@ TEST(ControlApiResumeTest, ARestartedServerAppliesTheValuesGivenOrRefusesToStart
   EXPECT_THAT((*runs)[0].config_json, Not(HasSubstr("\"proximal_mu\":0.5")));
 }
 
+// A SCAFFOLD run (whose model carries control variates) resumes as SCAFFOLD when the restart's
+// configuration names no strategy; naming another is refused.
+TEST(ControlApiResumeTest, ARecordedStrategyIsResumedWhateverTheConfigurationSays) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0"});
+  const int port = FreeLoopbackPort();
+  const std::string data = dir.path() + "/data";
+  std::vector<std::string> scaffold = ServerCommand(pki, data, port, WaitingRunFlags());
+  scaffold.insert(scaffold.end(), {"--strategy", "scaffold"});
+  const std::string log1 = dir.path() + "/server-1.log";
+  std::unique_ptr<ChildProcess> first = StartServer(scaffold, log1);
+  ASSERT_TRUE(WaitForText(log1, "waiting_for_clients"));
+  first->Kill(SIGTERM);
+  ASSERT_EQ(first->Wait(), 0) << ReadFile(log1).value_or("");
+
+  const std::string log2 = dir.path() + "/server-2.log";
+  std::unique_ptr<ChildProcess> second =
+      StartServer(ServerCommand(pki, data, port, WaitingRunFlags()), log2);
+  ASSERT_TRUE(WaitForText(log2, "waiting_for_clients")) << ReadFile(log2).value_or("");
+  EXPECT_THAT(ReadFile(log2).value_or(""), HasSubstr("run_resumed run=1"));
+  second->Kill(SIGTERM);
+  ASSERT_EQ(second->Wait(), 0) << ReadFile(log2).value_or("");
+
+  std::vector<std::string> fedavg = ServerCommand(pki, data, port, WaitingRunFlags());
+  fedavg.insert(fedavg.end(), {"--strategy", "fedavg"});
+  FlResult refused =
+      RunFl(std::vector<std::string>(fedavg.begin() + 1, fedavg.end()), dir.path(), "server-3.log");
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_THAT(refused.out, HasSubstr("strategy.name \"scaffold\" -> \"fedavg\""));
+}
+
 // The way out when a configuration cannot resume the unfinished run: end it offline; never
 // under a running server.
 TEST(ControlApiResumeTest, AnUnfinishedRunEndsOfflineAndTheNextStartBeginsANewRun) {

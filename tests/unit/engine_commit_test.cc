@@ -1,10 +1,11 @@
 // A closed round's commit on the engine's own thread (EngineOptions::commit_thread): the upload
-// that closed the round returns at once, and while the commit runs (here held inside the
-// evaluation hook) polls, heartbeats, downloads and the run's state are answered; stopping or
-// aborting the run waits for the commit, which keeps its round.
+// that closed the round returns at once, and while the commit runs (held inside the strategy's
+// Finish, or inside the evaluation hook) polls, heartbeats, downloads and the run's state are
+// answered; stopping or aborting the run waits for the commit, which keeps its round.
 #include <chrono>
 #include <future>
 #include <memory>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "tests/unit/engine_test_fixture.h"
@@ -23,10 +24,13 @@ class CommitGate {
   ~CommitGate() { Release(); }
   EngineHooks::EvaluateFn Hook() {
     return [this](const Model&) {
-      if (!entered_set_.exchange(true)) entered_.set_value();
-      released_.wait();
+      EnterAndWait();
       return std::map<std::string, double>{{"test_accuracy", 0.5}};
     };
+  }
+  void EnterAndWait() {
+    if (!entered_set_.exchange(true)) entered_.set_value();
+    released_.wait();
   }
   bool WaitEntered() { return entered_future_.wait_for(30s) == std::future_status::ready; }
   void Release() {
@@ -42,6 +46,38 @@ class CommitGate {
   std::atomic<bool> released_set_{false};
 };
 
+// FedAvg whose Finish (the next model, computed by the commit) waits for the gate first.
+class GatedStrategy final : public aggregation::Strategy {
+ public:
+  explicit GatedStrategy(CommitGate* gate) : gate_(gate) {}
+  std::string name() const override { return "gated-fedavg"; }
+  std::unique_ptr<aggregation::RoundAggregator> BeginRound(const Model& global) override {
+    return std::make_unique<Aggregator>(fedavg_->BeginRound(global), gate_);
+  }
+
+ private:
+  class Aggregator final : public aggregation::RoundAggregator {
+   public:
+    Aggregator(std::unique_ptr<aggregation::RoundAggregator> inner, CommitGate* gate)
+        : inner_(std::move(inner)), gate_(gate) {}
+    void Fold(int64_t offset, std::span<const float> values, double weight) override {
+      inner_->Fold(offset, values, weight);
+    }
+    void Accept(double weight) override { inner_->Accept(weight); }
+    int num_accepted() const override { return inner_->num_accepted(); }
+    absl::StatusOr<Model> Finish() override {
+      gate_->EnterAndWait();
+      return inner_->Finish();
+    }
+
+   private:
+    std::unique_ptr<aggregation::RoundAggregator> inner_;
+    CommitGate* gate_;
+  };
+  std::unique_ptr<aggregation::Strategy> fedavg_ = aggregation::MakeFedAvg();
+  CommitGate* gate_;
+};
+
 // Waits (real time, at most 30 s) until the engine has committed `round`.
 bool WaitForCommitted(RoundEngine& engine, int32_t round) {
   const auto until = std::chrono::steady_clock::now() + 30s;
@@ -52,20 +88,39 @@ bool WaitForCommitted(RoundEngine& engine, int32_t round) {
   return true;
 }
 
-// `call` on another thread: whether it returned within 10 s (it may not take the engine's lock
-// for longer than a moment while a commit runs).
-template <typename F>
-bool ReturnsPromptly(F call) {
-  auto result = std::async(std::launch::async, std::move(call));
-  return result.wait_for(10s) == std::future_status::ready;
-}
+// Where the test holds the commit.
+enum class Hold { kAggregation, kEvaluation };
 
-class EngineCommitTest : public EngineTest {
+class EngineCommitTest : public EngineTest, public ::testing::WithParamInterface<Hold> {
  protected:
   void SetUp() override {
     EngineTest::SetUp();
     options_.commit_thread = true;
-    hooks_.evaluate = gate_.Hook();
+    hooks_.evaluate = [](const Model&) {
+      return std::map<std::string, double>{{"test_accuracy", 0.5}};
+    };
+    if (GetParam() == Hold::kEvaluation) {
+      hooks_.evaluate = gate_.Hook();
+    } else {
+      strategy_ = std::make_unique<GatedStrategy>(&gate_);
+    }
+  }
+
+  // `call` on another thread: whether it returned within 10 s (it may not take the engine's lock
+  // for longer than a moment while a commit runs). When it did not, the commit is let go, so
+  // that the test fails rather than hangs.
+  template <typename F>
+  bool ReturnsPromptly(F call) {
+    std::promise<void> done;
+    std::future<void> returned = done.get_future();
+    std::thread t([&] {
+      call();
+      done.set_value();
+    });
+    const bool prompt = returned.wait_for(10s) == std::future_status::ready;
+    if (!prompt) gate_.Release();
+    t.join();
+    return prompt;
   }
   void TearDown() override {
     gate_.Release();
@@ -91,8 +146,8 @@ class EngineCommitTest : public EngineTest {
   Task last_task_;
 };
 
-TEST_F(EngineCommitTest, PollsHeartbeatsAndDownloadsGoOnWhileARoundCommits) {
-  CloseRoundOne();
+TEST_P(EngineCommitTest, PollsHeartbeatsAndDownloadsGoOnWhileARoundCommits) {
+  ASSERT_NO_FATAL_FAILURE(CloseRoundOne());
   Task polled;
   EXPECT_TRUE(ReturnsPromptly([&] { polled = engine_->Poll("client-a"); }));
   EXPECT_EQ(polled.kind, Task::Kind::kWait);
@@ -119,8 +174,8 @@ TEST_F(EngineCommitTest, PollsHeartbeatsAndDownloadsGoOnWhileARoundCommits) {
   EXPECT_THAT((*rounds)[0].metrics_json, HasSubstr("\"test_accuracy\":0.5"));
 }
 
-TEST_F(EngineCommitTest, StoppingTheRunWaitsForTheCommitAndKeepsItsRound) {
-  CloseRoundOne();
+TEST_P(EngineCommitTest, StoppingTheRunWaitsForTheCommitAndKeepsItsRound) {
+  ASSERT_NO_FATAL_FAILURE(CloseRoundOne());
   auto stopped = std::async(std::launch::async,
                             [&] { return engine_->Stop(RunStatus::kFinished, "operator stop"); });
   // Held by the commit: the stop cannot have finished the run under it.
@@ -140,8 +195,8 @@ TEST_F(EngineCommitTest, StoppingTheRunWaitsForTheCommitAndKeepsItsRound) {
   EXPECT_EQ(run->reason, "operator stop");
 }
 
-TEST_F(EngineCommitTest, AShutdownDuringACommitKeepsTheRoundAndStartsNoOther) {
-  CloseRoundOne();
+TEST_P(EngineCommitTest, AShutdownDuringACommitKeepsTheRoundAndStartsNoOther) {
+  ASSERT_NO_FATAL_FAILURE(CloseRoundOne());
   auto aborted = std::async(std::launch::async, [&] { engine_->Abort("server shutting down"); });
   EXPECT_EQ(aborted.wait_for(200ms), std::future_status::timeout);
   gate_.Release();
@@ -155,8 +210,8 @@ TEST_F(EngineCommitTest, AShutdownDuringACommitKeepsTheRoundAndStartsNoOther) {
   EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait);
 }
 
-TEST_F(EngineCommitTest, DestroyingTheEngineFinishesACommitInFlight) {
-  CloseRoundOne();
+TEST_P(EngineCommitTest, DestroyingTheEngineFinishesACommitInFlight) {
+  ASSERT_NO_FATAL_FAILURE(CloseRoundOne());
   const int64_t run_id = engine_->run_id();
   auto destroyed = std::async(std::launch::async, [&] { engine_.reset(); });
   EXPECT_EQ(destroyed.wait_for(200ms), std::future_status::timeout);
@@ -167,6 +222,13 @@ TEST_F(EngineCommitTest, DestroyingTheEngineFinishesACommitInFlight) {
   ASSERT_TRUE(last->has_value());
   EXPECT_EQ((*last)->round, 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(HeldIn, EngineCommitTest,
+                         ::testing::Values(Hold::kAggregation, Hold::kEvaluation),
+                         [](const ::testing::TestParamInfo<Hold>& info) {
+                           return info.param == Hold::kAggregation ? "StrategysFinish"
+                                                                   : "EvaluationHook";
+                         });
 
 }  // namespace
 }  // namespace fl::server

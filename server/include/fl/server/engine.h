@@ -439,7 +439,7 @@ class RoundEngine {
   // whose deadline passed.
   virtual void Tick() = 0;
   // Blocks until the engine's state changed since `seen_version` or `timeout` passed; returns the
-  // current version. For long polls; the only blocking call.
+  // current version. For long polls. (Stop and Abort also block, for a round's commit in flight.)
   virtual uint64_t WaitForChange(uint64_t seen_version, absl::Duration timeout) = 0;
   virtual uint64_t version() const = 0;
 
