@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
   int repeats = 3;
   app.add_option("--mib", mib, "model size in MiB (float32)")->check(CLI::Range(1, 16384));
   app.add_option("--work-dir", work_dir, "where the store, spills and checkpoints go");
-  app.add_option("--repeats", repeats, "runs of each mode")->check(CLI::Range(1, 20));
+  app.add_option("--repeats", repeats, "runs (the table gives medians)")->check(CLI::Range(1, 20));
   CLI11_PARSE(app, argc, argv);
   fl::SetLogLevel(fl::LogLevel::kWarn);
 

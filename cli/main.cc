@@ -214,6 +214,10 @@ constexpr std::pair<const char*, const char*> kRunFlagKeys[] = {
     {"--clip-norm", "strategy.clip_norm"},
     {"--server-lr", "strategy.server_learning_rate"},
     {"--num-parties", "strategy.num_parties"},
+    {"--server-momentum", "strategy.server_momentum"},
+    {"--beta-1", "strategy.beta_1"},
+    {"--beta-2", "strategy.beta_2"},
+    {"--tau", "strategy.tau"},
     {"--dp-mode", "privacy.mode"},
     {"--dp-noise-multiplier", "privacy.noise_multiplier"},
     {"--dp-clip-norm", "privacy.clip_norm"},
@@ -489,7 +493,9 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--init-seed", server_model.init_seed, "Seed of the initial weights")
       ->capture_default_str();
   fl::aggregation::StrategyOptions& server_strategy = server.strategy;
-  server_cmd->add_option("--strategy", server_strategy.name, "fedavg, fedprox or scaffold")
+  server_cmd
+      ->add_option("--strategy", server_strategy.name,
+                   "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam or fedyogi")
       ->capture_default_str();
   server_cmd->add_option("--proximal-mu", server_strategy.proximal_mu, "FedProx: mu (> 0)")
       ->capture_default_str();
@@ -503,7 +509,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   server_cmd
       ->add_option("--server-lr", server_strategy.server_learning_rate,
-                   "SCAFFOLD: global step size eta_g")
+                   "Server step size: SCAFFOLD's eta_g, a server optimizer's eta (0: the "
+                   "strategy's default)")
+      ->capture_default_str();
+  server_cmd->add_option("--server-momentum", server_strategy.server_momentum, "fedavgm: momentum")
+      ->capture_default_str();
+  server_cmd->add_option("--beta-1", server_strategy.beta_1, "fedadagrad/adam/yogi: beta_1")
+      ->capture_default_str();
+  server_cmd->add_option("--beta-2", server_strategy.beta_2, "fedadam/yogi: beta_2")
+      ->capture_default_str();
+  server_cmd->add_option("--tau", server_strategy.tau, "fedadagrad/adam/yogi: adaptivity tau")
       ->capture_default_str();
   server_cmd
       ->add_option("--num-parties", server_strategy.num_parties,

@@ -119,7 +119,8 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
   cmd->add_option("--lr", sim.fit.learning_rate)->capture_default_str();
   cmd->add_option("--model", sim.model, "softmax, mlp or simple_cnn")->capture_default_str();
   cmd->add_option("--hidden", sim.hidden, "mlp: hidden layer widths")->capture_default_str();
-  cmd->add_option("--strategy", sim.strategy.name, "fedavg, fedprox or scaffold")
+  cmd->add_option("--strategy", sim.strategy.name,
+                  "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam or fedyogi")
       ->capture_default_str();
   cmd->add_option("--proximal-mu", sim.strategy.proximal_mu, "FedProx: mu (> 0)")
       ->capture_default_str();
@@ -128,7 +129,15 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
   cmd->add_option("--weight-decay", sim.strategy.weight_decay, "Sites' weight decay")
       ->capture_default_str();
   cmd->add_option("--server-lr", sim.strategy.server_learning_rate,
-                  "SCAFFOLD: global step size eta_g")
+                  "Server step size: SCAFFOLD's eta_g, a server optimizer's eta (0: the "
+                  "strategy's default)")
+      ->capture_default_str();
+  cmd->add_option("--server-momentum", sim.strategy.server_momentum, "fedavgm: momentum")
+      ->capture_default_str();
+  cmd->add_option("--beta-1", sim.strategy.beta_1, "fedadagrad/adam/yogi: beta_1")
+      ->capture_default_str();
+  cmd->add_option("--beta-2", sim.strategy.beta_2, "fedadam/yogi: beta_2")->capture_default_str();
+  cmd->add_option("--tau", sim.strategy.tau, "fedadagrad/adam/yogi: adaptivity tau")
       ->capture_default_str();
   cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--update-encoding", sim.update_encoding,

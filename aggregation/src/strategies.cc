@@ -7,6 +7,7 @@
 #include "fl/aggregation/fedavg.h"
 #include "fl/aggregation/fedprox.h"
 #include "fl/aggregation/scaffold.h"
+#include "fl/aggregation/server_optimizers.h"
 
 namespace fl::aggregation {
 namespace {
@@ -17,10 +18,12 @@ absl::Status OutOfRange(const std::string& key, const std::string& bound, double
 
 }  // namespace
 
-const char* StrategyNames() { return "fedavg, fedprox, scaffold"; }
+const char* StrategyNames() {
+  return "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi";
+}
 
 absl::Status StrategyOptions::Validate() const {
-  if (name != "fedavg" && name != "fedprox" && name != "scaffold") {
+  if (name != "fedavg" && name != "fedprox" && name != "scaffold" && !IsServerOptimizer(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown strategy '", name, "'; choose one of ", StrategyNames()));
   }
@@ -37,9 +40,16 @@ absl::Status StrategyOptions::Validate() const {
   if (!std::isfinite(clip_norm) || clip_norm < 0) {
     return OutOfRange("clip_norm", ">= 0 (0: off)", clip_norm);
   }
-  if (!std::isfinite(server_learning_rate) || !(server_learning_rate > 0)) {
-    return OutOfRange("server_learning_rate", "> 0", server_learning_rate);
+  if (!std::isfinite(server_learning_rate) || server_learning_rate < 0) {
+    return OutOfRange("server_learning_rate", ">= 0 (0: the strategy's default)",
+                      server_learning_rate);
   }
+  if (!(server_momentum >= 0 && server_momentum < 1)) {
+    return OutOfRange("server_momentum", "in [0, 1)", server_momentum);
+  }
+  if (!(beta_1 >= 0 && beta_1 < 1)) return OutOfRange("beta_1", "in [0, 1)", beta_1);
+  if (!(beta_2 >= 0 && beta_2 < 1)) return OutOfRange("beta_2", "in [0, 1)", beta_2);
+  if (!std::isfinite(tau) || !(tau > 0)) return OutOfRange("tau", "> 0", tau);
   if (num_parties < 0) {
     return OutOfRange("num_parties", ">= 0 (0: the enrolled clients)",
                       static_cast<double>(num_parties));
@@ -58,9 +68,20 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& op
                                                        std::function<int64_t()> enrolled_clients) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (options.name == "fedprox") return MakeFedProx();
+  if (IsServerOptimizer(options.name)) {
+    return MakeServerOptimizer({.name = options.name,
+                                .learning_rate = options.server_learning_rate > 0
+                                                     ? options.server_learning_rate
+                                                     : DefaultServerLearningRate(options.name),
+                                .momentum = options.server_momentum,
+                                .beta_1 = options.beta_1,
+                                .beta_2 = options.beta_2,
+                                .tau = options.tau});
+  }
   if (options.name == "scaffold") {
     ScaffoldOptions scaffold;
-    scaffold.server_learning_rate = options.server_learning_rate;
+    scaffold.server_learning_rate =
+        options.server_learning_rate > 0 ? options.server_learning_rate : 1.0;
     if (options.num_parties > 0) {
       scaffold.num_parties = [n = options.num_parties] { return n; };
     } else {

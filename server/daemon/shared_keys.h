@@ -36,11 +36,13 @@ std::vector<tk::KeySpec<C>> FitKeys(Get get) {
 template <typename C, typename Get>
 std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
   return {
-      tk::StringKey<C>("strategy", "name",
-                       "fedavg (weighted mean), fedprox (plus the clients' proximal term) or "
-                       "scaffold (control variates).",
-                       true, [get](auto& c) -> auto& { return get(c).name; },
-                       {"fedavg", "fedprox", "scaffold"}),
+      tk::StringKey<C>(
+          "strategy", "name",
+          "fedavg (weighted mean), fedprox (plus the clients' proximal term), "
+          "scaffold (control variates), or a server optimizer over the mean's "
+          "change: fedavgm, fedadagrad, fedadam, fedyogi.",
+          true, [get](auto& c) -> auto& { return get(c).name; },
+          {"fedavg", "fedprox", "scaffold", "fedavgm", "fedadagrad", "fedadam", "fedyogi"}),
       tk::FloatKey<C>(
           "strategy", "proximal_mu",
           "FedProx: the proximal coefficient mu sent to the clients (> 0; used only by fedprox).",
@@ -57,13 +59,28 @@ std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
           Range::kNonNegative, [get](auto& c) -> auto& { return get(c).clip_norm; }),
       tk::FloatKey<C>(
           "strategy", "server_learning_rate",
-          "SCAFFOLD: the global step size eta_g (1: the weighted mean of the clients' models).",
-          Range::kPositive, [get](auto& c) -> auto& { return get(c).server_learning_rate; }),
+          "The server's step size: SCAFFOLD's eta_g (1: the weighted mean of the clients' "
+          "models), a server optimizer's eta; 0: the strategy's default (SCAFFOLD, fedavgm 1; "
+          "fedadagrad, fedadam 0.1; fedyogi 0.01).",
+          Range::kNonNegative, [get](auto& c) -> auto& { return get(c).server_learning_rate; }),
       tk::IntKey<C, int64_t>(
           "strategy", "num_parties",
           "SCAFFOLD: the number of parties N in the control variate's update; 0: the enrolled "
           "clients.",
-          0, [get](auto& c) -> auto& { return get(c).num_parties; })};
+          0, [get](auto& c) -> auto& { return get(c).num_parties; }),
+      tk::FloatKey<C>(
+          "strategy", "server_momentum", "fedavgm: the server's momentum, in [0, 1).",
+          Range::kHalfOpenFraction, [get](auto& c) -> auto& { return get(c).server_momentum; }),
+      tk::FloatKey<C>(
+          "strategy", "beta_1",
+          "fedadagrad, fedadam, fedyogi: the first moment's decay, in [0, 1).",
+          Range::kHalfOpenFraction, [get](auto& c) -> auto& { return get(c).beta_1; }),
+      tk::FloatKey<C>(
+          "strategy", "beta_2", "fedadam, fedyogi: the second moment's decay, in [0, 1).",
+          Range::kHalfOpenFraction, [get](auto& c) -> auto& { return get(c).beta_2; }),
+      tk::FloatKey<C>(
+          "strategy", "tau", "fedadagrad, fedadam, fedyogi: the adaptivity (> 0).",
+          Range::kPositive, [get](auto& c) -> auto& { return get(c).tau; })};
 }
 
 // [privacy] and [secure_aggregation]: `privacy(config)` is the config's PrivacyOptions,

@@ -46,10 +46,12 @@ void EngineImpl::WaitForCommitLocked(std::unique_lock<std::mutex>& lock) {
   cv_.wait(lock, [this] { return commit_ == nullptr; });
 }
 
-absl::StatusOr<Model> EngineImpl::NextModel(RoundState& round) {
-  if (round.secagg != nullptr) return UnmaskedModel(round);
+absl::StatusOr<Model> EngineImpl::NextModel(RoundState& round, std::optional<Model>& state) {
+  if (round.secagg != nullptr) return UnmaskedModel(round, state);
   CrashPoint("aggregate");
-  return round.aggregator->Finish();
+  absl::StatusOr<Model> next = round.aggregator->Finish();
+  if (next.ok()) state = round.aggregator->TakeState();
+  return next;
 }
 
 void EngineImpl::RunPendingCommit() {
@@ -68,10 +70,13 @@ void EngineImpl::RunPendingCommit() {
   // until the next round starts, after this commit.
   CommitInputs in(absl::InternalError("not computed"));
   try {
-    in.next = NextModel(*job->round);
+    in.next = NextModel(*job->round, in.state);
     DropRoundModels(*job->round);
     if (in.next.ok() && hooks_.evaluate) in.hook_metrics = hooks_.evaluate(*in.next);
     if (in.next.ok()) in.checkpoint = store_->WriteCheckpoint(*in.next);
+    if (in.next.ok() && in.state.has_value()) {
+      in.state_checkpoint = store_->WriteCheckpoint(*in.state);
+    }
   } catch (const std::exception& e) {  // std::bad_alloc for a large model: the attempt fails
     in.next = absl::ResourceExhaustedError(
         absl::StrCat("the round's commit failed: ", e.what(), " (out of memory?)"));
@@ -151,8 +156,15 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
       rec.dp_epsilon = spent.ok() ? spent->epsilon : 0;
     }
     const absl::StatusOr<std::string>& sha = in.checkpoint;
-    absl::Status committed =
-        sha.ok() ? (rec.checkpoint = *sha, store_->CommitRound(rec, participations)) : sha.status();
+    absl::Status committed = sha.status();
+    if (committed.ok() && in.state.has_value()) {
+      committed = in.state_checkpoint.status();
+      if (committed.ok()) rec.state_checkpoint = *in.state_checkpoint;
+    }
+    if (committed.ok()) {
+      rec.checkpoint = *sha;
+      committed = store_->CommitRound(rec, participations);
+    }
     if (committed.ok()) CrashPoint("after_commit");
     if (committed.ok()) {
       if (summary.metrics.count("test_accuracy") != 0) {
@@ -171,6 +183,12 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
       global_ = std::make_shared<const Model>(*std::move(next));
       global_sha_ = *sha;
       committed_round_ = round->round;
+      if (in.state.has_value()) {
+        // The next round starts from the state just committed (a failed attempt's is dropped).
+        if (absl::Status s = strategy_->AdoptState(*std::move(in.state)); !s.ok()) {
+          FailRunLocked(absl::StrCat("the strategy refused its own state: ", s.message()));
+        }
+      }
       for (const ParticipationRecord& p : participations) {
         if (p.status == ParticipationStatus::kAccepted) {
           client_committed_round_[p.client_id] = round->round;

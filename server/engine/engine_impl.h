@@ -336,6 +336,9 @@ class EngineImpl final : public RoundEngine {
     absl::StatusOr<Model> next;
     std::map<std::string, double> hook_metrics;
     absl::StatusOr<std::string> checkpoint = absl::FailedPreconditionError("not written");
+    // The strategy's server state after the round (server optimizers), and its checkpoint.
+    std::optional<Model> state;
+    absl::StatusOr<std::string> state_checkpoint = absl::FailedPreconditionError("not written");
   };
   // Sets commit_: nothing starts until it is committed (MaybeAdvanceLocked waits); the engine's
   // thread, or AfterUnlock, runs it.
@@ -350,8 +353,9 @@ class EngineImpl final : public RoundEngine {
   void WaitForCommitLocked(std::unique_lock<std::mutex>& lock);
   // The next global model of a closed round: the strategy's finish, or for a secure round the
   // unmasked sum handed to the strategy (UnmaskedModel, secagg_round.cc). Without mu_.
-  absl::StatusOr<Model> NextModel(RoundState& round);
-  absl::StatusOr<Model> UnmaskedModel(RoundState& round);
+  // `state`: the strategy's server state after the round, when it keeps one.
+  absl::StatusOr<Model> NextModel(RoundState& round, std::optional<Model>& state);
+  absl::StatusOr<Model> UnmaskedModel(RoundState& round, std::optional<Model>& state);
   // Drops a round's model-sized parts (the aggregate, the round's global model).
   static void DropRoundModels(RoundState& round);
   // The end of an attempt, shared by plain and secure rounds: commits `in.next` with the

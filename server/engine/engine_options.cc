@@ -181,7 +181,11 @@ std::string EngineOptions::ToJson() const {
                      {"weight_decay", strategy->weight_decay},
                      {"clip_norm", strategy->clip_norm},
                      {"server_learning_rate", strategy->server_learning_rate},
-                     {"num_parties", strategy->num_parties}};
+                     {"num_parties", strategy->num_parties},
+                     {"server_momentum", strategy->server_momentum},
+                     {"beta_1", strategy->beta_1},
+                     {"beta_2", strategy->beta_2},
+                     {"tau", strategy->tau}};
   }
   return j.dump();
 }
@@ -255,6 +259,10 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
       st.clip_norm = s.value("clip_norm", st.clip_norm);
       st.server_learning_rate = s.value("server_learning_rate", st.server_learning_rate);
       st.num_parties = s.value("num_parties", st.num_parties);
+      st.server_momentum = s.value("server_momentum", st.server_momentum);
+      st.beta_1 = s.value("beta_1", st.beta_1);
+      st.beta_2 = s.value("beta_2", st.beta_2);
+      st.tau = s.value("tau", st.tau);
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));

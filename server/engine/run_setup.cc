@@ -55,6 +55,16 @@ absl::Status EngineImpl::Init(Model initial_model) {
     if (!model.ok()) return model.status();
     global_ = std::make_shared<const Model>(*std::move(model));
     global_sha_ = sha;
+    if (last->has_value() && !(*last)->state_checkpoint.empty()) {
+      // The strategy continues from the server state committed with the last round.
+      absl::StatusOr<Model> state = store_->ReadCheckpoint((*last)->state_checkpoint);
+      if (!state.ok()) return state.status();
+      if (absl::Status s = strategy_->AdoptState(*std::move(state)); !s.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the unfinished run ", run_.run_id,
+                         " cannot resume its strategy's state: ", s.message()));
+      }
+    }
     absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run_.run_id);
     if (!rounds.ok()) return rounds.status();
     for (const RoundRecord& r : *rounds) {

@@ -349,7 +349,7 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
       PendingCommit{std::move(round), std::move(participations), std::move(summary)});
 }
 
-absl::StatusOr<Model> EngineImpl::UnmaskedModel(RoundState& round) {
+absl::StatusOr<Model> EngineImpl::UnmaskedModel(RoundState& round, std::optional<Model>& state) {
   // Remove the masks, hand the mean change to the strategy as one update.
   SecAggRound& s = *round.secagg;
   CrashPoint("secagg_unmask");
@@ -368,7 +368,9 @@ absl::StatusOr<Model> EngineImpl::UnmaskedModel(RoundState& round) {
   agg->Fold(0, c, 1.0);
   agg->Accept(1.0);
   CrashPoint("aggregate");
-  return agg->Finish();
+  absl::StatusOr<Model> next = agg->Finish();
+  if (next.ok()) state = agg->TakeState();
+  return next;
 }
 
 void EngineImpl::FailSecAggRoundLocked(const std::string& failure, absl::Time now) {

@@ -11,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 8> kMigrations = {
+constexpr std::array<const char*, 9> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -142,6 +142,10 @@ CREATE TABLE revoked_certificates(
   fingerprint TEXT PRIMARY KEY,
   name TEXT NOT NULL,
   revoked_at_ms INTEGER NOT NULL);
+)sql",
+    // 9: the strategy's server state after each committed round (a checkpoint, by SHA-256).
+    R"sql(
+ALTER TABLE rounds ADD COLUMN state_checkpoint TEXT NOT NULL DEFAULT '';
 )sql",
 };
 

@@ -98,7 +98,8 @@ absl::StatusOr<RoundRecord> ReadRound(const Statement& st) {
                 .reason = st.Text(10),
                 .dp_sampling_rate = st.Double(11),
                 .dp_epsilon = st.Double(12),
-                .secagg_json = st.Text(13)};
+                .secagg_json = st.Text(13),
+                .state_checkpoint = st.Text(14)};
   absl::StatusOr<RoundStatus> status =
       ParseStatus(st.Text(3),
                   std::array{RoundStatus::kRunning, RoundStatus::kCommitted, RoundStatus::kAborted,

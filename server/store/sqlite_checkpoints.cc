@@ -73,18 +73,21 @@ absl::StatusOr<int64_t> SqliteStore::PruneCheckpoints(int32_t keep_last, int32_t
     std::lock_guard lock(mu_);
     sqlite::Transaction tx(db_.get(), "remove checkpoints");
     if (!tx.status().ok()) return tx.status();
-    // Candidates are checkpoints of committed rounds (one written for a round not yet committed
-    // is no candidate); kept are every run's initial model, its last keep_last committed rounds
-    // and each keep_every-th round.
+    // Candidates are checkpoints of committed rounds, models and strategy states (one written
+    // for a round not yet committed is no candidate); kept are every run's initial model, and
+    // the model and state of its last keep_last committed rounds and of each keep_every-th round.
     absl::StatusOr<Statement> st = Prepare(
-        "SELECT c.sha256, c.path FROM checkpoints c "
-        "WHERE c.sha256 IN (SELECT checkpoint FROM rounds WHERE status = 'committed') "
-        "AND c.sha256 NOT IN ("
-        "  SELECT initial_checkpoint FROM runs UNION "
-        "  SELECT r.checkpoint FROM rounds r WHERE r.status = 'committed' AND ("
+        "WITH kept AS (SELECT r.checkpoint, r.state_checkpoint FROM rounds r "
+        "  WHERE r.status = 'committed' AND ("
         "    r.round > (SELECT MAX(m.round) FROM rounds m WHERE m.run_id = r.run_id AND "
         "               m.status = 'committed') - ?1 "
         "    OR (?2 > 0 AND r.round % ?2 = 0))) "
+        "SELECT c.sha256, c.path FROM checkpoints c "
+        "WHERE c.sha256 IN (SELECT checkpoint FROM rounds WHERE status = 'committed' UNION "
+        "                   SELECT state_checkpoint FROM rounds WHERE status = 'committed') "
+        "AND c.sha256 NOT IN ("
+        "  SELECT initial_checkpoint FROM runs UNION SELECT checkpoint FROM kept UNION "
+        "  SELECT state_checkpoint FROM kept) "
         // Bounded, so that the first pass over a long history does not hold the checkpoint
         // files (and with them the next commit) for long; later commits take the rest.
         "LIMIT 64",

@@ -257,28 +257,32 @@ absl::Status SqliteStore::CommitRoundLocked(
                                                       committed->Int(0),
                                                       " of that round is already committed"));
   }
-  absl::StatusOr<Statement> ckpt =
-      Prepare("SELECT 1 FROM checkpoints WHERE sha256 = ?", "select from checkpoints");
-  if (!ckpt.ok()) return ckpt.status();
-  row = ckpt->Bind(round.checkpoint).Step();
-  if (!row.ok()) return row.status();
-  if (!*row) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot commit ", name, ": checkpoint '",
-                                                      round.checkpoint, "' has not been written"));
+  for (const std::string* sha : {&round.checkpoint, &round.state_checkpoint}) {
+    if (sha->empty() && sha == &round.state_checkpoint) continue;  // a strategy without state
+    absl::StatusOr<Statement> ckpt =
+        Prepare("SELECT 1 FROM checkpoints WHERE sha256 = ?", "select from checkpoints");
+    if (!ckpt.ok()) return ckpt.status();
+    row = ckpt->Bind(*sha).Step();
+    if (!row.ok()) return row.status();
+    if (!*row) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot commit ", name, ": checkpoint '", *sha, "' has not been written"));
+    }
   }
 
   absl::StatusOr<Statement> update = Prepare(
       "UPDATE rounds SET status = 'committed', ended_at_ms = ?, num_sampled = ?, "
       "num_reported = ?, checkpoint = ?, metrics_json = ?, reason = ?, dp_sampling_rate = ?, "
-      "dp_epsilon = ?, secagg_json = ? WHERE run_id = ? AND round = ? AND attempt = ?",
+      "dp_epsilon = ?, secagg_json = ?, state_checkpoint = ? "
+      "WHERE run_id = ? AND round = ? AND attempt = ?",
       absl::StrCat("update rounds to commit ", name));
   if (!update.ok()) return update.status();
-  if (absl::Status s =
-          update
-              ->Bind(round.ended_at_ms, round.num_sampled, round.num_reported, round.checkpoint,
-                     round.metrics_json, round.reason, round.dp_sampling_rate, round.dp_epsilon,
-                     round.secagg_json, round.run_id, round.round, round.attempt)
-              .Run();
+  if (absl::Status s = update
+                           ->Bind(round.ended_at_ms, round.num_sampled, round.num_reported,
+                                  round.checkpoint, round.metrics_json, round.reason,
+                                  round.dp_sampling_rate, round.dp_epsilon, round.secagg_json,
+                                  round.state_checkpoint, round.run_id, round.round, round.attempt)
+                           .Run();
       !s.ok()) {
     return s;
   }

@@ -72,8 +72,7 @@ classes = 100
 // 0 is not a zero-byte window but gRPC's own probe-tuned one (ServerOptions::stream_window_mib).
 TEST_F(ConfigTest, StreamWindowZeroSelectsGrpcsAutoTunedWindow) {
   ServerConfig c;
-  absl::Status s =
-      ApplyServerConfig(Write("server.toml", "[server]\nstream_window_mib = 0\n"), c);
+  absl::Status s = ApplyServerConfig(Write("server.toml", "[server]\nstream_window_mib = 0\n"), c);
   ASSERT_TRUE(s.ok()) << s;
   EXPECT_EQ(c.server.stream_window_mib, 0);
 }
@@ -88,16 +87,14 @@ const ServerConfig& Defaults() {
 // What the server hands gRPC for each window: the probe off and a fixed window, or nothing.
 TEST(UploadWindowChannelArgsTest, FixedWindowsTurnTheProbeOffAndZeroLeavesGrpcsOwn) {
   using Args = std::vector<std::pair<std::string, int>>;
-  EXPECT_EQ(UploadWindowChannelArgs(4),
-            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
-                  {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4 << 20}}));
+  EXPECT_EQ(UploadWindowChannelArgs(4), (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
+                                              {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 4 << 20}}));
   EXPECT_EQ(UploadWindowChannelArgs(0), Args{});
-  EXPECT_EQ(UploadWindowChannelArgs(-3),
-            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
-                  {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20}}));
-  EXPECT_EQ(UploadWindowChannelArgs(5000),
-            (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
-                  {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024 << 20}}));
+  EXPECT_EQ(UploadWindowChannelArgs(-3), (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0},
+                                               {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1 << 20}}));
+  EXPECT_EQ(
+      UploadWindowChannelArgs(5000),
+      (Args{{GRPC_ARG_HTTP2_BDP_PROBE, 0}, {GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024 << 20}}));
 }
 
 TEST_F(ConfigTest, FullFileSetsEveryKey) {
@@ -305,13 +302,16 @@ TEST_F(ConfigTest, BadStrategyAndModelValuesNameFileLineAndKey) {
   };
   const std::vector<Case> cases = {
       {"[strategy]\nname = \"fedsgd\"\n",
-       ":2: key 'strategy.name' must be one of fedavg, fedprox, scaffold, got \"fedsgd\""},
+       ":2: key 'strategy.name' must be one of fedavg, fedprox, scaffold, fedavgm, fedadagrad, "
+       "fedadam, fedyogi, got \"fedsgd\""},
       {"[strategy]\nproximal_mu = -1\n", ":2: key 'strategy.proximal_mu' must be >= 0, got -1.0"},
       {"[strategy]\nmomentum = 1\n", ":2: key 'strategy.momentum' must be in [0, 1), got 1.0"},
       {"[strategy]\nweight_decay = -0.1\n",
        ":2: key 'strategy.weight_decay' must be >= 0, got -0.1"},
-      {"[strategy]\nserver_learning_rate = 0\n",
-       ":2: key 'strategy.server_learning_rate' must be > 0, got 0.0"},
+      {"[strategy]\nserver_learning_rate = -1\n",
+       ":2: key 'strategy.server_learning_rate' must be >= 0, got -1.0"},
+      {"[strategy]\ntau = 0\n", ":2: key 'strategy.tau' must be > 0, got 0.0"},
+      {"[strategy]\nbeta_2 = 1\n", ":2: key 'strategy.beta_2' must be in [0, 1), got 1.0"},
       {"[strategy]\nnum_parties = -3\n", ":2: key 'strategy.num_parties' must be >= 0, got -3"},
       // FedProx needs mu > 0: the error points at mu when the file sets it, else at the name.
       {"[strategy]\nname = \"fedprox\"\nproximal_mu = 0\n",
@@ -469,9 +469,8 @@ TEST_F(ConfigTest, SecureAggregationRefusesWhatCannotWorkTogether) {
               HasSubstr("privacy.mode 'central' needs the server to read each update"));
   EXPECT_THAT(ApplyText(on + "[strategy]\nname = \"scaffold\"\n").message(),
               HasSubstr("strategy 'scaffold' cannot run with secure aggregation"));
-  EXPECT_THAT(
-      ApplyText("[run]\nmin_clients = 2\n[secure_aggregation]\nenabled = true\n").message(),
-      HasSubstr("secure aggregation needs run.min_clients >= 3"));
+  EXPECT_THAT(ApplyText("[run]\nmin_clients = 2\n[secure_aggregation]\nenabled = true\n").message(),
+              HasSubstr("secure aggregation needs run.min_clients >= 3"));
   EXPECT_THAT(ApplyText("[run]\nmin_clients = 4\nstop_metric = \"train_loss\"\n"
                         "[secure_aggregation]\nenabled = true\n")
                   .message(),
@@ -555,7 +554,7 @@ TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) 
       {"fit", {"local_epochs", "batch_size", "learning_rate"}},
       {"strategy",
        {"name", "proximal_mu", "momentum", "weight_decay", "clip_norm", "server_learning_rate",
-        "num_parties"}},
+        "num_parties", "server_momentum", "beta_1", "beta_2", "tau"}},
       {"model",
        {"kind", "features", "classes", "hidden", "image_height", "image_width", "image_channels",
         "init_seed"}},
@@ -717,9 +716,9 @@ TEST_F(ServerCommandTest, SecureAggregationFlags) {
   EXPECT_TRUE(c.server.engine.secure_aggregation.enabled);
   EXPECT_EQ(c.server.engine.secure_aggregation.num_neighbors, 0);
   EXPECT_TRUE(c.server.engine.privacy.distributed());
-  Result r = Run(absl::StrCat("server --secagg --dp-mode central --min-clients 3",
-                              " --insecure-plaintext --listen 127.0.0.1:0 --data-dir ",
-                              Path("data")));
+  Result r =
+      Run(absl::StrCat("server --secagg --dp-mode central --min-clients 3",
+                       " --insecure-plaintext --listen 127.0.0.1:0 --data-dir ", Path("data")));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("privacy.mode 'central' needs the server to read each update"));
 }

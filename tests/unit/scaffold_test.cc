@@ -323,7 +323,9 @@ TEST(StrategiesTest, ValidateNamesTheBadValue) {
       {{.momentum = 1}, "momentum must be in [0, 1), got 1"},
       {{.weight_decay = -0.5}, "weight_decay must be >= 0, got -0.5"},
       {{.clip_norm = -1}, "clip_norm must be >= 0"},
-      {{.server_learning_rate = 0}, "server_learning_rate must be > 0, got 0"},
+      {{.server_learning_rate = -1}, "server_learning_rate must be >= 0 (0: the strategy's"},
+      {{.server_momentum = 1}, "server_momentum must be in [0, 1)"},
+      {{.tau = 0}, "tau must be > 0"},
       {{.num_parties = -2}, "num_parties must be >= 0"},
   };
   for (const Case& c : cases) {

@@ -161,15 +161,15 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, CreatesSchemaAtTheLatestVersionAndReopensIdempotently) {
-  EXPECT_EQ(store_->schema_version(), 8);
+  EXPECT_EQ(store_->schema_version(), 9);
   EXPECT_EQ(store_->db_path(), dir_ + "/federation.db");
   EXPECT_TRUE(std::filesystem::is_directory(store_->checkpoint_dir()));
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->schema_version(), 8);
+  EXPECT_EQ(store_->schema_version(), 9);
   RawDb db(store_->db_path());
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2,3,4,5,6,7,8");
+  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2,3,4,5,6,7,8,9");
   EXPECT_EQ(db.QueryText("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                          "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
             "audit_log,checkpoints,clients,evaluations,participations,revoked_certificates,rounds,"
@@ -655,7 +655,7 @@ TEST_F(StoreTest, AStoreOfSchemaOneMigratesAndOldEvaluationsHaveNoMetrics) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(old_dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->schema_version(), 8);
+  EXPECT_EQ((*store)->schema_version(), 9);
   ASSERT_TRUE((*store)
                   ->RecordEvaluation(1, 2, "federated", 0.5, 0.7, 60, 10,
                                      {{"accuracy", 0.7}, {"auc", 0.75}})
@@ -858,7 +858,7 @@ TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
   Store& reader = **ro;
   EXPECT_TRUE(reader.read_only());
   EXPECT_FALSE(store_->read_only());
-  EXPECT_EQ(reader.schema_version(), 8);
+  EXPECT_EQ(reader.schema_version(), 9);
   EXPECT_EQ(reader.db_path(), store_->db_path());
 
   // The writer keeps committing rounds while the reader reads; every read succeeds and sees a

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fl/aggregation/server_optimizers.h"
 
 namespace fl::aggregation::dp {
 namespace {
@@ -62,6 +63,12 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeCentralDp(Strategy& inner, Central
     return absl::InvalidArgumentError(
         "central DP cannot wrap strategy 'scaffold': its control variates are not a mean of the "
         "clients' models; use fedavg or fedprox");
+  }
+  if (IsServerOptimizer(inner.name())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "central DP cannot wrap strategy '", inner.name(),
+        "': the noise must be added to the mean before a server optimizer steps on it, which "
+        "this wrapper (noise on the inner strategy's result) does not do; use fedavg or fedprox"));
   }
   if (absl::StatusOr<double> s = CentralNoiseStddev(options.noise_multiplier, options.clip_norm);
       !s.ok()) {

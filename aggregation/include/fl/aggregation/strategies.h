@@ -5,6 +5,8 @@
 //   "fedprox"  FedAvg on the server; the clients add the proximal term mu/2 ||w - w_global||^2
 //              (fedprox.h).
 //   "scaffold" SCAFFOLD's control variates, carried in the model (scaffold.h).
+//   "fedavgm", "fedadagrad", "fedadam", "fedyogi"
+//              a server optimizer applied to the mean's change (server_optimizers.h).
 #ifndef FL_AGGREGATION_STRATEGIES_H_
 #define FL_AGGREGATION_STRATEGIES_H_
 
@@ -21,7 +23,7 @@
 namespace fl::aggregation {
 
 struct StrategyOptions {
-  std::string name = "fedavg";  // "fedavg", "fedprox" or "scaffold"
+  std::string name = "fedavg";  // see StrategyNames()
   // FedProx's proximal coefficient mu; must be > 0 for "fedprox", unused otherwise.
   double proximal_mu = 0.01;
   // The clients' SGD, sent with every fit task: heavy-ball momentum in [0, 1), L2 weight decay
@@ -29,10 +31,18 @@ struct StrategyOptions {
   double momentum = 0.0;
   double weight_decay = 0.0;
   double clip_norm = 0.0;
-  // SCAFFOLD: the global step size eta_g (> 0; 1 is the weighted mean of the clients' models)
-  // and the number of parties N in the control variate's update (0: the enrolled clients).
-  double server_learning_rate = 1.0;
+  // The server's step size: SCAFFOLD's eta_g (1 is the weighted mean of the clients' models), a
+  // server optimizer's eta; 0: the strategy's published default (SCAFFOLD and FedAvgM 1,
+  // FedAdagrad and FedAdam 0.1, FedYogi 0.01).
+  double server_learning_rate = 0.0;
+  // SCAFFOLD: the number of parties N in the control variate's update (0: the enrolled clients).
   int64_t num_parties = 0;
+  // Server optimizers (server_optimizers.h): FedAvgM's momentum; the adaptive ones' beta_1,
+  // beta_2 (FedAdam, FedYogi) and adaptivity tau (Reddi et al. 2021's recommended values).
+  double server_momentum = 0.9;
+  double beta_1 = 0.9;
+  double beta_2 = 0.99;
+  double tau = 1e-3;
 
   // OK, or INVALID_ARGUMENT naming the value and its bound, e.g. "proximal_mu must be > 0 for
   // strategy 'fedprox', got 0".

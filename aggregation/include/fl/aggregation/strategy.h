@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "fl/common/model.h"
 
 namespace fl::aggregation {
@@ -31,6 +33,11 @@ class RoundAggregator {
   // The next global model. FAILED_PRECONDITION when no update was accepted, or when the result
   // is not finite (weights or values so large that the sum overflowed).
   virtual absl::StatusOr<Model> Finish() = 0;
+  // The strategy's server state after this round (a server optimizer's momentum or moments), as
+  // named tensors, computed by a successful Finish; nullopt for a strategy without state. The
+  // engine checkpoints it with the round and, once the round is committed, hands it to
+  // Strategy::AdoptState; a round that fails leaves the strategy's state as it was.
+  virtual std::optional<Model> TakeState() { return std::nullopt; }
 };
 
 class Strategy {
@@ -41,8 +48,17 @@ class Strategy {
   // variates beside the weights); INVALID_ARGUMENT saying what does not fit. The server asks
   // before its run starts.
   virtual absl::Status CheckModel(const ModelSpec& spec) const { return absl::OkStatus(); }
-  // Starts aggregating a round whose global model is `global`.
+  // Starts aggregating a round whose global model is `global`, which outlives the aggregator's
+  // Finish (the engine keeps a round's global model until its commit).
   virtual std::unique_ptr<RoundAggregator> BeginRound(const Model& global) = 0;
+  // Makes `state` (a committed round's TakeState, or the same read back when a run resumes) the
+  // state the next round starts from. INVALID_ARGUMENT when the strategy keeps no state or
+  // `state` is not of its shape.
+  virtual absl::Status AdoptState(Model state) {
+    return absl::InvalidArgumentError(absl::StrCat("strategy '", name(),
+                                                   "' keeps no server state (given ",
+                                                   state.spec().tensors().size(), " tensors)"));
+  }
 };
 
 }  // namespace fl::aggregation

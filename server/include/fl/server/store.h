@@ -72,6 +72,9 @@ struct RoundRecord {
   // parameters, the sizes of U1..U3, who dropped at which stage, the relayed bytes and a SHA-256
   // over the relayed ciphertexts. Never a key, a share, a mask or an update.
   std::string secagg_json;
+  // SHA-256 of the strategy's server state after this round (a server optimizer's moments),
+  // checkpointed beside the model; empty for a strategy without state.
+  std::string state_checkpoint;
 };
 
 struct ParticipationRecord {
