@@ -40,12 +40,14 @@ class OptimizerAggregator final : public RoundAggregator {
   // `state` is the strategy's state when the round began (null: zeros, step 0); `state_ok` says
   // whether it fits `global` (when not, Finish fails with it).
   OptimizerAggregator(Kind kind, const ServerOptimizerOptions& options, const Model& global,
-                      std::shared_ptr<const Model> state, absl::Status state_ok)
+                      std::shared_ptr<const Model> state, absl::Status state_ok,
+                      std::optional<Model> spare)
       : kind_(kind),
         options_(options),
         global_(&global),
         state_(std::move(state)),
         state_ok_(std::move(state_ok)),
+        spare_(std::move(spare)),
         sum_(global.spec()) {}
 
   void Fold(int64_t offset, std::span<const float> values, double weight) override {
@@ -70,7 +72,13 @@ class OptimizerAggregator final : public RoundAggregator {
     }
     const bool with_v = kind_ != Kind::kAvgM;
     const int64_t n = global_->spec().NumFloats();
-    Model next_state(StateSpec(global_->spec(), with_v));
+    // The next state goes into the strategy's spare buffer (the state before last) when there
+    // is one: no fresh allocation, whose page faults would cost as much as the step itself.
+    ModelSpec state_spec = StateSpec(global_->spec(), with_v);
+    Model next_state = spare_.has_value() && spare_->spec() == state_spec
+                           ? *std::move(spare_)
+                           : Model(std::move(state_spec));
+    spare_.reset();
     std::span<float> out = next_state.data();
     std::span<const float> old;
     if (state_ != nullptr) old = state_->data();
@@ -130,6 +138,7 @@ class OptimizerAggregator final : public RoundAggregator {
   const Model* global_;
   const std::shared_ptr<const Model> state_;
   const absl::Status state_ok_;
+  std::optional<Model> spare_;
   internal::StripedSum sum_;
   mutable std::mutex mu_;
   double total_weight_ = 0;
@@ -153,7 +162,10 @@ class ServerOptimizer final : public Strategy {
                        state_->spec().tensors().size(), " tensors for a model of ",
                        global.spec().tensors().size(), ")"));
     }
-    return std::make_unique<OptimizerAggregator>(kind_, options_, global, state_, fits);
+    std::optional<Model> spare = std::move(spare_);
+    spare_.reset();
+    return std::make_unique<OptimizerAggregator>(kind_, options_, global, state_, fits,
+                                                 std::move(spare));
   }
 
   absl::Status AdoptState(Model state) override {
@@ -166,7 +178,10 @@ class ServerOptimizer final : public Strategy {
                                                      t.empty() ? "" : t.back().name, "')"));
     }
     std::lock_guard<std::mutex> lock(mu_);
-    state_ = std::make_shared<const Model>(std::move(state));
+    // The state it replaces becomes the spare for the next round's, once no aggregator reads it
+    // (the engine drops a round's aggregator before its commit adopts the new state).
+    if (state_ != nullptr && state_.use_count() == 1) spare_ = std::move(*state_);
+    state_ = std::make_shared<Model>(std::move(state));
     return absl::OkStatus();
   }
 
@@ -174,7 +189,8 @@ class ServerOptimizer final : public Strategy {
   const Kind kind_;
   const ServerOptimizerOptions options_;
   std::mutex mu_;
-  std::shared_ptr<const Model> state_;  // null: zeros, step 0
+  std::shared_ptr<Model> state_;  // null: zeros, step 0; aggregators read it, never write
+  std::optional<Model> spare_;    // a buffer of the state's size to write the next state into
 };
 
 absl::Status OutOfRange(const char* key, const char* bound, double value) {
