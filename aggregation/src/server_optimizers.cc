@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -20,6 +21,12 @@ enum class Kind { kAvgM, kAdagrad, kAdam, kYogi };
 constexpr char kStepTensor[] = "fedopt.step";
 
 double Sign(double v) { return v > 0 ? 1.0 : v < 0 ? -1.0 : 0.0; }
+
+// Whether `v` can be kept as a float; TakeModel fails the round on kNotFinite.
+bool Fits(double v) {
+  return std::fabs(v) <= static_cast<double>(std::numeric_limits<float>::max());
+}
+constexpr double kNotFinite = std::numeric_limits<double>::infinity();
 
 // The state's spec for a model of `spec`: m for every tensor, then v (not for FedAvgM), then the
 // step.
@@ -97,6 +104,7 @@ class OptimizerAggregator final : public RoundAggregator {
           const double m_old = old.empty() ? 0.0 : old[i];
           if (kind_ == Kind::kAvgM) {
             const double m = mu * m_old + d;
+            if (!Fits(m)) return kNotFinite;
             out[i] = static_cast<float>(m);
             return static_cast<double>(x[i]) + eta * m;
           }
@@ -113,6 +121,9 @@ class OptimizerAggregator final : public RoundAggregator {
             default:
               v = b2 * v_old + (1 - b2) * d * d;
           }
+          // A moment past float's range would freeze its coordinate for the rest of the run
+          // (v = inf steps by 0): the round fails instead, as a model that overflows does.
+          if (!Fits(m) || !Fits(v)) return kNotFinite;
           out[i] = static_cast<float>(m);
           out[n + i] = static_cast<float>(v);
           // The update uses m and v as they are kept (float), so that a resumed run, which

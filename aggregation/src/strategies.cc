@@ -8,6 +8,7 @@
 #include "fl/aggregation/fedprox.h"
 #include "fl/aggregation/scaffold.h"
 #include "fl/aggregation/server_optimizers.h"
+#include "fl/common/logging.h"
 
 namespace fl::aggregation {
 namespace {
@@ -64,15 +65,29 @@ std::map<std::string, double> StrategyOptions::ClientConfig() const {
   return config;
 }
 
+double EffectiveServerLearningRate(const StrategyOptions& options) {
+  if (options.server_learning_rate > 0) return options.server_learning_rate;
+  if (options.name == "scaffold") return 1.0;
+  if (IsServerOptimizer(options.name)) return DefaultServerLearningRate(options.name);
+  return 0.0;
+}
+
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& options,
                                                        std::function<int64_t()> enrolled_clients) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (options.name == "fedprox") return MakeFedProx();
   if (IsServerOptimizer(options.name)) {
+    if (options.server_learning_rate == 1.0 && options.name != "fedavgm") {
+      // 1.0 was the key's default (SCAFFOLD's) in configuration files written before the
+      // server optimizers: likely not meant as an adaptive optimizer's step.
+      LogEvent(LogLevel::kWarn, "server_learning_rate_high",
+               {{"strategy", options.name},
+                {"server_learning_rate", "1"},
+                {"default", absl::StrCat(DefaultServerLearningRate(options.name))},
+                {"fix", "set server_learning_rate = 0 for the strategy's default"}});
+    }
     return MakeServerOptimizer({.name = options.name,
-                                .learning_rate = options.server_learning_rate > 0
-                                                     ? options.server_learning_rate
-                                                     : DefaultServerLearningRate(options.name),
+                                .learning_rate = EffectiveServerLearningRate(options),
                                 .momentum = options.server_momentum,
                                 .beta_1 = options.beta_1,
                                 .beta_2 = options.beta_2,
@@ -80,8 +95,7 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& op
   }
   if (options.name == "scaffold") {
     ScaffoldOptions scaffold;
-    scaffold.server_learning_rate =
-        options.server_learning_rate > 0 ? options.server_learning_rate : 1.0;
+    scaffold.server_learning_rate = EffectiveServerLearningRate(options);
     if (options.num_parties > 0) {
       scaffold.num_parties = [n = options.num_parties] { return n; };
     } else {

@@ -322,7 +322,8 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
   for (const auto& [key, value] : setup.strategy.ClientConfig()) {
     setup.engine.fit.extra[key] = value;
   }
-  setup.engine.strategy = setup.strategy;
+  setup.strategy.server_learning_rate = aggregation::EffectiveServerLearningRate(setup.strategy);
+  setup.engine.strategy = setup.strategy;  // recorded with the rate it runs with
   setup.engine.spill_dir = options_.server->engine.spill_dir;
   // The last upload of a round returns before its commit; not under a simulated clock, whose
   // driver must see the commit done before it moves time on (a commit takes no simulated time).

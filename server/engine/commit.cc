@@ -74,7 +74,7 @@ void EngineImpl::RunPendingCommit() {
     DropRoundModels(*job->round);
     if (in.next.ok() && hooks_.evaluate) in.hook_metrics = hooks_.evaluate(*in.next);
     if (in.next.ok()) in.checkpoint = store_->WriteCheckpoint(*in.next);
-    if (in.next.ok() && in.state.has_value()) {
+    if (in.next.ok() && in.checkpoint.ok() && in.state.has_value()) {
       in.state_checkpoint = store_->WriteCheckpoint(*in.state);
     }
   } catch (const std::exception& e) {  // std::bad_alloc for a large model: the attempt fails
@@ -210,7 +210,10 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
       } else if (std::string why = StoppingRuleMet(summary.metrics); !why.empty()) {
         finish = why;
       }
-      if (!aborted_ && options_.eval_every > 0 && committed_round_ % options_.eval_every == 0) {
+      if (finished_) {
+        // The run failed above (its strategy refused its state): nothing follows.
+      } else if (!aborted_ && options_.eval_every > 0 &&
+                 committed_round_ % options_.eval_every == 0) {
         finish_after_eval_ = finish;
         StartEvaluationLocked(now);
       } else if (finish.has_value()) {

@@ -74,10 +74,11 @@ absl::StatusOr<int64_t> SqliteStore::PruneCheckpoints(int32_t keep_last, int32_t
     sqlite::Transaction tx(db_.get(), "remove checkpoints");
     if (!tx.status().ok()) return tx.status();
     // Candidates are checkpoints of committed rounds, models and strategy states (one written
-    // for a round not yet committed is no candidate); kept are every run's initial model, and
-    // the model and state of its last keep_last committed rounds and of each keep_every-th round.
+    // for a round not yet committed is no candidate); kept are every run's initial model, the
+    // models of its last keep_last committed rounds and of each keep_every-th round, and the
+    // strategy state of a running run's last committed round (the only one a resume reads).
     absl::StatusOr<Statement> st = Prepare(
-        "WITH kept AS (SELECT r.checkpoint, r.state_checkpoint FROM rounds r "
+        "WITH kept AS (SELECT r.checkpoint FROM rounds r "
         "  WHERE r.status = 'committed' AND ("
         "    r.round > (SELECT MAX(m.round) FROM rounds m WHERE m.run_id = r.run_id AND "
         "               m.status = 'committed') - ?1 "
@@ -87,7 +88,10 @@ absl::StatusOr<int64_t> SqliteStore::PruneCheckpoints(int32_t keep_last, int32_t
         "                   SELECT state_checkpoint FROM rounds WHERE status = 'committed') "
         "AND c.sha256 NOT IN ("
         "  SELECT initial_checkpoint FROM runs UNION SELECT checkpoint FROM kept UNION "
-        "  SELECT state_checkpoint FROM kept) "
+        "  SELECT r.state_checkpoint FROM rounds r JOIN runs u ON u.run_id = r.run_id "
+        "  WHERE u.status = 'running' AND r.status = 'committed' AND r.round = "
+        "    (SELECT MAX(m.round) FROM rounds m WHERE m.run_id = r.run_id AND "
+        "     m.status = 'committed')) "
         // Bounded, so that the first pass over a long history does not hold the checkpoint
         // files (and with them the next commit) for long; later commits take the rest.
         "LIMIT 64",

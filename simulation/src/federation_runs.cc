@@ -98,6 +98,8 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
     engine_options.fit.extra[key] = value;
   }
   engine_options.strategy = options.strategy;
+  engine_options.strategy->server_learning_rate =
+      aggregation::EffectiveServerLearningRate(options.strategy);
   absl::StatusOr<Model> initial = InitialModelFor(options, data);
   if (!initial.ok()) return initial.status();
   if (absl::Status s = (*strategy)->CheckModel(initial->spec()); !s.ok()) return s;

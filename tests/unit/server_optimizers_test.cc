@@ -118,6 +118,22 @@ TEST_P(ServerOptimizerTest, ARoundWithoutUpdatesLeavesNoState) {
   EXPECT_FALSE(agg->TakeState().has_value());
 }
 
+TEST_P(ServerOptimizerTest, AMomentPastFloatsRangeFailsTheRound) {
+  if (GetParam() == "fedavgm") GTEST_SKIP() << "its one moment is the change itself";
+  absl::StatusOr<std::unique_ptr<Strategy>> strategy = MakeServerOptimizer({.name = GetParam()});
+  ASSERT_TRUE(strategy.ok());
+  Model x = Random(1, 1.f);
+  Model huge(Spec());
+  for (float& v : huge.data()) v = 1e30f;  // its square is no float
+  std::unique_ptr<RoundAggregator> agg = (*strategy)->BeginRound(x);
+  agg->Fold(0, huge.data(), 1);
+  agg->Accept(1);
+  absl::StatusOr<Model> next = agg->Finish();
+  EXPECT_EQ(next.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(next.status().message(), HasSubstr("is not finite at parameter 0"));
+  EXPECT_FALSE(agg->TakeState().has_value()) << "a frozen (infinite) moment must not be kept";
+}
+
 TEST_P(ServerOptimizerTest, AForeignStateIsRefused) {
   absl::StatusOr<std::unique_ptr<Strategy>> strategy = MakeServerOptimizer({.name = GetParam()});
   ASSERT_TRUE(strategy.ok());

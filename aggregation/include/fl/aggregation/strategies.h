@@ -53,7 +53,12 @@ struct StrategyOptions {
   std::map<std::string, double> ClientConfig() const;
 };
 
-// The names MakeStrategy knows, for messages: "fedavg, fedprox, scaffold".
+// The server learning rate `options` runs with: its own when > 0, else the strategy's published
+// default (SCAFFOLD 1, a server optimizer's DefaultServerLearningRate); 0 for a strategy that
+// takes none. What a run records, so that it keeps its rate whatever later defaults say.
+double EffectiveServerLearningRate(const StrategyOptions& options);
+
+// The names MakeStrategy knows, for messages: "fedavg, fedprox, scaffold, fedavgm, ...".
 const char* StrategyNames();
 
 // The strategy `options` names. `enrolled_clients` gives SCAFFOLD's N when num_parties is 0 (it
