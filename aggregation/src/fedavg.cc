@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "aggregation/internal/accepted_weight.h"
 #include "aggregation/internal/striped_sum.h"
 
 namespace fl::aggregation {
@@ -21,31 +21,18 @@ class FedAvgAggregator final : public RoundAggregator {
     sum_.Add(offset, values, weight);
   }
 
-  void Accept(double weight) override {
-    std::lock_guard<std::mutex> lock(weight_mu_);
-    total_weight_ += weight;
-    ++num_accepted_;
-  }
-
-  int num_accepted() const override {
-    std::lock_guard<std::mutex> lock(weight_mu_);
-    return num_accepted_;
-  }
+  void Accept(double weight) override { accepted_.Add(weight); }
+  int num_accepted() const override { return accepted_.count(); }
 
   absl::StatusOr<Model> Finish() override {
-    std::lock_guard<std::mutex> lock(weight_mu_);
-    if (num_accepted_ == 0 || total_weight_ <= 0) {
-      return absl::FailedPreconditionError("FedAvg: no update was accepted in this round");
-    }
-    const double inv = 1.0 / total_weight_;
+    if (absl::Status s = accepted_.CheckAny("FedAvg"); !s.ok()) return s;
+    const double inv = 1.0 / accepted_.total();
     return sum_.TakeModel("FedAvg: the average", [inv](int64_t, double sum) { return sum * inv; });
   }
 
  private:
   internal::StripedSum sum_;
-  mutable std::mutex weight_mu_;
-  double total_weight_ = 0;
-  int num_accepted_ = 0;
+  internal::AcceptedWeight accepted_;
 };
 
 class FedAvg final : public Strategy {

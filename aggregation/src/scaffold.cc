@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -10,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "aggregation/internal/accepted_weight.h"
 #include "aggregation/internal/striped_sum.h"
 
 namespace fl::aggregation {
@@ -47,31 +47,21 @@ class ScaffoldAggregator final : public RoundAggregator {
     }
   }
 
-  void Accept(double weight) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    total_weight_ += weight;
-    ++num_accepted_;
-  }
-
-  int num_accepted() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return num_accepted_;
-  }
+  void Accept(double weight) override { accepted_.Add(weight); }
+  int num_accepted() const override { return accepted_.count(); }
 
   absl::StatusOr<Model> Finish() override {
     if (!spec_ok_.ok()) return spec_ok_;
-    std::lock_guard<std::mutex> lock(mu_);
-    if (num_accepted_ == 0 || total_weight_ <= 0) {
-      return absl::FailedPreconditionError("SCAFFOLD: no update was accepted in this round");
-    }
-    const int64_t parties = num_parties_ >= 1 ? num_parties_ : num_accepted_;
-    if (num_accepted_ > parties) {
+    if (absl::Status s = accepted_.CheckAny("SCAFFOLD"); !s.ok()) return s;
+    const int num_accepted = accepted_.count();
+    const int64_t parties = num_parties_ >= 1 ? num_parties_ : num_accepted;
+    if (num_accepted > parties) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "SCAFFOLD: ", num_accepted_, " updates were accepted but the federation has N = ",
-          parties, " parties; set strategy.num_parties to the number of parties"));
+          "SCAFFOLD: ", num_accepted, " updates were accepted but the federation has N = ", parties,
+          " parties; set strategy.num_parties to the number of parties"));
     }
     std::span<const float> x = global_->data();
-    const double inv_weight = 1.0 / total_weight_;
+    const double inv_weight = 1.0 / accepted_.total();
     const double inv_parties = 1.0 / static_cast<double>(parties);
     const double eta = eta_;
     const int64_t weights_end = weights_end_;
@@ -88,9 +78,7 @@ class ScaffoldAggregator final : public RoundAggregator {
   const std::optional<Model> global_;  // x and c of the round's global model
   const int64_t weights_end_;          // floats of the weights; the control variates follow
   internal::StripedSum sum_;
-  mutable std::mutex mu_;
-  double total_weight_ = 0;
-  int num_accepted_ = 0;
+  internal::AcceptedWeight accepted_;
 };
 
 class Scaffold final : public Strategy {
@@ -147,6 +135,13 @@ absl::Status CheckScaffoldSpec(const ModelSpec& spec) {
 Model WithZeroControlVariates(const Model& weights) {
   Model out(ScaffoldSpec(weights.spec()));
   std::copy(weights.data().begin(), weights.data().end(), out.data().begin());
+  return out;
+}
+
+Model WithoutControlVariates(const Model& scaffold_model) {
+  const std::vector<TensorSpec>& all = scaffold_model.spec().tensors();
+  Model out(ModelSpec(std::vector<TensorSpec>(all.begin(), all.begin() + all.size() / 2)));
+  std::copy_n(scaffold_model.data().begin(), out.data().size(), out.data().begin());
   return out;
 }
 

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "aggregation/internal/accepted_weight.h"
 #include "aggregation/internal/striped_sum.h"
 
 namespace fl::aggregation {
@@ -60,23 +61,13 @@ class OptimizerAggregator final : public RoundAggregator {
   void Fold(int64_t offset, std::span<const float> values, double weight) override {
     sum_.Add(offset, values, weight);
   }
-  void Accept(double weight) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    total_weight_ += weight;
-    ++num_accepted_;
-  }
-  int num_accepted() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return num_accepted_;
-  }
+  void Accept(double weight) override { accepted_.Add(weight); }
+  int num_accepted() const override { return accepted_.count(); }
 
   absl::StatusOr<Model> Finish() override {
     std::lock_guard<std::mutex> lock(mu_);
     if (!state_ok_.ok()) return state_ok_;
-    if (num_accepted_ == 0 || total_weight_ <= 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(options_.name, ": no update was accepted in this round"));
-    }
+    if (absl::Status s = accepted_.CheckAny(options_.name); !s.ok()) return s;
     const bool with_v = kind_ != Kind::kAvgM;
     const int64_t n = global_->spec().NumFloats();
     // The next state goes into the strategy's spare buffer (the state before last) when there
@@ -91,7 +82,7 @@ class OptimizerAggregator final : public RoundAggregator {
     if (state_ != nullptr) old = state_->data();
     const double step = (state_ != nullptr ? old[old.size() - 1] : 0.0) + 1;
     out[out.size() - 1] = static_cast<float>(step);
-    const double inv = 1.0 / total_weight_;
+    const double inv = 1.0 / accepted_.total();
     const double eta = options_.learning_rate, tau = options_.tau;
     const double b1 = options_.beta_1, b2 = options_.beta_2, mu = options_.momentum;
     const double eta_t = kind_ == Kind::kAdam
@@ -151,9 +142,8 @@ class OptimizerAggregator final : public RoundAggregator {
   const absl::Status state_ok_;
   std::optional<Model> spare_;
   internal::StripedSum sum_;
-  mutable std::mutex mu_;
-  double total_weight_ = 0;
-  int num_accepted_ = 0;
+  internal::AcceptedWeight accepted_;
+  std::mutex mu_;  // next_state_, between Finish and TakeState
   std::optional<Model> next_state_;
 };
 

@@ -1,7 +1,6 @@
 #include "server/daemon/run_host.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -304,11 +303,7 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
       if (has && !had) {
         setup.initial_model = aggregation::WithZeroControlVariates(setup.initial_model);
       } else if (had && !has) {
-        const std::vector<TensorSpec>& all = setup.initial_model.spec().tensors();
-        Model weights(
-            ModelSpec(std::vector<TensorSpec>(all.begin(), all.begin() + all.size() / 2)));
-        std::memcpy(weights.data().data(), setup.initial_model.data().data(), weights.NumBytes());
-        setup.initial_model = std::move(weights);
+        setup.initial_model = aggregation::WithoutControlVariates(setup.initial_model);
       }
     }
   }

@@ -31,6 +31,15 @@ std::vector<std::string> WaitingRunFlags() {
   return flags;
 }
 
+// Runs the server `argv` until its run waits for sites, then stops it with SIGTERM: the run is
+// left unfinished in its data directory, for the next start to resume.
+void RunUntilWaitingThenStop(const std::vector<std::string>& argv, const std::string& log) {
+  std::unique_ptr<ChildProcess> server = StartServer(argv, log);
+  ASSERT_TRUE(WaitForText(log, "waiting_for_clients")) << ReadFile(log).value_or("");
+  server->Kill(SIGTERM);
+  ASSERT_EQ(server->Wait(), 0) << ReadFile(log).value_or("");
+}
+
 class ControlApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -207,10 +216,7 @@ TEST(ControlApiResumeTest, ARestartedServerAppliesTheValuesGivenOrRefusesToStart
   const std::string data = dir.path() + "/data";
   const std::vector<std::string> flags = WaitingRunFlags();
   const std::string log1 = dir.path() + "/server-1.log";
-  std::unique_ptr<ChildProcess> first = StartServer(ServerCommand(pki, data, port, flags), log1);
-  ASSERT_TRUE(WaitForText(log1, "waiting_for_clients"));
-  first->Kill(SIGTERM);
-  ASSERT_EQ(first->Wait(), 0) << ReadFile(log1).value_or("");
+  ASSERT_NO_FATAL_FAILURE(RunUntilWaitingThenStop(ServerCommand(pki, data, port, flags), log1));
 
   std::vector<std::string> refused = ServerCommand(pki, data, port, flags);
   refused.insert(refused.end(), {"--update-encoding", "int8"});
@@ -272,18 +278,12 @@ TEST(ControlApiResumeTest, ARecordedStrategyIsResumedWhateverTheConfigurationSay
   std::vector<std::string> scaffold = ServerCommand(pki, data, port, WaitingRunFlags());
   scaffold.insert(scaffold.end(), {"--strategy", "scaffold"});
   const std::string log1 = dir.path() + "/server-1.log";
-  std::unique_ptr<ChildProcess> first = StartServer(scaffold, log1);
-  ASSERT_TRUE(WaitForText(log1, "waiting_for_clients"));
-  first->Kill(SIGTERM);
-  ASSERT_EQ(first->Wait(), 0) << ReadFile(log1).value_or("");
+  ASSERT_NO_FATAL_FAILURE(RunUntilWaitingThenStop(scaffold, log1));
 
   const std::string log2 = dir.path() + "/server-2.log";
-  std::unique_ptr<ChildProcess> second =
-      StartServer(ServerCommand(pki, data, port, WaitingRunFlags()), log2);
-  ASSERT_TRUE(WaitForText(log2, "waiting_for_clients")) << ReadFile(log2).value_or("");
+  ASSERT_NO_FATAL_FAILURE(
+      RunUntilWaitingThenStop(ServerCommand(pki, data, port, WaitingRunFlags()), log2));
   EXPECT_THAT(ReadFile(log2).value_or(""), HasSubstr("run_resumed run=1"));
-  second->Kill(SIGTERM);
-  ASSERT_EQ(second->Wait(), 0) << ReadFile(log2).value_or("");
 
   std::vector<std::string> fedavg = ServerCommand(pki, data, port, WaitingRunFlags());
   fedavg.insert(fedavg.end(), {"--strategy", "fedavg"});

@@ -164,6 +164,10 @@ TEST(ScaffoldSpecTest, InitialModelHasTheWeightsAndZeroControlVariates) {
   EXPECT_EQ(initial.spec(), SmallSpec());
   EXPECT_TRUE(CheckScaffoldSpec(initial.spec()).ok());
   EXPECT_THAT(Values(initial), ElementsAre(1, 2, 3, 0, 0, 0));
+  // ... and back: the weights alone, as another strategy's model.
+  Model back = WithoutControlVariates(MakeModel(SmallSpec(), {1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(back.spec(), weights.spec());
+  EXPECT_THAT(Values(back), ElementsAre(1, 2, 3));
 }
 
 TEST(ScaffoldSpecTest, AcceptsScaffoldSpecAndRefusesWhatDoesNotMirror) {

@@ -137,12 +137,15 @@ class StoreTest : public ::testing::Test {
     return r;
   }
 
-  // Commits round `round` (attempt `attempt`) with two accepted participations.
-  absl::Status Commit(int64_t run_id, int32_t round, int32_t attempt, const std::string& sha) {
+  // Commits round `round` (attempt `attempt`) with two accepted participations, and the
+  // strategy's state `state` when given.
+  absl::Status Commit(int64_t run_id, int32_t round, int32_t attempt, const std::string& sha,
+                      const std::string& state = "") {
     RoundRecord r = Round(run_id, round, attempt);
     r.ended_at_ms = r.started_at_ms + 50;
     r.num_reported = 2;
     r.checkpoint = sha;
+    r.state_checkpoint = state;
     r.metrics_json = R"({"train_loss": 0.5})";
     std::vector<ParticipationRecord> ps;
     for (const char* client : {"alice", "bob"}) {
@@ -794,6 +797,37 @@ TEST_F(StoreTest, PruneCheckpointsKeepsTheLastRoundsEveryMthAndTheInitialModel) 
   EXPECT_EQ(*store_->PruneCheckpoints(2, 3), 0);
   RawDb db(store_->db_path());
   EXPECT_EQ(db.QueryText("SELECT COUNT(*) FROM checkpoints"), "4");  // 3, 5, 6 and pending
+}
+
+// A strategy's state is kept only for a running run's last committed round (the one a resume
+// reads): a finished run keeps none, however many of its models it keeps.
+TEST_F(StoreTest, PruneCheckpointsKeepsOnlyTheStateAResumeReads) {
+  std::vector<std::string> states;
+  for (int64_t run : {int64_t{1}, int64_t{2}}) {
+    ASSERT_EQ(NewRun(absl::StrCat("run-", run), run), run);
+    for (int round = 1; round <= 3; ++round) {
+      ASSERT_TRUE(store_->BeginRound(Round(run, round, 0)).ok());
+      states.push_back(NewCheckpoint(100.f * run + round));
+      ASSERT_TRUE(Commit(run, round, 0, NewCheckpoint(10.f * run + round), states.back()).ok());
+    }
+    if (run == 1) {
+      ASSERT_TRUE(store_->FinishRun(run, RunStatus::kFinished, "", 1000).ok());
+    }
+  }
+  // A state that does not fit its round is refused at commit, as a model is.
+  ASSERT_TRUE(store_->BeginRound(Round(2, 4, 0)).ok());
+  EXPECT_EQ(Commit(2, 4, 0, NewCheckpoint(99.f), std::string(64, 'a')).code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  absl::StatusOr<int64_t> removed = store_->PruneCheckpoints(10, 0);  // every model kept
+  ASSERT_TRUE(removed.ok()) << removed.status();
+  EXPECT_EQ(*removed, 5);  // run 1's three states, run 2's first two
+  for (size_t i = 0; i < states.size(); ++i) {
+    EXPECT_EQ(store_->ReadCheckpoint(states[i]).ok(), i == 5) << "state " << i;
+  }
+  absl::StatusOr<std::optional<RoundRecord>> last = store_->LastCommittedRound(2);
+  ASSERT_TRUE(last.ok() && last->has_value());
+  EXPECT_EQ((*last)->state_checkpoint, states[5]);
 }
 
 TEST_F(StoreTest, RunAuditLogHasOneRunsRecordsAfterAnId) {

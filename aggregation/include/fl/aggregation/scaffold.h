@@ -42,6 +42,10 @@ absl::Status CheckScaffoldSpec(const ModelSpec& spec);
 // (spec ScaffoldSpec(weights.spec())).
 Model WithZeroControlVariates(const Model& weights);
 
+// The weights of a SCAFFOLD model (one CheckScaffoldSpec accepts): its first half of tensors,
+// without the control variates.
+Model WithoutControlVariates(const Model& scaffold_model);
+
 // The streaming SCAFFOLD strategy ("scaffold"). Its CheckModel is CheckScaffoldSpec; a round
 // begun on a model that fails it fails at Finish with that error. Finish also fails
 // (FAILED_PRECONDITION) with no accepted update, more accepted updates than N, or a result that
