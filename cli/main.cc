@@ -218,6 +218,9 @@ constexpr std::pair<const char*, const char*> kRunFlagKeys[] = {
     {"--beta-1", "strategy.beta_1"},
     {"--beta-2", "strategy.beta_2"},
     {"--tau", "strategy.tau"},
+    {"--trim-beta", "strategy.trim_beta"},
+    {"--num-malicious", "strategy.num_malicious"},
+    {"--num-to-keep", "strategy.num_to_keep"},
     {"--dp-mode", "privacy.mode"},
     {"--dp-noise-multiplier", "privacy.noise_multiplier"},
     {"--dp-clip-norm", "privacy.clip_norm"},
@@ -495,7 +498,8 @@ int main(int argc, char** argv) {
   fl::aggregation::StrategyOptions& server_strategy = server.strategy;
   server_cmd
       ->add_option("--strategy", server_strategy.name,
-                   "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam or fedyogi")
+                   "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, "
+                   "fedmedian, fedtrimmedavg, krum, multikrum or bulyan")
       ->capture_default_str();
   server_cmd->add_option("--proximal-mu", server_strategy.proximal_mu, "FedProx: mu (> 0)")
       ->capture_default_str();
@@ -519,6 +523,18 @@ int main(int argc, char** argv) {
   server_cmd->add_option("--beta-2", server_strategy.beta_2, "fedadam/yogi: beta_2")
       ->capture_default_str();
   server_cmd->add_option("--tau", server_strategy.tau, "fedadagrad/adam/yogi: adaptivity tau")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--trim-beta", server_strategy.trim_beta,
+                   "fedtrimmedavg: fraction cut at each end, in [0, 0.5)")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--num-malicious", server_strategy.num_malicious,
+                   "krum/multikrum/bulyan: attacking sites f to withstand")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--num-to-keep", server_strategy.num_to_keep,
+                   "multikrum: models averaged (0: updates - f)")
       ->capture_default_str();
   server_cmd
       ->add_option("--num-parties", server_strategy.num_parties,

@@ -120,7 +120,8 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
   cmd->add_option("--model", sim.model, "softmax, mlp or simple_cnn")->capture_default_str();
   cmd->add_option("--hidden", sim.hidden, "mlp: hidden layer widths")->capture_default_str();
   cmd->add_option("--strategy", sim.strategy.name,
-                  "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam or fedyogi")
+                  "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, "
+                  "fedmedian, fedtrimmedavg, krum, multikrum or bulyan")
       ->capture_default_str();
   cmd->add_option("--proximal-mu", sim.strategy.proximal_mu, "FedProx: mu (> 0)")
       ->capture_default_str();
@@ -138,6 +139,15 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
       ->capture_default_str();
   cmd->add_option("--beta-2", sim.strategy.beta_2, "fedadam/yogi: beta_2")->capture_default_str();
   cmd->add_option("--tau", sim.strategy.tau, "fedadagrad/adam/yogi: adaptivity tau")
+      ->capture_default_str();
+  cmd->add_option("--trim-beta", sim.strategy.trim_beta,
+                  "fedtrimmedavg: fraction cut at each end, in [0, 0.5)")
+      ->capture_default_str();
+  cmd->add_option("--num-malicious", sim.strategy.num_malicious,
+                  "krum/multikrum/bulyan: attacking sites f to withstand")
+      ->capture_default_str();
+  cmd->add_option("--num-to-keep", sim.strategy.num_to_keep,
+                  "multikrum: models averaged (0: updates - f)")
       ->capture_default_str();
   cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--update-encoding", sim.update_encoding,

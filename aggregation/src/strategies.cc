@@ -1,11 +1,13 @@
 #include "fl/aggregation/strategies.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "fl/aggregation/fedavg.h"
 #include "fl/aggregation/fedprox.h"
+#include "fl/aggregation/robust.h"
 #include "fl/aggregation/scaffold.h"
 #include "fl/aggregation/server_optimizers.h"
 #include "fl/common/logging.h"
@@ -20,11 +22,13 @@ absl::Status OutOfRange(const std::string& key, const std::string& bound, double
 }  // namespace
 
 const char* StrategyNames() {
-  return "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi";
+  return "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, fedmedian, "
+         "fedtrimmedavg, krum, multikrum, bulyan";
 }
 
 absl::Status StrategyOptions::Validate() const {
-  if (name != "fedavg" && name != "fedprox" && name != "scaffold" && !IsServerOptimizer(name)) {
+  if (name != "fedavg" && name != "fedprox" && name != "scaffold" && !IsServerOptimizer(name) &&
+      !IsRobustStrategy(name)) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown strategy '", name, "'; choose one of ", StrategyNames()));
   }
@@ -51,6 +55,12 @@ absl::Status StrategyOptions::Validate() const {
   if (!(beta_1 >= 0 && beta_1 < 1)) return OutOfRange("beta_1", "in [0, 1)", beta_1);
   if (!(beta_2 >= 0 && beta_2 < 1)) return OutOfRange("beta_2", "in [0, 1)", beta_2);
   if (!std::isfinite(tau) || !(tau > 0)) return OutOfRange("tau", "> 0", tau);
+  if (!(trim_beta >= 0 && trim_beta < 0.5)) {
+    return OutOfRange("trim_beta", "in [0, 0.5) (at 0.5 the trimmed mean trims every value)",
+                      trim_beta);
+  }
+  if (num_malicious < 0) return OutOfRange("num_malicious", ">= 0", num_malicious);
+  if (num_to_keep < 0) return OutOfRange("num_to_keep", ">= 0 (0: K - num_malicious)", num_to_keep);
   if (num_parties < 0) {
     return OutOfRange("num_parties", ">= 0 (0: the enrolled clients)",
                       static_cast<double>(num_parties));
@@ -73,9 +83,21 @@ double EffectiveServerLearningRate(const StrategyOptions& options) {
 }
 
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& options,
-                                                       std::function<int64_t()> enrolled_clients) {
+                                                       std::function<int64_t()> enrolled_clients,
+                                                       std::shared_ptr<SpillSpace> spill) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (options.name == "fedprox") return MakeFedProx();
+  if (IsRobustStrategy(options.name)) {
+    if (spill == nullptr) {
+      const char* tmp = std::getenv("TMPDIR");
+      spill = MakeFileSpill(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
+    }
+    return MakeRobustStrategy({.name = options.name,
+                               .trim_beta = options.trim_beta,
+                               .num_malicious = options.num_malicious,
+                               .num_to_keep = options.num_to_keep},
+                              std::move(spill));
+  }
   if (IsServerOptimizer(options.name)) {
     if (options.server_learning_rate == 1.0 && options.name != "fedavgm") {
       // 1.0 was the key's default (SCAFFOLD's) in configuration files written before the

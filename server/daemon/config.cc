@@ -11,6 +11,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "common/internal/toml_keys.h"
+#include "fl/aggregation/robust.h"
+#include "fl/aggregation/strategies.h"
 #include "grpc/impl/codegen/grpc_types.h"
 #include "server/daemon/shared_keys.h"
 #include "toml++/toml.h"
@@ -303,6 +305,32 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
         "strategy 'scaffold' cannot run with secure aggregation (its control variates are "
         "summed unweighted beside the weighted model); use fedavg or fedprox",
         {{"strategy", "name"}, {"secure_aggregation", "enabled"}}};
+  }
+  if (aggregation::IsRobustStrategy(strategy.name)) {
+    // The strategy's own refusal (robust.h), pointed at the keys that cause it.
+    absl::StatusOr<std::unique_ptr<aggregation::Strategy>> robust =
+        aggregation::MakeStrategy(strategy);
+    const bool central = c.server.engine.privacy.mode == "central";
+    absl::Status s = robust.ok()
+                         ? (*robust)->CheckPlan({.min_updates = c.server.engine.min_fit_clients,
+                                                 .secure_aggregation = sa.enabled,
+                                                 .central_dp = central})
+                         : robust.status();
+    if (!s.ok()) {
+      std::vector<std::pair<std::string, std::string>> keys;
+      if (sa.enabled) {
+        keys = {{"strategy", "name"}, {"secure_aggregation", "enabled"}};
+      } else if (central) {
+        keys = {{"strategy", "name"}, {"privacy", "mode"}};
+      } else {
+        keys = {{"strategy", "num_malicious"},
+                {"strategy", "num_to_keep"},
+                {"strategy", "trim_beta"},
+                {"run", "min_fit_clients"},
+                {"strategy", "name"}};
+      }
+      return CrossKeyProblem{std::string(s.message()), std::move(keys)};
+    }
   }
   if (sa.enabled && c.server.engine.min_clients < 3) {
     return CrossKeyProblem{

@@ -308,7 +308,8 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
     }
   }
   absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
-      aggregation::MakeStrategy(setup.strategy, options_.enrolled_clients);
+      aggregation::MakeStrategy(setup.strategy, options_.enrolled_clients,
+                                aggregation::MakeFileSpill(options_.server->engine.spill_dir));
   if (!strategy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
   }

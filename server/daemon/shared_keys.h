@@ -39,10 +39,12 @@ std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
       tk::StringKey<C>(
           "strategy", "name",
           "fedavg (weighted mean), fedprox (plus the clients' proximal term), "
-          "scaffold (control variates), or a server optimizer over the mean's "
-          "change: fedavgm, fedadagrad, fedadam, fedyogi.",
+          "scaffold (control variates), a server optimizer over the mean's "
+          "change: fedavgm, fedadagrad, fedadam, fedyogi, or robust aggregation: fedmedian, "
+          "fedtrimmedavg, krum, multikrum, bulyan.",
           true, [get](auto& c) -> auto& { return get(c).name; },
-          {"fedavg", "fedprox", "scaffold", "fedavgm", "fedadagrad", "fedadam", "fedyogi"}),
+          {"fedavg", "fedprox", "scaffold", "fedavgm", "fedadagrad", "fedadam", "fedyogi",
+           "fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan"}),
       tk::FloatKey<C>(
           "strategy", "proximal_mu",
           "FedProx: the proximal coefficient mu sent to the clients (> 0; used only by fedprox).",
@@ -80,7 +82,21 @@ std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
           Range::kHalfOpenFraction, [get](auto& c) -> auto& { return get(c).beta_2; }),
       tk::FloatKey<C>(
           "strategy", "tau", "fedadagrad, fedadam, fedyogi: the adaptivity (> 0).",
-          Range::kPositive, [get](auto& c) -> auto& { return get(c).tau; })};
+          Range::kPositive, [get](auto& c) -> auto& { return get(c).tau; }),
+      tk::FloatKey<C>(
+          "strategy", "trim_beta",
+          "fedtrimmedavg: the fraction of each coordinate's values cut at each end, in [0, 0.5).",
+          Range::kNonNegative, [get](auto& c) -> auto& { return get(c).trim_beta; }),
+      tk::IntKey<C, int32_t>(
+          "strategy", "num_malicious",
+          "krum, multikrum, bulyan: the attacking sites f to withstand (rounds need 2f + 3 "
+          "updates, Bulyan 4f + 3).",
+          0, [get](auto& c) -> auto& { return get(c).num_malicious; }),
+      tk::IntKey<C, int32_t>(
+          "strategy", "num_to_keep",
+          "multikrum: the models of best Krum score averaged; 0: the round's updates less "
+          "num_malicious.",
+          0, [get](auto& c) -> auto& { return get(c).num_to_keep; })};
 }
 
 // [privacy] and [secure_aggregation]: `privacy(config)` is the config's PrivacyOptions,

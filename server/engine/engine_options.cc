@@ -185,7 +185,10 @@ std::string EngineOptions::ToJson() const {
                      {"server_momentum", strategy->server_momentum},
                      {"beta_1", strategy->beta_1},
                      {"beta_2", strategy->beta_2},
-                     {"tau", strategy->tau}};
+                     {"tau", strategy->tau},
+                     {"trim_beta", strategy->trim_beta},
+                     {"num_malicious", strategy->num_malicious},
+                     {"num_to_keep", strategy->num_to_keep}};
   }
   return j.dump();
 }
@@ -263,6 +266,9 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
       st.beta_1 = s.value("beta_1", st.beta_1);
       st.beta_2 = s.value("beta_2", st.beta_2);
       st.tau = s.value("tau", st.tau);
+      st.trim_beta = s.value("trim_beta", st.trim_beta);
+      st.num_malicious = s.value("num_malicious", st.num_malicious);
+      st.num_to_keep = s.value("num_to_keep", st.num_to_keep);
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));

@@ -180,6 +180,13 @@ absl::Status EngineImpl::SetUpPrivacy() {
   const PrivacyOptions& p = options_.privacy;
   if (absl::Status s = p.Validate(); !s.ok()) return s;
   if (absl::Status s = CheckSecureAggregation(); !s.ok()) return s;
+  if (absl::Status s =
+          strategy_->CheckPlan({.min_updates = options_.min_fit_clients,
+                                .secure_aggregation = options_.secure_aggregation.enabled,
+                                .central_dp = p.enabled() && !p.distributed()});
+      !s.ok()) {
+    return s;
+  }
   // Distributed DP: the clients clip and add the noise (their secure-aggregation task says how);
   // the server only accounts.
   options_.fit.differential_privacy = p.accounted();

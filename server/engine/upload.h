@@ -50,8 +50,9 @@ struct UploadState {
   ~UploadState();
   // Folds the staged payload into `aggregator` with this update's weight. With `dp_global` set
   // (differential privacy), the update's delta from it is first measured (a first pass over the
-  // spill) and the update folded as dp_global + delta * min(1, dp_clip_norm / ||delta||). An
-  // error (the spill could not be read) leaves the aggregate partly folded.
+  // spill) and the update folded as dp_global + delta * min(1, dp_clip_norm / ||delta||). Once
+  // written whole it is accepted (UpdateSink::Accept). An error (the spill could not be read,
+  // the aggregator's own spill not written) leaves a streaming aggregate partly folded.
   absl::Status FoldInto(aggregation::RoundAggregator& aggregator, const Model* dp_global = nullptr,
                         double dp_clip_norm = 0) const;
   void RemoveSpill();

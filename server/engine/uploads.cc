@@ -438,15 +438,13 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
       why = FoldMaskedUpload(*state_, s, s.id_of.at(state_->client_id), partly_folded);
       if (!why.ok() && partly_folded) round_->poisoned = true;
     } else if (why.ok()) {
-      // Verified whole: only now does it touch the aggregate.
+      // Verified whole: only now does it touch the aggregate (and is accepted there).
       why = state_->FoldInto(*round_->aggregator, round_->dp_global.get(), round_->dp_clip_norm);
-      if (!why.ok()) round_->poisoned = true;
+      // A streaming aggregate that took part of it is spoiled; one that keeps updates apart
+      // forgets it.
+      if (!why.ok() && !round_->aggregator->keeps_updates_apart()) round_->poisoned = true;
     }
-    if (why.ok() && round_->secagg != nullptr) {
-      state_->phase = Phase::kAccepted;
-      state_->RemoveSpill();
-    } else if (why.ok()) {
-      round_->aggregator->Accept(static_cast<double>(state_->num_examples));
+    if (why.ok()) {
       state_->phase = Phase::kAccepted;
       state_->RemoveSpill();
     } else {
@@ -485,11 +483,19 @@ absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, con
     }
     return absl::OkStatus();
   };
-  const double weight = static_cast<double>(num_examples);
-  if (dp_global == nullptr) {
-    return for_each_piece(
-        [&](int64_t first, std::span<float> v) { aggregator.Fold(first, v, weight); });
-  }
+  absl::StatusOr<std::unique_ptr<aggregation::UpdateSink>> sink =
+      aggregator.BeginUpdate(static_cast<double>(num_examples));
+  if (!sink.ok()) return sink.status();
+  absl::Status written;  // the first write that failed
+  auto write = [&](int64_t first, std::span<const float> v) {
+    if (written.ok()) written = (*sink)->Write(first, v);
+  };
+  auto accept = [&](absl::Status read) {
+    if (!read.ok()) return read;
+    if (!written.ok()) return written;
+    return (*sink)->Accept();
+  };
+  if (dp_global == nullptr) return accept(for_each_piece(write));
   std::span<const float> g = dp_global->data();
   double sum_sq = 0;
   absl::Status measured = for_each_piece([&](int64_t first, std::span<float> v) {
@@ -501,15 +507,15 @@ absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, con
   if (!measured.ok()) return measured;
   const double norm = std::sqrt(sum_sq);
   const double scale = norm > dp_clip_norm ? dp_clip_norm / norm : 1.0;
-  return for_each_piece([&](int64_t first, std::span<float> v) {
+  return accept(for_each_piece([&](int64_t first, std::span<float> v) {
     if (scale < 1.0) {
       for (size_t i = 0; i < v.size(); ++i) {
         const double gi = g[first + i];
         v[i] = static_cast<float>(gi + (static_cast<double>(v[i]) - gi) * scale);
       }
     }
-    aggregator.Fold(first, v, weight);
-  });
+    write(first, v);
+  }));
 }
 
 }  // namespace fl::server::internal

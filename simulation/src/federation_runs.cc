@@ -90,7 +90,8 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   if (absl::Status s = MakeDirectories(engine_options.spill_dir); !s.ok()) return s;
   const int32_t n = options.num_clients;
   absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
-      aggregation::MakeStrategy(options.strategy, [n] { return int64_t{n}; });
+      aggregation::MakeStrategy(options.strategy, [n] { return int64_t{n}; },
+                                aggregation::MakeFileSpill(engine_options.spill_dir));
   if (!strategy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
   }

@@ -70,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeCentralDp(Strategy& inner, Central
         "': the noise must be added to the mean before a server optimizer steps on it, which "
         "this wrapper (noise on the inner strategy's result) does not do; use fedavg or fedprox"));
   }
+  if (absl::Status s = inner.CheckPlan({.central_dp = true}); !s.ok()) return s;
   if (absl::StatusOr<double> s = CentralNoiseStddev(options.noise_multiplier, options.clip_norm);
       !s.ok()) {
     return s.status();

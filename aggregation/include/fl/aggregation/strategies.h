@@ -7,6 +7,8 @@
 //   "scaffold" SCAFFOLD's control variates, carried in the model (scaffold.h).
 //   "fedavgm", "fedadagrad", "fedadam", "fedyogi"
 //              a server optimizer applied to the mean's change (server_optimizers.h).
+//   "fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan"
+//              robust aggregation over the updates kept apart (robust.h).
 #ifndef FL_AGGREGATION_STRATEGIES_H_
 #define FL_AGGREGATION_STRATEGIES_H_
 
@@ -18,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fl/aggregation/spill.h"
 #include "fl/aggregation/strategy.h"
 
 namespace fl::aggregation {
@@ -43,6 +46,12 @@ struct StrategyOptions {
   double beta_1 = 0.9;
   double beta_2 = 0.99;
   double tau = 1e-3;
+  // Robust aggregation (robust.h): the trimmed mean's cut at each end, the number of attacking
+  // sites f that Krum, Multi-Krum and Bulyan withstand, and the models Multi-Krum averages (0:
+  // K - f).
+  double trim_beta = 0.2;
+  int32_t num_malicious = 0;
+  int32_t num_to_keep = 0;
 
   // OK, or INVALID_ARGUMENT naming the value and its bound, e.g. "proximal_mu must be > 0 for
   // strategy 'fedprox', got 0".
@@ -62,10 +71,12 @@ double EffectiveServerLearningRate(const StrategyOptions& options);
 const char* StrategyNames();
 
 // The strategy `options` names. `enrolled_clients` gives SCAFFOLD's N when num_parties is 0 (it
-// is asked at the start of every round; may be empty, see ScaffoldOptions::num_parties).
-// INVALID_ARGUMENT when Validate fails or the name is unknown.
+// is asked at the start of every round; may be empty, see ScaffoldOptions::num_parties). `spill`
+// keeps the updates of a robust strategy apart (null: files in the system's temporary
+// directory). INVALID_ARGUMENT when Validate fails or the name is unknown.
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
-    const StrategyOptions& options, std::function<int64_t()> enrolled_clients = {});
+    const StrategyOptions& options, std::function<int64_t()> enrolled_clients = {},
+    std::shared_ptr<SpillSpace> spill = nullptr);
 
 }  // namespace fl::aggregation
 

@@ -20,11 +20,38 @@
 
 namespace fl::aggregation {
 
-// The aggregation state of one round. Fold and Accept are thread-safe (clients upload at once);
-// Finish is called once, after every fold has returned.
+// One client's update on its way into a round's aggregation: its parameters written piece by
+// piece (each piece once), then Accept counts it. An update dropped before Accept was written in
+// vain: a streaming aggregator has folded its pieces already (the round is spoiled, the engine
+// fails it), one that keeps updates apart forgets it.
+class UpdateSink {
+ public:
+  virtual ~UpdateSink() = default;
+  // Parameters [offset, offset + size) of the update. An error (the spill could not be written)
+  // names what failed.
+  virtual absl::Status Write(int64_t offset, std::span<const float> values) = 0;
+  // The update is whole: it counts in the round with the weight BeginUpdate was given.
+  virtual absl::Status Accept() = 0;
+};
+
+// What a run is about to do, for a strategy to refuse what cannot work with it (Strategy::
+// CheckPlan): a run's settings, not a round's.
+struct RunPlan {
+  int32_t min_updates = 1;          // the fewest accepted updates a round commits with
+  bool secure_aggregation = false;  // the server sees only the sum of the updates
+  bool central_dp = false;          // the server clips the updates and noises their mean
+};
+
+// The aggregation state of one round. Fold, Accept and BeginUpdate are thread-safe (clients
+// upload at once); Finish is called once, after every fold has returned.
 class RoundAggregator {
  public:
   virtual ~RoundAggregator() = default;
+  // A sink for one whole update of `weight`. The default folds each piece at once (Fold) and
+  // accepts with Accept; an aggregator that needs every update apart (a robust one) keeps it.
+  virtual absl::StatusOr<std::unique_ptr<UpdateSink>> BeginUpdate(double weight);
+  // Whether an update dropped half-written leaves the round as it was (see UpdateSink).
+  virtual bool keeps_updates_apart() const { return false; }
   // Adds `values` (parameters [offset, offset + size) of one client's model) with `weight`.
   virtual void Fold(int64_t offset, std::span<const float> values, double weight) = 0;
   // Counts one whole, accepted update of `weight` in the denominator.
@@ -48,6 +75,10 @@ class Strategy {
   // variates beside the weights); INVALID_ARGUMENT saying what does not fit. The server asks
   // before its run starts.
   virtual absl::Status CheckModel(const ModelSpec& spec) const { return absl::OkStatus(); }
+  // Whether this strategy can run as `plan` says (a robust strategy needs the updates apart and
+  // enough of them); INVALID_ARGUMENT with the reason and what to change. Asked before a run
+  // starts or resumes.
+  virtual absl::Status CheckPlan(const RunPlan& plan) const { return absl::OkStatus(); }
   // Starts aggregating a round whose global model is `global`, which outlives the aggregator's
   // Finish (the engine keeps a round's global model until its commit).
   virtual std::unique_ptr<RoundAggregator> BeginRound(const Model& global) = 0;
