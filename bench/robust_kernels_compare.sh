@@ -44,15 +44,16 @@ value() {  # value <file> <kernel> <key>
 echo
 echo "$SITES updates x $PARAMS float32 parameters; medians of $REPEATS (ours), ${FLOWER_REPEATS:-3} (Flower)"
 echo
-echo "| kernel | Flower 1.42 numpy (s) | ours, $(nproc) threads (s) | speed-up | ours, 1 thread (s) | speed-up | max abs diff |"
-echo "|---|---|---|---|---|---|---|"
+echo "| kernel | Flower 1.42 numpy (s) | ours, $(nproc) threads (s) | speed-up | ours, 1 thread (s) | speed-up | max abs diff | parameters differing > 1e-5 |"
+echo "|---|---|---|---|---|---|---|---|"
 for k in median trimmed_avg krum bulyan; do
   f=$(value "$WORK/flower.txt" "$k" seconds)
   o=$(value "$WORK/ours.txt" "$k" seconds)
   o1=$(value "$WORK/ours1.txt" "$k" seconds)
   d=$(value "$WORK/flower.txt" "$k" max_abs_diff)
-  awk -v k="$k" -v f="$f" -v o="$o" -v o1="$o1" -v d="$d" \
-    'BEGIN { printf "| %s | %.3f | %.3f | %.1fx | %.3f | %.1fx | %s |\n", k, f, o, f / o, o1, f / o1, d }'
+  n=$(value "$WORK/flower.txt" "$k" differing)
+  awk -v k="$k" -v f="$f" -v o="$o" -v o1="$o1" -v d="$d" -v n="$n" \
+    'BEGIN { printf "| %s | %.3f | %.3f | %.1fx | %.3f | %.1fx | %s | %s |\n", k, f, o, f / o, o1, f / o1, d, n }'
 done
 rm -f "$WORK/updates.f32"
 
@@ -60,12 +61,13 @@ if [[ "$MEM_SITES" -gt 0 ]]; then
   echo
   echo "One round through the real spill: $MEM_SITES updates x $PARAMS parameters (f = MEM_SITES / 5 - 1)"
   echo
-  echo "| strategy | model (MiB) | peak RSS (MiB) | peak / model | write (s) | finish (s) |"
-  echo "|---|---|---|---|---|---|"
+  echo "| strategy | model (MiB) | peak RSS (MiB) | peak / model | heap peak / model | mapped spill peak (MiB) | write (s) | finish (s) |"
+  echo "|---|---|---|---|---|---|---|---|"
   for s in fedmedian fedtrimmedavg krum multikrum bulyan; do
     line=$("$bin" --memory "$s" --spill "$WORK/spill" --sites "$MEM_SITES" --params "$PARAMS" |
            grep RESULT)
     get() { echo "$line" | sed -E "s/.* $1=([^ ]+).*/\1/"; }
-    echo "| $s | $(get model_mib) | $(get peak_mib) | $(get peak_over_model)x | $(get write_s) | $(get finish_s) |"
+    echo "| $s | $(get model_mib) | $(get peak_mib) | $(get peak_over_model)x |" \
+         "$(get peak_anon_over_model)x | $(get peak_mapped_file_mib) | $(get write_s) | $(get finish_s) |"
   done
 fi

@@ -140,6 +140,15 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
   cmd->add_option("--beta-2", sim.strategy.beta_2, "fedadam/yogi: beta_2")->capture_default_str();
   cmd->add_option("--tau", sim.strategy.tau, "fedadagrad/adam/yogi: adaptivity tau")
       ->capture_default_str();
+  cmd->add_option("--attack", sim.attack.kind,
+                  "Attacking sites: none, sign_flip, scale, gaussian, label_flip or alie")
+      ->check(CLI::IsMember({"none", "sign_flip", "scale", "gaussian", "label_flip", "alie"}))
+      ->capture_default_str();
+  cmd->add_option("--attack-fraction", sim.attack.fraction,
+                  "Share of the sites that attack, in [0, 1)")
+      ->capture_default_str();
+  cmd->add_option("--attack-scale", sim.attack.scale, "The attack's strength (0: its default)")
+      ->capture_default_str();
   cmd->add_option("--trim-beta", sim.strategy.trim_beta,
                   "fedtrimmedavg: fraction cut at each end, in [0, 0.5)")
       ->capture_default_str();

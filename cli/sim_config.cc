@@ -38,6 +38,10 @@ const std::vector<tk::TableSpec>& Tables() {
        "Secure aggregation (SecAgg+): the server learns only the sum of the sampled sites' "
        "changes. 0 for num_neighbors, threshold or quantization_bits: the default for each "
        "round's number of sites."},
+      {"attack",
+       "Attacking sites, to measure robust aggregation: a share of the sites (chosen by the "
+       "seed) poison their updates or their labels. Model-poisoning attacks need float32 "
+       "updates in the clear (no secure aggregation, no other update encoding, no MPI)."},
   };
   return *kTables;
 }
@@ -230,6 +234,20 @@ std::vector<Key> ModelAndSiteKeys() {
           "Chance that a site is there in a round, drawn per site and round; a "
           "sampled site that is not is dropped by the server's client timeout.",
           Range::kFraction, [](auto& c) -> auto& { return c.sim.heterogeneity.availability; }),
+      tk::StringKey<C>(
+          "attack", "kind",
+          "What attacking sites do: none, sign_flip, scale (model replacement), gaussian, "
+          "label_flip, alie (a little is enough).",
+          true, [](auto& c) -> auto& { return c.sim.attack.kind; },
+          {"none", "sign_flip", "scale", "gaussian", "label_flip", "alie"}),
+      tk::FloatKey<C>(
+          "attack", "fraction", "Share of the sites that attack (chosen by the seed), in [0, 1).",
+          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.sim.attack.fraction; }),
+      tk::FloatKey<C>(
+          "attack", "scale",
+          "The attack's strength: sign_flip's and scale's factor on the change, gaussian's "
+          "stddev; 0: its default (1, the number of sites, 1).",
+          Range::kNonNegative, [](auto& c) -> auto& { return c.sim.attack.scale; }),
   };
 }
 

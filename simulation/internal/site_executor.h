@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "client_sdk/internal/transport.h"
 #include "fl/client/trainer.h"
+#include "fl/simulation/attacks.h"
 
 namespace fl::simulation {
 
@@ -57,6 +58,12 @@ class SiteExecutor {
   virtual int Deliver(int32_t site) = 0;
   // Forgets what `site` recorded (it dropped out).
   virtual void Discard(int32_t site) = 0;
+  // Hands `poison` the float32 models that the wave's sites recorded to send (an attack rewrites
+  // them in place before they are delivered). UNIMPLEMENTED where the updates are not here (MPI).
+  using PoisonFn = std::function<void(std::vector<RoundUpdate>& updates)>;
+  virtual absl::Status Poison(const std::vector<SiteWork>& wave, const PoisonFn& poison) {
+    return absl::UnimplementedError("this site executor cannot simulate attacks");
+  }
   // The site is idle again: drops its SDK client unless `keep_client` (inside a
   // secure-aggregation round, its session), and its trainer unless trainers persist.
   virtual void Release(int32_t site, bool keep_client) = 0;

@@ -37,6 +37,7 @@
 #include "fl/client/trainer.h"
 #include "fl/server/engine.h"
 #include "fl/simulation/simulation.h"
+#include "fl/simulation/attacks.h"
 #include "simulation/internal/site_executor.h"
 
 namespace fl::simulation {
@@ -76,6 +77,9 @@ struct VirtualFederationOptions {
   TransportFactory make_transport;
   int64_t open_transports = 0;  // LocalSiteOptions::open_transports
   std::function<std::string(int32_t index)> site_id;
+  // Sites that attack (fl/simulation/attacks.h): AttackingSites(num_sites, fraction, seed) of
+  // them; their updates are rewritten between their training and their delivery.
+  AttackOptions attack;
 };
 
 struct VirtualFederationStats {

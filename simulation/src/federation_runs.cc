@@ -3,6 +3,7 @@
 // either), and the in-process run: the real store (SQLite under work_dir/server), strategy and
 // round engine in this process; no certificate, socket or serialization. The gRPC run is in
 // grpc_simulation.cc.
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -39,10 +40,18 @@ TrainerFactory TrainerFactoryFor(const SimulationOptions& options, const Simulat
   // Sites train at once on the pool: share the cores among the workers.
   const int cpu_threads =
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / WorkersFor(options));
-  return [&options, &data, cpu_threads](int32_t site) {
-    return client::MakeBuiltinTrainer(
-        data.arch, data.train->Subset(data.parts[static_cast<size_t>(site)]), client::Dataset{},
-        TrainerOptionsFor(options, site, cpu_threads));
+  // Label flipping poisons the attacking sites' own data.
+  auto flips = std::make_shared<std::vector<bool>>(
+      options.attack.enabled() && options.attack.kind == "label_flip"
+          ? AttackingSites(options.num_clients, options.attack.fraction, options.seed)
+          : std::vector<bool>());
+  return [&options, &data, cpu_threads, flips](int32_t site) {
+    client::Dataset mine = data.train->Subset(data.parts[static_cast<size_t>(site)]);
+    if (static_cast<size_t>(site) < flips->size() && (*flips)[static_cast<size_t>(site)]) {
+      FlipLabels(mine);
+    }
+    return client::MakeBuiltinTrainer(data.arch, std::move(mine), client::Dataset{},
+                                      TrainerOptionsFor(options, site, cpu_threads));
   };
 }
 
@@ -56,6 +65,16 @@ absl::Status DriveSites(const SimulationOptions& options, const SimulationData& 
   sites.persistent_trainers = options.strategy.name == "scaffold";
   sites.heterogeneity = options.heterogeneity;
   sites.seed = options.seed;
+  sites.attack = options.attack;
+  if (options.attack.enabled()) {
+    const std::vector<bool> attacking = AttackingSites(n, options.attack.fraction, options.seed);
+    SaySetup(callbacks,
+             absl::StrCat(std::count(attacking.begin(), attacking.end(), true), " of ", n,
+                          " sites attack (", options.attack.kind,
+                          options.attack.scale > 0 ? absl::StrCat(", scale ", options.attack.scale)
+                                                   : std::string(),
+                          ")"));
+  }
   SaySetup(callbacks, absl::StrCat("joining ", n, " virtual sites (", options.transport, ", ",
                                    WorkersFor(options), " workers",
                                    executor != nullptr ? " on each MPI rank" : "", ")"));
@@ -89,9 +108,9 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   engine_options.spill_dir = data_dir + "/spill";
   if (absl::Status s = MakeDirectories(engine_options.spill_dir); !s.ok()) return s;
   const int32_t n = options.num_clients;
-  absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
-      aggregation::MakeStrategy(options.strategy, [n] { return int64_t{n}; },
-                                aggregation::MakeFileSpill(engine_options.spill_dir));
+  absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy = aggregation::MakeStrategy(
+      options.strategy, [n] { return int64_t{n}; },
+      aggregation::MakeFileSpill(engine_options.spill_dir));
   if (!strategy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
   }

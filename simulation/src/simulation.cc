@@ -35,6 +35,16 @@ absl::StatusOr<internal::SimulationData> internal::PrepareSimulation(
   absl::StatusOr<client::ModelKind> kind = client::ParseModelKind(options.model);
   if (!kind.ok()) return kind.status();
   if (absl::Status s = options.strategy.Validate(); !s.ok()) return s;
+  if (absl::Status s = options.attack.Validate(); !s.ok()) return s;
+  if (options.attack.poisons_updates() &&
+      (options.secure_aggregation.enabled || options.update_encoding != "float32" || options.mpi)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attack '", options.attack.kind,
+        "' rewrites float32 updates in the clear between training and delivery: not with secure "
+        "aggregation, update_encoding '",
+        options.update_encoding,
+        "' or MPI; use float32 updates in one process (label_flip works with any)"));
+  }
   if (options.transport != "inproc" && options.transport != "grpc") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown transport '", options.transport, "'; choose inproc or grpc"));

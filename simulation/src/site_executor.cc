@@ -31,7 +31,9 @@ class RecordingTransport final : public client::Transport {
   }
   absl::StatusOr<std::shared_ptr<const Model>> Download(const client::ClientTask& task,
                                                         const ModelSpec& spec) override {
-    return inner_->Download(task, spec);
+    absl::StatusOr<std::shared_ptr<const Model>> model = inner_->Download(task, spec);
+    if (model.ok()) downloaded_ = *model;
+    return model;
   }
   absl::Status SubmitUpdate(const client::UpdateHeader& header,
                             const client::ChunkSource& next_chunk) override {
@@ -43,6 +45,11 @@ class RecordingTransport final : public client::Transport {
       offset += static_cast<int64_t>(bytes.size());
     }
     bytes_up_ += header.payload_bytes;
+    if (header.encoding == client::UpdateHeader::Encoding::kFloat32 && downloaded_ != nullptr &&
+        header.payload_bytes == downloaded_->NumBytes()) {
+      update_ = payload;
+      update_global_ = downloaded_;
+    }
     recorded_.push_back([this, header, payload] {
       return inner_->SubmitUpdate(header, [&](int64_t offset) {
         const int64_t n = std::min<int64_t>(kMaxChunkBytes, header.payload_bytes - offset);
@@ -85,13 +92,35 @@ class RecordingTransport final : public client::Transport {
       }
     }
     recorded_.clear();
+    ForgetUpdate();
     return refused;
   }
-  void Discard() { recorded_.clear(); }
+  void Discard() {
+    recorded_.clear();
+    ForgetUpdate();
+  }
   int64_t TakeBytesUp() { return std::exchange(bytes_up_, 0); }
+
+  // The float32 model this site recorded to send since the last delivery (writable: an attack
+  // rewrites it before it goes), and the global model it trained from; empty when there is none.
+  std::span<float> RecordedModel() {
+    if (update_ == nullptr) return {};
+    return std::span<float>(reinterpret_cast<float*>(update_->data()),
+                            update_->size() / sizeof(float));
+  }
+  std::span<const float> RecordedGlobal() const {
+    return update_global_ != nullptr ? update_global_->data() : std::span<const float>();
+  }
+  void ForgetUpdate() {
+    update_.reset();
+    update_global_.reset();
+  }
 
  private:
   std::shared_ptr<client::Transport> inner_;
+  std::shared_ptr<const Model> downloaded_;  // the last model downloaded
+  std::shared_ptr<std::vector<std::byte>> update_;
+  std::shared_ptr<const Model> update_global_;
   std::vector<std::function<absl::Status()>> recorded_;
   int64_t bytes_up_ = 0;
 };
@@ -157,6 +186,20 @@ class LocalSiteExecutor final : public SiteExecutor {
   void Discard(int32_t site) override {
     auto it = active_.find(site);
     if (it != active_.end() && it->second.transport != nullptr) it->second.transport->Discard();
+  }
+
+  absl::Status Poison(const std::vector<SiteWork>& wave, const PoisonFn& poison) override {
+    std::vector<RoundUpdate> updates;
+    for (const SiteWork& w : wave) {
+      auto it = active_.find(w.site);
+      if (it == active_.end() || it->second.transport == nullptr) continue;
+      std::span<float> model = it->second.transport->RecordedModel();
+      if (model.empty()) continue;
+      updates.push_back(
+          {.site = w.site, .model = model, .global = it->second.transport->RecordedGlobal()});
+    }
+    poison(updates);
+    return absl::OkStatus();
   }
 
   void Release(int32_t site, bool keep_client) override {

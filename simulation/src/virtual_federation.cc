@@ -81,7 +81,16 @@ absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
                      het.slow_fraction, "), dropout_fraction in [0, 1) (got ", het.dropout_fraction,
                      "), availability in (0, 1] (got ", het.availability, ")"));
   }
+  if (absl::Status s = options.attack.Validate(); !s.ok()) return s;
   const int32_t n = options.num_sites;
+  const std::vector<bool> attacking =
+      AttackingSites(n, options.attack.enabled() ? options.attack.fraction : 0, options.seed);
+  if (options.attack.poisons_updates()) {
+    if (absl::Status s = executor.Poison({}, [](std::vector<RoundUpdate>&) {}); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attack '", options.attack.kind, "' cannot be simulated: ", s.message()));
+    }
+  }
   VirtualFederationStats stats;
   const absl::Time sim_start = clock.Now();
 
@@ -130,6 +139,15 @@ absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
   auto RunWave = [&](std::vector<SiteWork>& wave) {
     executor.Run(wave);
     stats.tasks += static_cast<int64_t>(wave.size());
+    if (options.attack.poisons_updates()) {
+      // The attackers rewrite what they trained before it reaches the engine.
+      const uint64_t round_seed =
+          options.seed * 1000003ull + static_cast<uint64_t>(engine.committed_round() + 1);
+      (void)executor.Poison(wave, [&](std::vector<RoundUpdate>& updates) {
+        for (RoundUpdate& u : updates) u.attacking = attacking[static_cast<size_t>(u.site)];
+        PoisonUpdates(options.attack, n, round_seed, updates);
+      });
+    }
     const absl::Time now = clock.Now();
     for (SiteWork& w : wave) {
       if (!w.error.ok()) continue;

@@ -29,6 +29,7 @@
 #include "fl/aggregation/strategies.h"
 #include "fl/client/dataset.h"
 #include "fl/server/engine.h"
+#include "fl/simulation/attacks.h"
 #include "fl/simulation/partition.h"
 #include "fl/simulation/synthetic.h"
 
@@ -118,6 +119,10 @@ struct SimulationOptions {
   // must be on a file system every rank sees. Needs a build with MPI.
   bool mpi = false;
   absl::Duration round_timeout = absl::Minutes(5);
+  // Sites that attack (attacks.h): a fraction of them, chosen by the seed, poison their updates
+  // or their labels. Needs float32 updates in the clear: not with secure aggregation, another
+  // update encoding, or MPI.
+  AttackOptions attack;
 };
 
 // One round attempt as the simulation reports it.
