@@ -29,6 +29,7 @@ ROUNDS="${ROUNDS:-20}"
 SITES="${SITES:-20}"
 EXTRA="${EXTRA:-}"
 WORK="${WORK:-$(mktemp -d /tmp/defence_bench.XXXXXX)}"
+mkdir -p "$WORK"
 echo "fl: $fl; $SITES sites, $ROUNDS rounds, $(nproc) CPUs; runs in $WORK" >&2
 
 # accuracy <attack> <fraction> <strategy>: the final test accuracy (%), or "refused".

@@ -161,7 +161,8 @@ int Memory(const std::string& name, const std::string& spill, int sites, int64_t
   uint64_t x = 88172645463325252ull;
   const absl::Time t0 = absl::Now();
   for (int k = 0; k < sites; ++k) {
-    absl::StatusOr<std::unique_ptr<fl::aggregation::UpdateSink>> sink = agg->BeginUpdate(1.0);
+    absl::StatusOr<std::unique_ptr<fl::aggregation::UpdateSink>> sink =
+        agg->BeginUpdate({.weight = 1.0});
     if (!sink.ok()) {
       std::fprintf(stderr, "%s\n", sink.status().ToString().c_str());
       return 1;

@@ -221,6 +221,8 @@ constexpr std::pair<const char*, const char*> kRunFlagKeys[] = {
     {"--trim-beta", "strategy.trim_beta"},
     {"--num-malicious", "strategy.num_malicious"},
     {"--num-to-keep", "strategy.num_to_keep"},
+    {"--q", "strategy.q"},
+    {"--qffl-lr", "strategy.qffl_learning_rate"},
     {"--dp-mode", "privacy.mode"},
     {"--dp-noise-multiplier", "privacy.noise_multiplier"},
     {"--dp-clip-norm", "privacy.clip_norm"},
@@ -499,7 +501,8 @@ int main(int argc, char** argv) {
   server_cmd
       ->add_option("--strategy", server_strategy.name,
                    "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, "
-                   "fedmedian, fedtrimmedavg, krum, multikrum or bulyan")
+                   "fedmedian, fedtrimmedavg, krum, multikrum, bulyan, qfedavg (fltrust: fl sim "
+                   "only)")
       ->capture_default_str();
   server_cmd->add_option("--proximal-mu", server_strategy.proximal_mu, "FedProx: mu (> 0)")
       ->capture_default_str();
@@ -535,6 +538,12 @@ int main(int argc, char** argv) {
   server_cmd
       ->add_option("--num-to-keep", server_strategy.num_to_keep,
                    "multikrum: models averaged (0: updates - f)")
+      ->capture_default_str();
+  server_cmd->add_option("--q", server_strategy.q, "qfedavg: fairness exponent q (>= 0)")
+      ->capture_default_str();
+  server_cmd
+      ->add_option("--qffl-lr", server_strategy.qffl_learning_rate,
+                   "qfedavg: 1 / its Lipschitz estimate (the clients' learning rate)")
       ->capture_default_str();
   server_cmd
       ->add_option("--num-parties", server_strategy.num_parties,

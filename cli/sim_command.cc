@@ -121,7 +121,7 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
   cmd->add_option("--hidden", sim.hidden, "mlp: hidden layer widths")->capture_default_str();
   cmd->add_option("--strategy", sim.strategy.name,
                   "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, "
-                  "fedmedian, fedtrimmedavg, krum, multikrum or bulyan")
+                  "fedmedian, fedtrimmedavg, krum, multikrum, bulyan, fltrust or qfedavg")
       ->capture_default_str();
   cmd->add_option("--proximal-mu", sim.strategy.proximal_mu, "FedProx: mu (> 0)")
       ->capture_default_str();
@@ -157,6 +157,14 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
       ->capture_default_str();
   cmd->add_option("--num-to-keep", sim.strategy.num_to_keep,
                   "multikrum: models averaged (0: updates - f)")
+      ->capture_default_str();
+  cmd->add_option("--root-examples", sim.strategy.root_examples,
+                  "fltrust: training rows the server keeps as its root dataset")
+      ->capture_default_str();
+  cmd->add_option("--q", sim.strategy.q, "qfedavg: fairness exponent q (>= 0)")
+      ->capture_default_str();
+  cmd->add_option("--qffl-lr", sim.strategy.qffl_learning_rate,
+                  "qfedavg: 1 / its Lipschitz estimate (the clients' learning rate)")
       ->capture_default_str();
   cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--update-encoding", sim.update_encoding,

@@ -264,6 +264,10 @@ const std::vector<Key>& Keys() {
     append(ModelAndSiteKeys());
     append(server::config_keys::FitKeys<C>([](auto& c) -> auto& { return c.sim.fit; }));
     append(server::config_keys::StrategyKeys<C>([](auto& c) -> auto& { return c.sim.strategy; }));
+    append({tk::IntKey<C, int32_t>(
+        "strategy", "root_examples",
+        "fltrust: the training rows (drawn by the seed) the server keeps as its root dataset.", 1,
+        [](auto& c) -> auto& { return c.sim.strategy.root_examples; })});
     append(server::config_keys::PrivacyKeys<C>(
         [](auto& c) -> auto& { return c.sim.privacy; },
         [](auto& c) -> auto& { return c.sim.secure_aggregation; }));

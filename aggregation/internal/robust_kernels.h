@@ -26,7 +26,8 @@ using ReleaseFn = std::function<void(int64_t first, int64_t count)>;
 // How many threads the kernels use: n > 0, or 0 for every core (the default). For benchmarks.
 void SetKernelThreads(int n);
 
-// Parameters per column block: 16 Ki floats, a multiple of a page of floats.
+// Parameters per column block: 16 Ki floats, a multiple of a page of floats. (The coordinate-wise
+// kernels sort runs of 512 of a block at a time.)
 inline constexpr int64_t kColumnBlock = 16384;
 
 // out[j] = the median of rows[*][j] (the mean of the two middle values when K is even, as
@@ -57,6 +58,17 @@ std::vector<int> BulyanSelect(const std::vector<double>& d2, int k, int f);
 void WeightedMeanOfRows(const Rows& rows, const std::vector<int>& pick,
                         const std::vector<double>& weights, std::span<float> out,
                         const ReleaseFn& release = {});
+
+// FLTrust's statistics of each row's change from `base`: dots[i] = (row_i - base) . direction,
+// norms_sq[i] = ||row_i - base||^2, in float64.
+void ChangeDotsAndNorms(const Rows& rows, std::span<const float> base,
+                        std::span<const float> direction, std::vector<double>& dots,
+                        std::vector<double>& norms_sq, const ReleaseFn& release = {});
+
+// out[j] = base[j] + sum_i coeffs[i] (rows[i][j] - base[j]).
+void AddScaledChanges(const Rows& rows, const std::vector<double>& coeffs,
+                      std::span<const float> base, std::span<float> out,
+                      const ReleaseFn& release = {});
 
 // Bulyan's second step: out[j] = the mean of the `beta` values of rows[pick][j] closest to
 // their median (ties: the lower value first).

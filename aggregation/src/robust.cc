@@ -2,105 +2,45 @@
 
 #include <algorithm>
 #include <cmath>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "aggregation/internal/kept_updates.h"
 #include "aggregation/internal/robust_kernels.h"
 
 namespace fl::aggregation {
 namespace {
 
+using internal::ReleaseFn;
 using internal::Rows;
 
-struct Kept {
-  std::unique_ptr<SpillFile> file;
-  double weight = 0;
-};
-
-class RobustAggregator;
-
-// Writes one update into its own spill file; Accept hands the file to the round.
-class SpillSink final : public UpdateSink {
- public:
-  SpillSink(RobustAggregator& round, std::unique_ptr<SpillFile> file, double weight)
-      : round_(round), file_(std::move(file)), weight_(weight) {}
-  absl::Status Write(int64_t offset, std::span<const float> values) override {
-    return file_->Write(offset, values);
-  }
-  absl::Status Accept() override;
-
- private:
-  RobustAggregator& round_;
-  std::unique_ptr<SpillFile> file_;
-  double weight_;
-};
-
-class RobustAggregator final : public RoundAggregator {
+class RobustAggregator final : public internal::KeptUpdatesRound {
  public:
   RobustAggregator(const RobustOptions& options, std::shared_ptr<SpillSpace> spill, ModelSpec spec)
-      : options_(options), spill_(std::move(spill)), spec_(std::move(spec)) {}
+      : KeptUpdatesRound(options.name, std::move(spill), std::move(spec)), options_(options) {}
 
-  absl::StatusOr<std::unique_ptr<UpdateSink>> BeginUpdate(double weight) override {
-    absl::StatusOr<std::unique_ptr<SpillFile>> file = spill_->Create(spec_.NumFloats());
-    if (!file.ok()) return file.status();
-    return std::make_unique<SpillSink>(*this, *std::move(file), weight);
-  }
-  bool keeps_updates_apart() const override { return true; }
-
-  // Robust statistics need each update whole and apart: pieces folded without BeginUpdate
-  // cannot be told apart, and fail the round.
-  void Fold(int64_t, std::span<const float>, double) override { MarkMisused(); }
-  void Accept(double) override { MarkMisused(); }
-
-  int num_accepted() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return static_cast<int>(kept_.size());
-  }
-
-  void Keep(std::unique_ptr<SpillFile> file, double weight) {
-    std::lock_guard<std::mutex> lock(mu_);
-    kept_.push_back({std::move(file), weight});
-  }
-
-  absl::StatusOr<Model> Finish() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (misused_) {
-      return absl::InternalError(absl::StrCat("strategy '", options_.name,
-                                              "' was given pieces of updates not kept apart"));
-    }
-    const int k = static_cast<int>(kept_.size());
-    if (k == 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(options_.name, ": no update was accepted in this round"));
-    }
+ protected:
+  absl::Status CheckCount(int k) const override {
     if (const int32_t need = MinRobustUpdates(options_); k < need) {
       return absl::FailedPreconditionError(
           absl::StrCat(options_.name, " with num_malicious = ", options_.num_malicious,
                        " needs at least ", need, " updates in a round, and this one accepted ", k));
     }
-    Rows rows;
-    std::vector<double> weights;
-    for (Kept& kept : kept_) {
-      absl::StatusOr<std::span<const float>> row = kept.file->Map();
-      if (!row.ok()) return row.status();
-      rows.push_back(*row);
-      weights.push_back(kept.weight);
-    }
-    // Each block of every update leaves the server's memory once read.
-    internal::ReleaseFn release = [this](int64_t first, int64_t count) {
-      for (Kept& kept : kept_) kept.file->Release(first, count);
-    };
-    Model out(spec_);
-    std::span<float> data = out.data();
+    return absl::OkStatus();
+  }
+
+  absl::Status Combine(const Rows& rows, const std::vector<double>& weights,
+                       const ReleaseFn& release, std::span<float> out) override {
+    const int k = static_cast<int>(rows.size());
     const std::string& name = options_.name;
     const int f = options_.num_malicious;
     if (name == "fedmedian") {
-      internal::CoordinateMedian(rows, data, release);
+      internal::CoordinateMedian(rows, out, release);
     } else if (name == "fedtrimmedavg") {
-      internal::TrimmedMean(rows, TrimCount(k), data, release);
+      const int cut = static_cast<int>(std::floor(options_.trim_beta * static_cast<double>(k)));
+      internal::TrimmedMean(rows, cut, out, release);
     } else if (name == "krum" || name == "multikrum") {
       const std::vector<double> d2 = internal::SquaredDistances(rows, release);
       std::vector<int> all(static_cast<size_t>(k));
@@ -108,44 +48,19 @@ class RobustAggregator final : public RoundAggregator {
       const int m = name == "krum" ? 1 : (options_.num_to_keep > 0 ? options_.num_to_keep : k - f);
       internal::WeightedMeanOfRows(
           rows, internal::KrumSelect(d2, k, std::move(all), f, m),
-          name == "krum" ? std::vector<double>(static_cast<size_t>(k), 1.0) : weights, data,
+          name == "krum" ? std::vector<double>(static_cast<size_t>(k), 1.0) : weights, out,
           release);
     } else {  // bulyan
       const std::vector<double> d2 = internal::SquaredDistances(rows, release);
-      internal::MeanClosestToMedian(rows, internal::BulyanSelect(d2, k, f), k - 4 * f, data,
+      internal::MeanClosestToMedian(rows, internal::BulyanSelect(d2, k, f), k - 4 * f, out,
                                     release);
     }
-    for (size_t i = 0; i < data.size(); ++i) {
-      if (!std::isfinite(data[i])) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            name, ": the aggregate is not finite at parameter ", i, " (", data[i], ")"));
-      }
-    }
-    return out;
+    return absl::OkStatus();
   }
 
  private:
-  int TrimCount(int k) const {
-    return static_cast<int>(std::floor(options_.trim_beta * static_cast<double>(k)));
-  }
-  void MarkMisused() {
-    std::lock_guard<std::mutex> lock(mu_);
-    misused_ = true;
-  }
-
   const RobustOptions options_;
-  const std::shared_ptr<SpillSpace> spill_;
-  const ModelSpec spec_;
-  mutable std::mutex mu_;
-  std::vector<Kept> kept_;  // guarded by mu_
-  bool misused_ = false;    // guarded by mu_
 };
-
-absl::Status SpillSink::Accept() {
-  if (file_ == nullptr) return absl::FailedPreconditionError("update accepted twice");
-  round_.Keep(std::move(file_), weight_);
-  return absl::OkStatus();
-}
 
 class RobustStrategy final : public Strategy {
  public:
@@ -174,14 +89,6 @@ class RobustStrategy final : public Strategy {
                : std::string()),
           " needs at least ", need, " updates in every round, and min_fit_clients is ",
           plan.min_updates, "; raise min_fit_clients to ", need, " or lower num_malicious"));
-    }
-    if (options_.name == "fedtrimmedavg" &&
-        std::floor(options_.trim_beta * plan.min_updates) * 2 >= plan.min_updates) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("fedtrimmedavg with trim_beta = ", options_.trim_beta,
-                       " trims every value of a round "
-                       "of ",
-                       plan.min_updates, " updates; lower trim_beta below 0.5"));
     }
     return absl::OkStatus();
   }

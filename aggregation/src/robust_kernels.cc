@@ -180,7 +180,13 @@ void TrimmedMean(const Rows& rows, int cut, std::span<float> out, const ReleaseF
 std::vector<double> SquaredDistances(const Rows& rows, const ReleaseFn& release) {
   const size_t k = rows.size();
   const int64_t total = k == 0 ? 0 : static_cast<int64_t>(rows[0].size());
-  const int workers = Workers((total + kColumnBlock - 1) / kColumnBlock);
+  // Each worker sums into a K x K matrix of its own: no more workers than leave those matrices
+  // together below the rows' size (K = 100 on 64 cores is 5 MiB; K = 2000 would be 2 GiB).
+  const int64_t matrix_bytes = static_cast<int64_t>(k * k * sizeof(double));
+  const int64_t row_bytes = total * static_cast<int64_t>(sizeof(float));
+  const int workers = static_cast<int>(
+      std::min<int64_t>(Workers((total + kColumnBlock - 1) / kColumnBlock),
+                        std::max<int64_t>(1, row_bytes / std::max<int64_t>(1, matrix_bytes))));
   std::vector<std::vector<double>> partial(static_cast<size_t>(workers),
                                            std::vector<double>(k * k, 0.0));
   ForEachBlock(total, workers, release, [&](int worker, int64_t first, int64_t count) {
@@ -267,6 +273,63 @@ void WeightedMeanOfRows(const Rows& rows, const std::vector<int>& pick,
     for (int64_t j = 0; j < count; ++j) {
       out[static_cast<size_t>(first + j)] =
           static_cast<float>(sum[static_cast<size_t>(j)] / total_weight);
+    }
+  });
+}
+
+void ChangeDotsAndNorms(const Rows& rows, std::span<const float> base,
+                        std::span<const float> direction, std::vector<double>& dots,
+                        std::vector<double>& norms_sq, const ReleaseFn& release) {
+  const size_t k = rows.size();
+  const int64_t total = static_cast<int64_t>(base.size());
+  const int workers = Workers((total + kColumnBlock - 1) / kColumnBlock);
+  // Per worker: K dots then K norms.
+  std::vector<std::vector<double>> partial(static_cast<size_t>(workers),
+                                           std::vector<double>(2 * k, 0.0));
+  ForEachBlock(total, workers, release, [&](int worker, int64_t first, int64_t count) {
+    std::vector<double>& p = partial[static_cast<size_t>(worker)];
+    const float* x = base.data() + first;
+    const float* g = direction.data() + first;
+    for (size_t i = 0; i < k; ++i) {
+      const float* r = rows[i].data() + first;
+      double dot = 0, norm = 0;
+      for (int64_t j = 0; j < count; ++j) {
+        const double d = static_cast<double>(r[j]) - x[j];
+        dot += d * g[j];
+        norm += d * d;
+      }
+      p[i] += dot;
+      p[k + i] += norm;
+    }
+  });
+  dots.assign(k, 0.0);
+  norms_sq.assign(k, 0.0);
+  for (const std::vector<double>& p : partial) {
+    for (size_t i = 0; i < k; ++i) {
+      dots[i] += p[i];
+      norms_sq[i] += p[k + i];
+    }
+  }
+}
+
+void AddScaledChanges(const Rows& rows, const std::vector<double>& coeffs,
+                      std::span<const float> base, std::span<float> out, const ReleaseFn& release) {
+  const int64_t total = static_cast<int64_t>(out.size());
+  const int workers = Workers((total + kColumnBlock - 1) / kColumnBlock);
+  std::vector<std::vector<double>> sums(static_cast<size_t>(workers));
+  ForEachBlock(total, workers, release, [&](int worker, int64_t first, int64_t count) {
+    std::vector<double>& sum = sums[static_cast<size_t>(worker)];
+    sum.assign(static_cast<size_t>(count), 0.0);
+    const float* x = base.data() + first;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (coeffs[i] == 0) continue;
+      const float* r = rows[i].data() + first;
+      for (int64_t j = 0; j < count; ++j) {
+        sum[static_cast<size_t>(j)] += coeffs[i] * (static_cast<double>(r[j]) - x[j]);
+      }
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      out[static_cast<size_t>(first + j)] = static_cast<float>(x[j] + sum[static_cast<size_t>(j)]);
     }
   });
 }

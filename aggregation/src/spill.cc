@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -80,18 +81,28 @@ class FileSpillFile final : public SpillFile {
   void* map_ = nullptr;
 };
 
+// Raises this process's soft limit of open files to its hard limit; false when it was there.
+bool RaiseOpenFileLimit() {
+  struct rlimit limit {};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return false;
+  limit.rlim_cur = limit.rlim_max;
+  return ::setrlimit(RLIMIT_NOFILE, &limit) == 0;
+}
+
 class FileSpill final : public SpillSpace {
  public:
   explicit FileSpill(std::string dir) : dir_(std::move(dir)) {}
 
   absl::StatusOr<std::unique_ptr<SpillFile>> Create(int64_t num_floats) override {
     if (num_floats < 0) return absl::InvalidArgumentError("a spill file of negative size");
-    int fd = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-      // A file system without O_TMPFILE: a named file, unlinked at once.
-      std::string name = dir_ + "/update-XXXXXX";
-      fd = ::mkostemp(name.data(), O_CLOEXEC);
-      if (fd >= 0) ::unlink(name.c_str());
+    int fd = Open();
+    if (fd < 0 && errno == EMFILE && RaiseOpenFileLimit()) fd = Open();
+    if (fd < 0 && errno == EMFILE) {
+      // Each kept update holds a file open until its round finishes.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "cannot keep one more update apart in ", dir_,
+          ": the process has as many files open as it may (ulimit -n); raise the limit or "
+          "sample fewer sites per round"));
     }
     if (fd < 0) {
       return absl::InternalError(absl::StrCat("cannot create a spill file in ", dir_, ": ",
@@ -104,9 +115,13 @@ class FileSpill final : public SpillSpace {
       if (err == EOPNOTSUPP || err == EINVAL) err = ::ftruncate(fd, bytes) == 0 ? 0 : errno;
       if (err != 0) {
         ::close(fd);
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "no space in the spill directory ", dir_, " for an update of ", bytes, " bytes: ",
-            std::strerror(err), "; free space there or point the server's spill elsewhere"));
+        if (err == ENOSPC || err == EDQUOT) {
+          return absl::ResourceExhaustedError(
+              absl::StrCat("no space in the spill directory ", dir_, " for an update of ", bytes,
+                           " bytes; free space there or move the server's data_dir"));
+        }
+        return absl::InternalError(absl::StrCat(
+            "cannot reserve ", bytes, " bytes for an update in ", dir_, ": ", std::strerror(err)));
       }
     }
     return std::make_unique<FileSpillFile>(fd, num_floats, dir_);
@@ -115,6 +130,17 @@ class FileSpill final : public SpillSpace {
   std::string where() const override { return dir_; }
 
  private:
+  int Open() const {
+    int fd = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+      // A file system without O_TMPFILE: a named file, unlinked at once.
+      std::string name = dir_ + "/update-XXXXXX";
+      fd = ::mkostemp(name.data(), O_CLOEXEC);
+      if (fd >= 0) ::unlink(name.c_str());
+    }
+    return fd;
+  }
+
   std::string dir_;
 };
 

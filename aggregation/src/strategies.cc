@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "fl/aggregation/fedavg.h"
 #include "fl/aggregation/fedprox.h"
+#include "fl/aggregation/qfedavg.h"
 #include "fl/aggregation/robust.h"
 #include "fl/aggregation/scaffold.h"
 #include "fl/aggregation/server_optimizers.h"
@@ -23,12 +24,12 @@ absl::Status OutOfRange(const std::string& key, const std::string& bound, double
 
 const char* StrategyNames() {
   return "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, fedmedian, "
-         "fedtrimmedavg, krum, multikrum, bulyan";
+         "fedtrimmedavg, krum, multikrum, bulyan, qfedavg, fltrust";
 }
 
 absl::Status StrategyOptions::Validate() const {
   if (name != "fedavg" && name != "fedprox" && name != "scaffold" && !IsServerOptimizer(name) &&
-      !IsRobustStrategy(name)) {
+      !IsRobustStrategy(name) && name != "qfedavg" && name != "fltrust") {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown strategy '", name, "'; choose one of ", StrategyNames()));
   }
@@ -61,6 +62,11 @@ absl::Status StrategyOptions::Validate() const {
   }
   if (num_malicious < 0) return OutOfRange("num_malicious", ">= 0", num_malicious);
   if (num_to_keep < 0) return OutOfRange("num_to_keep", ">= 0 (0: K - num_malicious)", num_to_keep);
+  if (!std::isfinite(q) || q < 0) return OutOfRange("q", ">= 0", q);
+  if (!std::isfinite(qffl_learning_rate) || !(qffl_learning_rate > 0)) {
+    return OutOfRange("qffl_learning_rate", "> 0", qffl_learning_rate);
+  }
+  if (root_examples < 1) return OutOfRange("root_examples", ">= 1", root_examples);
   if (num_parties < 0) {
     return OutOfRange("num_parties", ">= 0 (0: the enrolled clients)",
                       static_cast<double>(num_parties));
@@ -72,6 +78,7 @@ std::map<std::string, double> StrategyOptions::ClientConfig() const {
   std::map<std::string, double> config = {
       {"momentum", momentum}, {"weight_decay", weight_decay}, {"clip_norm", clip_norm}};
   if (name == "fedprox") config["proximal_mu"] = proximal_mu;
+  if (name == "qfedavg") config[kReportInitialLossKey] = 1;
   return config;
 }
 
@@ -84,14 +91,19 @@ double EffectiveServerLearningRate(const StrategyOptions& options) {
 
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& options,
                                                        std::function<int64_t()> enrolled_clients,
-                                                       std::shared_ptr<SpillSpace> spill) {
+                                                       std::shared_ptr<SpillSpace> spill,
+                                                       RootTrainer root) {
   if (absl::Status s = options.Validate(); !s.ok()) return s;
   if (options.name == "fedprox") return MakeFedProx();
-  if (IsRobustStrategy(options.name)) {
+  if (options.name == "qfedavg") {
+    return MakeQFedAvg({.q = options.q, .qffl_learning_rate = options.qffl_learning_rate});
+  }
+  if (IsRobustStrategy(options.name) || options.name == "fltrust") {
     if (spill == nullptr) {
       const char* tmp = std::getenv("TMPDIR");
       spill = MakeFileSpill(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp");
     }
+    if (options.name == "fltrust") return MakeFLTrust(std::move(root), std::move(spill));
     return MakeRobustStrategy({.name = options.name,
                                .trim_beta = options.trim_beta,
                                .num_malicious = options.num_malicious,

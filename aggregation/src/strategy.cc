@@ -26,8 +26,8 @@ class FoldingSink final : public UpdateSink {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<UpdateSink>> RoundAggregator::BeginUpdate(double weight) {
-  return std::make_unique<FoldingSink>(*this, weight);
+absl::StatusOr<std::unique_ptr<UpdateSink>> RoundAggregator::BeginUpdate(const UpdateInfo& info) {
+  return std::make_unique<FoldingSink>(*this, info.weight);
 }
 
 }  // namespace fl::aggregation

@@ -25,6 +25,9 @@ namespace {
 
 // Rows per forward pass when evaluating.
 constexpr int64_t kEvalBlockRows = 256;
+// The fit-config key with which q-FedAvg asks for "initial_loss" (fl/aggregation/qfedavg.h's
+// kReportInitialLossKey; the SDK does not link the strategies).
+constexpr char kReportInitialLoss[] = "report_initial_loss";
 
 absl::Status CheckData(const ModelArchitecture& arch, const Dataset& d, std::string_view what) {
   if (d.num_features != arch.num_features) {
@@ -312,6 +315,12 @@ absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConf
   const int64_t f = train_.num_features;
   const float* global_weights = global.data().data();
   backend.Upload(global_weights, p, net.params());
+  // q-FedAvg weighs the update by the global model's loss on this site's data: measured before
+  // the first step.
+  std::optional<double> initial_loss;
+  if (auto it = config.extra.find(kReportInitialLoss); it != config.extra.end() && it->second > 0) {
+    initial_loss = Measure(net, train_, *labels_).loss;
+  }
   std::unique_ptr<ml::Buffer> anchor;  // w_global on the backend, for the proximal term
   if (sgd.proximal_mu > 0) {
     anchor = backend.Allocate(p);
@@ -405,6 +414,7 @@ absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConf
   FitResult result{std::move(local), n, {}};
   result.metrics["loss"] = mean_loss;
   result.metrics["accuracy"] = static_cast<double>(epoch_correct) / static_cast<double>(n);
+  if (initial_loss.has_value()) result.metrics["initial_loss"] = *initial_loss;
   return result;
 }
 

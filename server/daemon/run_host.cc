@@ -307,9 +307,9 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
       }
     }
   }
-  absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
-      aggregation::MakeStrategy(setup.strategy, options_.enrolled_clients,
-                                aggregation::MakeFileSpill(options_.server->engine.spill_dir));
+  absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy = aggregation::MakeStrategy(
+      setup.strategy, options_.enrolled_clients,
+      aggregation::MakeFileSpill(options_.server->engine.spill_dir), options_.server->root_trainer);
   if (!strategy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
   }

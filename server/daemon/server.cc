@@ -74,8 +74,8 @@ class ServerImpl final : public Server {
   absl::Status Init(ServerOptions options, Model initial_model, EngineHooks hooks) {
     options_ = std::move(options);
     // Refused before anything is opened: the first run's strategy and model.
-    if (absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy =
-            aggregation::MakeStrategy(options_.strategy, [] { return int64_t{0}; });
+    if (absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy = aggregation::MakeStrategy(
+            options_.strategy, [] { return int64_t{0}; }, nullptr, options_.root_trainer);
         !strategy.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
     } else if (absl::Status s = (*strategy)->CheckModel(initial_model.spec()); !s.ok()) {

@@ -41,10 +41,11 @@ std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
           "fedavg (weighted mean), fedprox (plus the clients' proximal term), "
           "scaffold (control variates), a server optimizer over the mean's "
           "change: fedavgm, fedadagrad, fedadam, fedyogi, or robust aggregation: fedmedian, "
-          "fedtrimmedavg, krum, multikrum, bulyan.",
+          "fedtrimmedavg, krum, multikrum, bulyan, fltrust (fl sim, or a server given a root "
+          "trainer), or fair weighting: qfedavg.",
           true, [get](auto& c) -> auto& { return get(c).name; },
           {"fedavg", "fedprox", "scaffold", "fedavgm", "fedadagrad", "fedadam", "fedyogi",
-           "fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan"}),
+           "fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan", "qfedavg", "fltrust"}),
       tk::FloatKey<C>(
           "strategy", "proximal_mu",
           "FedProx: the proximal coefficient mu sent to the clients (> 0; used only by fedprox).",
@@ -96,7 +97,16 @@ std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
           "strategy", "num_to_keep",
           "multikrum: the models of best Krum score averaged; 0: the round's updates less "
           "num_malicious.",
-          0, [get](auto& c) -> auto& { return get(c).num_to_keep; })};
+          0, [get](auto& c) -> auto& { return get(c).num_to_keep; }),
+      tk::FloatKey<C>(
+          "strategy", "q",
+          "qfedavg: the fairness exponent (0: sites weigh alike; larger: worse-served sites "
+          "weigh more).",
+          Range::kNonNegative, [get](auto& c) -> auto& { return get(c).q; }),
+      tk::FloatKey<C>(
+          "strategy", "qffl_learning_rate",
+          "qfedavg: its Lipschitz estimate is 1 / this; set it to the clients' learning rate.",
+          Range::kPositive, [get](auto& c) -> auto& { return get(c).qffl_learning_rate; })};
 }
 
 // [privacy] and [secure_aggregation]: `privacy(config)` is the config's PrivacyOptions,

@@ -188,7 +188,10 @@ std::string EngineOptions::ToJson() const {
                      {"tau", strategy->tau},
                      {"trim_beta", strategy->trim_beta},
                      {"num_malicious", strategy->num_malicious},
-                     {"num_to_keep", strategy->num_to_keep}};
+                     {"num_to_keep", strategy->num_to_keep},
+                     {"q", strategy->q},
+                     {"qffl_learning_rate", strategy->qffl_learning_rate},
+                     {"root_examples", strategy->root_examples}};
   }
   return j.dump();
 }
@@ -269,6 +272,9 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
       st.trim_beta = s.value("trim_beta", st.trim_beta);
       st.num_malicious = s.value("num_malicious", st.num_malicious);
       st.num_to_keep = s.value("num_to_keep", st.num_to_keep);
+      st.q = s.value("q", st.q);
+      st.qffl_learning_rate = s.value("qffl_learning_rate", st.qffl_learning_rate);
+      st.root_examples = s.value("root_examples", st.root_examples);
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));

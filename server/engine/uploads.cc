@@ -484,7 +484,7 @@ absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, con
     return absl::OkStatus();
   };
   absl::StatusOr<std::unique_ptr<aggregation::UpdateSink>> sink =
-      aggregator.BeginUpdate(static_cast<double>(num_examples));
+      aggregator.BeginUpdate({.weight = static_cast<double>(num_examples), .metrics = metrics});
   if (!sink.ok()) return sink.status();
   absl::Status written;  // the first write that failed
   auto write = [&](int64_t first, std::span<const float> v) {

@@ -85,12 +85,16 @@ void SaySetup(const SimulationCallbacks& callbacks, const std::string& step);
 absl::StatusOr<Model> InitialModelFor(const SimulationOptions& options, const SimulationData& data);
 int WorkersFor(const SimulationOptions& options);
 TrainerFactory TrainerFactoryFor(const SimulationOptions& options, const SimulationData& data);
+// FLTrust's server-side training: a built-in trainer on strategy.root_examples training rows drawn
+// by the seed, trained with the sites' fit settings. Empty for any other strategy.
+aggregation::RootTrainer RootTrainerFor(const SimulationOptions& options,
+                                        const SimulationData& data);
 // `training_started` is called once every site has joined (then callbacks.on_training_start).
 absl::Status DriveSites(const SimulationOptions& options, const SimulationData& data,
                         server::RoundEngine& engine, SimulatedClock& clock, const ModelSpec& spec,
                         const SimulationCallbacks& callbacks, VirtualFederationOptions sites,
                         const std::function<void()>& training_started,
-                        SiteExecutor* executor = nullptr);
+                        SiteExecutor* executor = nullptr, int64_t* poisoned = nullptr);
 
 }  // namespace fl::simulation::internal
 

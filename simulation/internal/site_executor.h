@@ -77,6 +77,8 @@ struct LocalSiteOptions {
   // real site keeps its channel: over gRPC this saves a TLS handshake per task, at the memory of
   // an open connection per site. 0: a new transport for every join and task.
   int64_t open_transports = 0;
+  // Keep each site's downloaded model and float32 update until delivery, for Poison (attacks).
+  bool record_models = false;
 };
 
 // Runs sites in this process on `options.workers` threads.

@@ -36,8 +36,8 @@
 #include "client_sdk/internal/transport.h"
 #include "fl/client/trainer.h"
 #include "fl/server/engine.h"
-#include "fl/simulation/simulation.h"
 #include "fl/simulation/attacks.h"
+#include "fl/simulation/simulation.h"
 #include "simulation/internal/site_executor.h"
 
 namespace fl::simulation {
@@ -87,6 +87,7 @@ struct VirtualFederationStats {
   int64_t dropouts = 0;      // site rounds lost to dropout_fraction
   int64_t unavailable = 0;   // sampled sites not there in their round (availability)
   int64_t refused = 0;       // messages the engine refused (stale after a deadline, ...)
+  int64_t poisoned = 0;      // updates an attack rewrote
   absl::Duration join_time;  // joining every site
   absl::Duration simulated_time;
 };

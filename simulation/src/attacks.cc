@@ -33,6 +33,13 @@ absl::Status AttackOptions::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("attack fraction must be in [0, 1), got ", fraction));
   }
+  if (kind == "alie" && fraction >= 0.5) {
+    // s = floor(n / 2 + 1) - f must stay >= 1: the attack hides in the majority's spread.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attack 'alie' needs fewer than half the sites attacking (its z needs an honest "
+        "majority), got fraction ",
+        fraction));
+  }
   if (!std::isfinite(scale) || scale < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attack scale must be >= 0 (0: the attack's default), got ", scale));
@@ -51,15 +58,15 @@ std::vector<bool> AttackingSites(int32_t n, double fraction, uint64_t seed) {
   return attacking;
 }
 
-void PoisonUpdates(const AttackOptions& options, int32_t num_sites, uint64_t seed,
+bool PoisonUpdates(const AttackOptions& options, int32_t num_sites, uint64_t seed,
                    std::vector<RoundUpdate>& updates) {
-  if (!options.poisons_updates()) return;
+  if (!options.poisons_updates()) return false;
   const std::string& kind = options.kind;
   if (kind == "alie") {
     const int n = static_cast<int>(updates.size());
     const int f = static_cast<int>(
         std::count_if(updates.begin(), updates.end(), [](const auto& u) { return u.attacking; }));
-    if (f == 0 || n < 2) return;
+    if (f == 0 || n < 2) return false;
     const int s = n / 2 + 1 - f;
     const double z = NormalQuantile(static_cast<double>(n - s) / n);
     const size_t size = updates.front().model.size();
@@ -77,7 +84,7 @@ void PoisonUpdates(const AttackOptions& options, int32_t num_sites, uint64_t see
     for (RoundUpdate& u : updates) {
       if (u.attacking) std::copy(crafted.begin(), crafted.end(), u.model.begin());
     }
-    return;
+    return true;
   }
   for (RoundUpdate& u : updates) {
     if (!u.attacking) continue;
@@ -95,6 +102,7 @@ void PoisonUpdates(const AttackOptions& options, int32_t num_sites, uint64_t see
       for (size_t j = 0; j < u.model.size(); ++j) u.model[j] = u.global[j] + noise(rng);
     }
   }
+  return true;
 }
 
 void FlipLabels(client::Dataset& data) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <numeric>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -55,10 +57,45 @@ TrainerFactory TrainerFactoryFor(const SimulationOptions& options, const Simulat
   };
 }
 
+aggregation::RootTrainer RootTrainerFor(const SimulationOptions& options,
+                                        const SimulationData& data) {
+  if (options.strategy.name != "fltrust") return {};
+  // The server's root rows: a seeded sample of the training rows (they may also be some site's,
+  // as a server's data would come from the same population).
+  const int64_t n = data.train->num_examples();
+  std::vector<int64_t> rows(static_cast<size_t>(n));
+  std::iota(rows.begin(), rows.end(), 0);
+  std::mt19937_64 rng(options.seed ^ 0x5eed0f7ull);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  rows.resize(static_cast<size_t>(std::min<int64_t>(n, options.strategy.root_examples)));
+  auto trainer = std::make_shared<std::unique_ptr<client::Trainer>>();
+  auto root = std::make_shared<const client::Dataset>(data.train->Subset(rows));
+  return [&options, &data, trainer, root](const Model& global,
+                                          int32_t round) -> absl::StatusOr<Model> {
+    if (*trainer == nullptr) {
+      absl::StatusOr<std::unique_ptr<client::Trainer>> made = client::MakeBuiltinTrainer(
+          data.arch, *root, client::Dataset{},
+          TrainerOptionsFor(options, options.num_clients, WorkersFor(options)));
+      if (!made.ok()) return made.status();
+      *trainer = *std::move(made);
+    }
+    client::FitConfig config;
+    config.round = round;
+    config.local_epochs = options.fit.local_epochs;
+    config.batch_size = options.fit.batch_size;
+    config.learning_rate = options.fit.learning_rate;
+    config.extra = options.strategy.ClientConfig();
+    absl::StatusOr<client::FitResult> fit = (*trainer)->Fit(global, config);
+    if (!fit.ok()) return fit.status();
+    return std::move(fit->model);
+  };
+}
+
 absl::Status DriveSites(const SimulationOptions& options, const SimulationData& data,
                         server::RoundEngine& engine, SimulatedClock& clock, const ModelSpec& spec,
                         const SimulationCallbacks& callbacks, VirtualFederationOptions sites,
-                        const std::function<void()>& training_started, SiteExecutor* executor) {
+                        const std::function<void()>& training_started, SiteExecutor* executor,
+                        int64_t* poisoned) {
   const int32_t n = options.num_clients;
   sites.num_sites = n;
   sites.workers = options.workers;
@@ -90,11 +127,13 @@ absl::Status DriveSites(const SimulationOptions& options, const SimulationData& 
                           : RunVirtualFederation(engine, clock, sites, spec,
                                                  TrainerFactoryFor(options, data), on_joined);
   if (!stats.ok()) return stats.status();
+  if (poisoned != nullptr) *poisoned = stats->poisoned;
   LogEvent(LogLevel::kInfo, "simulation_sites_done",
            {{"tasks", absl::StrCat(stats->tasks)},
             {"dropouts", absl::StrCat(stats->dropouts)},
             {"unavailable", absl::StrCat(stats->unavailable)},
             {"refused", absl::StrCat(stats->refused)},
+            {"poisoned", absl::StrCat(stats->poisoned)},
             {"join_time", absl::FormatDuration(stats->join_time)},
             {"simulated_time", absl::FormatDuration(stats->simulated_time)}});
   return absl::OkStatus();
@@ -110,7 +149,7 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   const int32_t n = options.num_clients;
   absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy = aggregation::MakeStrategy(
       options.strategy, [n] { return int64_t{n}; },
-      aggregation::MakeFileSpill(engine_options.spill_dir));
+      aggregation::MakeFileSpill(engine_options.spill_dir), RootTrainerFor(options, data));
   if (!strategy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
   }
@@ -146,8 +185,8 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
 
   VirtualFederationOptions sites;
   sites.client_timeout = engine_options.client_timeout;
-  if (absl::Status s =
-          DriveSites(options, data, **engine, clock, spec, callbacks, sites, training_started);
+  if (absl::Status s = DriveSites(options, data, **engine, clock, spec, callbacks, sites,
+                                  training_started, nullptr, &result.poisoned_updates);
       !s.ok()) {
     return s;
   }

@@ -122,6 +122,7 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   server_options.enroll_cert_paths = files.client_certs;
   server_options.engine = EngineOptionsFor(options, data.arch);
   server_options.strategy = options.strategy;
+  server_options.root_trainer = RootTrainerFor(options, data);
   SimulatedClock clock(absl::Now());
   server_options.clock = &clock;
   server_options.durable = false;  // as in process: a simulation is rerun, not recovered
@@ -159,12 +160,13 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
     driven = BroadcastSetup(*mpi, setup);
     if (driven.ok()) {
       std::unique_ptr<SiteExecutor> executor = MakeMpiSiteExecutor(*mpi);
-      driven = DriveSites(options, data, (*server)->engine(), clock, spec, callbacks,
-                          std::move(sites), training_started, executor.get());
+      driven =
+          DriveSites(options, data, (*server)->engine(), clock, spec, callbacks, std::move(sites),
+                     training_started, executor.get(), &result.poisoned_updates);
     }
   } else {
     driven = DriveSites(options, data, (*server)->engine(), clock, spec, callbacks,
-                        std::move(sites), training_started);
+                        std::move(sites), training_started, nullptr, &result.poisoned_updates);
   }
   (*server)->Shutdown();
   if (!driven.ok()) return driven;

@@ -20,8 +20,10 @@ namespace {
 // sends is recorded, to be delivered by the driver at the site's simulated finish time.
 class RecordingTransport final : public client::Transport {
  public:
-  explicit RecordingTransport(std::shared_ptr<client::Transport> inner)
-      : inner_(std::move(inner)) {}
+  // `record_models`: keep the model each download brought and each float32 update, for an
+  // attack to rewrite (Poison); otherwise neither outlives its call.
+  RecordingTransport(std::shared_ptr<client::Transport> inner, bool record_models)
+      : inner_(std::move(inner)), record_models_(record_models) {}
 
   absl::StatusOr<client::JoinAnswer> Join(const client::JoinRequestInfo& r) override {
     return inner_->Join(r);
@@ -32,7 +34,7 @@ class RecordingTransport final : public client::Transport {
   absl::StatusOr<std::shared_ptr<const Model>> Download(const client::ClientTask& task,
                                                         const ModelSpec& spec) override {
     absl::StatusOr<std::shared_ptr<const Model>> model = inner_->Download(task, spec);
-    if (model.ok()) downloaded_ = *model;
+    if (model.ok() && record_models_) downloaded_ = *model;
     return model;
   }
   absl::Status SubmitUpdate(const client::UpdateHeader& header,
@@ -118,6 +120,7 @@ class RecordingTransport final : public client::Transport {
 
  private:
   std::shared_ptr<client::Transport> inner_;
+  const bool record_models_;
   std::shared_ptr<const Model> downloaded_;  // the last model downloaded
   std::shared_ptr<std::vector<std::byte>> update_;
   std::shared_ptr<const Model> update_global_;
@@ -231,7 +234,8 @@ class LocalSiteExecutor final : public SiteExecutor {
         w.error = inner.status();
         return;
       }
-      auto transport = std::make_unique<RecordingTransport>(*std::move(inner));
+      auto transport =
+          std::make_unique<RecordingTransport>(*std::move(inner), options_.record_models);
       a.transport = transport.get();
       client::ClientOptions client_options;
       client_options.name = absl::StrCat(options_.name_prefix, w.site);

@@ -50,6 +50,7 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
   local.name_prefix = options.name_prefix;
   local.persistent_trainers = options.persistent_trainers;
   local.open_transports = options.open_transports;
+  local.record_models = options.attack.poisons_updates();
   TransportFactory make_transport = options.make_transport;
   if (!make_transport) {
     make_transport = [&engine, &options](int32_t site) {
@@ -143,10 +144,31 @@ absl::StatusOr<VirtualFederationStats> DriveVirtualSites(
       // The attackers rewrite what they trained before it reaches the engine.
       const uint64_t round_seed =
           options.seed * 1000003ull + static_cast<uint64_t>(engine.committed_round() + 1);
+      int64_t expected = 0;  // attackers that trained in this wave
+      for (const SiteWork& w : wave) {
+        if (w.error.ok() && w.task.kind == client::ClientTask::Kind::kFit &&
+            attacking[static_cast<size_t>(w.site)]) {
+          ++expected;
+        }
+      }
+      int64_t poisoned = 0;
       (void)executor.Poison(wave, [&](std::vector<RoundUpdate>& updates) {
-        for (RoundUpdate& u : updates) u.attacking = attacking[static_cast<size_t>(u.site)];
-        PoisonUpdates(options.attack, n, round_seed, updates);
+        for (RoundUpdate& u : updates) {
+          u.attacking = attacking[static_cast<size_t>(u.site)];
+          poisoned += u.attacking ? 1 : 0;
+        }
+        if (!PoisonUpdates(options.attack, n, round_seed, updates)) poisoned = 0;
       });
+      stats.poisoned += poisoned;
+      if (poisoned < expected) {
+        // An attacker whose update could not be rewritten (it declined, or ALIE had no others
+        // in its wave to hide among): say so rather than report an attack that did not happen.
+        LogEvent(LogLevel::kWarn, "attack_skipped",
+                 {{"attack", options.attack.kind},
+                  {"round", absl::StrCat(engine.committed_round() + 1)},
+                  {"attackers", absl::StrCat(expected)},
+                  {"poisoned", absl::StrCat(poisoned)}});
+      }
     }
     const absl::Time now = clock.Now();
     for (SiteWork& w : wave) {

@@ -44,13 +44,52 @@ TEST(AttackSimTest, NoiseFromAThirdOfTheSitesRuinsFedAvgButNotTheMedian) {
       << "fedavg " << fedavg->final_test_accuracy << ", fedmedian " << median->final_test_accuracy;
 }
 
-TEST(AttackSimTest, EveryAttackRunsAgainstKrum) {
+// FLTrust's server trains on 100 rows of its own: sign-flipped changes point away from its change
+// and count for nothing. Over gRPC too (the root trainer reaches the real server), where the
+// attack rewrites what the sites recorded before it goes over the wire.
+TEST(AttackSimTest, FLTrustIgnoresSignFlippedChangesInProcessAndOverGrpc) {
+  for (const char* transport : {"inproc", "grpc"}) {
+    TempDir dir;
+    simulation::SimulationOptions o = AttackedSimulation(dir.path(), "sign_flip", "fltrust");
+    o.transport = transport;
+    o.tls = false;
+    if (std::string(transport) == "grpc") o.num_rounds = 1;
+    absl::StatusOr<simulation::SimulationResult> r = simulation::RunSimulation(o);
+    ASSERT_TRUE(r.ok()) << transport << ": " << r.status();
+    EXPECT_EQ(r->poisoned_updates, 3 * o.num_rounds) << transport;
+    if (std::string(transport) == "inproc") {
+      EXPECT_GT(r->final_test_accuracy, 0.6) << transport;
+    } else {
+      ASSERT_EQ(r->rounds.size(), 1u);
+      EXPECT_TRUE(r->rounds[0].summary.committed) << r->rounds[0].summary.reason;
+    }
+  }
+}
+
+// Each attack changes what FedAvg commits (against the same run without it: same seed, same
+// sites, same rows), rewrites one update per attacker per round (label flipping poisons data,
+// not updates), and a robust strategy's round commits under it.
+TEST(AttackSimTest, EveryAttackChangesFedAvgsModelAndKrumRunsUnderIt) {
+  TempDir clean_dir;
+  simulation::SimulationOptions clean = AttackedSimulation(clean_dir.path(), "none", "fedavg");
+  clean.num_rounds = 1;
+  absl::StatusOr<simulation::SimulationResult> base = simulation::RunSimulation(clean);
+  ASSERT_TRUE(base.ok()) << base.status();
+  EXPECT_EQ(base->poisoned_updates, 0);
   for (const char* attack : {"sign_flip", "scale", "label_flip", "alie"}) {
     TempDir dir;
-    simulation::SimulationOptions o = AttackedSimulation(dir.path(), attack, "krum");
+    simulation::SimulationOptions o = AttackedSimulation(dir.path(), attack, "fedavg");
+    o.num_rounds = 1;
+    absl::StatusOr<simulation::SimulationResult> r = simulation::RunSimulation(o);
+    ASSERT_TRUE(r.ok()) << attack << ": " << r.status();
+    EXPECT_EQ(r->poisoned_updates, std::string(attack) == "label_flip" ? 0 : 3) << attack;
+    EXPECT_NE(r->final_test_accuracy, base->final_test_accuracy) << attack;
+
+    TempDir krum_dir;
+    o = AttackedSimulation(krum_dir.path(), attack, "krum");
     o.num_rounds = 1;
     o.strategy.num_malicious = 3;
-    absl::StatusOr<simulation::SimulationResult> r = simulation::RunSimulation(o);
+    r = simulation::RunSimulation(o);
     ASSERT_TRUE(r.ok()) << attack << ": " << r.status();
     ASSERT_EQ(r->rounds.size(), 1u) << attack;
     EXPECT_TRUE(r->rounds[0].summary.committed) << attack << ": " << r->rounds[0].summary.reason;

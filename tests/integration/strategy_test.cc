@@ -177,6 +177,24 @@ TEST(StrategyTest, FedProxSendsMuAndLearns) {
   EXPECT_GT(run.metrics[kRounds].count("test_accuracy"), 0u);
 }
 
+// q-FedAvg through the real server and built-in trainers: every fit task asks for the sites'
+// initial loss, every update carries it (an update without it would be refused and its round
+// fail), and the model learns.
+TEST(StrategyTest, QFedAvgAsksForTheSitesLossAndLearns) {
+  RunOutcome run =
+      RunFederation({.name = "qfedavg", .q = 1, .qffl_learning_rate = kLearningRate}, kSites);
+  ExpectEveryRoundCommitted(run);
+  if (HasFailure()) return;
+  for (int i = 0; i < kSites; ++i) {
+    for (const auto& config : run.configs[i]) {
+      EXPECT_THAT(config, ::testing::Contains(::testing::Pair("report_initial_loss", 1.0)));
+    }
+  }
+  const double before = Accuracy(run.models.front());
+  const double after = Accuracy(run.models.back());
+  EXPECT_GT(after, before + 0.2) << "accuracy " << before << " -> " << after;
+}
+
 // Four sites are enrolled and three take part, so N = 4 (the enrolled clients) and each round
 // moves c by 3/4 of the sites' mean delta. Every site holds 640 examples (equal weights, so the
 // new weights are the plain mean of the y_i) and takes K = 20 steps with lr = 0.05, so with

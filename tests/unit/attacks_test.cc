@@ -109,6 +109,15 @@ TEST(AttacksTest, BadSettingsAreRefusedWithTheValue) {
               HasSubstr("attack fraction must be in [0, 1), got 1"));
   EXPECT_THAT((AttackOptions{.kind = "scale", .fraction = 0.1, .scale = -1}).Validate().message(),
               HasSubstr("attack scale must be >= 0"));
+  EXPECT_THAT((AttackOptions{.kind = "alie", .fraction = 0.5}).Validate().message(),
+              HasSubstr("attack 'alie' needs fewer than half the sites attacking"));
+}
+
+TEST(AttacksTest, AlieAloneInItsWaveIsReportedUntouched) {
+  Round r = MakeRound(1, 2);
+  std::vector<RoundUpdate> u = r.Updates({true});
+  EXPECT_FALSE(PoisonUpdates({.kind = "alie", .fraction = 0.2}, 10, 1, u));
+  EXPECT_FLOAT_EQ(r.models[0][0], 1.5f);
 }
 
 }  // namespace

@@ -303,7 +303,7 @@ TEST_F(ConfigTest, BadStrategyAndModelValuesNameFileLineAndKey) {
   const std::vector<Case> cases = {
       {"[strategy]\nname = \"fedsgd\"\n",
        ":2: key 'strategy.name' must be one of fedavg, fedprox, scaffold, fedavgm, fedadagrad, "
-       "fedadam, fedyogi, fedmedian, fedtrimmedavg, krum, multikrum, bulyan, got \"fedsgd\""},
+       "fedadam, fedyogi, fedmedian, fedtrimmedavg, krum, multikrum, bulyan, qfedavg, fltrust, got \"fedsgd\""},
       {"[strategy]\nname = \"krum\"\nnum_malicious = 1\n",
        ":3: strategy 'krum' with num_malicious = 1 needs at least 5 updates in every round, and "
        "min_fit_clients is 2; raise min_fit_clients to 5 or lower num_malicious"},

@@ -133,6 +133,31 @@ TEST(RobustKernelsTest, KrumAndBulyanPassOverOutliers) {
   EXPECT_EQ(std::count(bulyan.begin(), bulyan.end(), 6), 0);
 }
 
+// 6 candidates, f = 1: each scores its n - f - 2 = 3 nearest others. Candidate 0 has two very
+// near neighbours and the rest far; candidate 1 has three moderately near ones. With 3 nearest,
+// 1 wins (0's third is far); a Krum that summed 2 would pick 0.
+TEST(RobustKernelsTest, KrumScoresSumExactlyTheNMinusFMinus2Nearest) {
+  const int k = 6;
+  std::vector<double> d2(k * k, 100.0);
+  auto set = [&](int a, int b, double v) { d2[a * k + b] = d2[b * k + a] = v; };
+  for (int i = 0; i < k; ++i) d2[i * k + i] = 0;
+  set(0, 2, 1), set(0, 3, 1);                // 0: 1, 1, then 100s
+  set(1, 3, 5), set(1, 4, 5), set(1, 5, 5);  // 1: 5, 5, 5
+  std::vector<double> scores = internal::KrumScores(d2, k, {0, 1, 2, 3, 4, 5}, 1);
+  EXPECT_DOUBLE_EQ(scores[0], 1 + 1 + 100);
+  EXPECT_DOUBLE_EQ(scores[1], 5 + 5 + 5);
+  EXPECT_EQ(internal::KrumSelect(d2, k, {0, 1, 2, 3, 4, 5}, 1, 1), std::vector<int>{1});
+}
+
+// Multi-Krum averages its picks weighted by their examples.
+TEST(RobustKernelsTest, WeightedMeanOfRowsWeighsThePicksOnly) {
+  std::vector<std::vector<float>> rows = {{1, 10}, {3, 30}, {100, 100}};
+  std::vector<float> out(2);
+  internal::WeightedMeanOfRows(Spans(rows), {0, 1}, {1, 3, 50}, out);
+  EXPECT_FLOAT_EQ(out[0], 2.5f);
+  EXPECT_FLOAT_EQ(out[1], 25.0f);
+}
+
 TEST(RobustKernelsTest, MeanClosestToMedianAveragesTheBetaNearestValues) {
   // One coordinate's values 0, 1, 2, 10, 11 (median 2): the 3 nearest are 0, 1, 2 (10 is 8 off).
   std::vector<std::vector<float>> rows = {{0}, {1}, {2}, {10}, {11}};
@@ -169,7 +194,8 @@ class RobustStrategyTest : public ::testing::Test {
     Model global(spec);
     std::unique_ptr<RoundAggregator> agg = strategy.BeginRound(global);
     for (size_t i = 0; i < rows.size(); ++i) {
-      absl::StatusOr<std::unique_ptr<UpdateSink>> sink = agg->BeginUpdate(10.0 * (i + 1));
+      absl::StatusOr<std::unique_ptr<UpdateSink>> sink =
+          agg->BeginUpdate({.weight = 10.0 * (i + 1)});
       if (!sink.ok()) return sink.status();
       const std::span<const float> all(rows[i]);
       const size_t third = all.size() / 3;
@@ -326,7 +352,7 @@ TEST_F(RobustStrategyTest, AnUpdateTheSpillCannotKeepIsLeftOutAndTheRoundGoesOn)
   EXPECT_TRUE(agg->keeps_updates_apart());
   std::vector<int> kept;
   for (int i = 0; i < 5; ++i) {
-    absl::StatusOr<std::unique_ptr<UpdateSink>> sink = agg->BeginUpdate(1);
+    absl::StatusOr<std::unique_ptr<UpdateSink>> sink = agg->BeginUpdate({.weight = 1});
     if (i == 1) {
       EXPECT_THAT(sink.status().message(), HasSubstr("no space left (test)"));
       continue;

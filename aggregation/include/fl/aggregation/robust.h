@@ -7,7 +7,8 @@
 //   "krum"           the model of the client whose K - f - 2 nearest others are nearest (sum of
 //                    squared L2 distances; Blanchard et al. 2017). Needs K >= 2f + 3.
 //   "multikrum"      the example-weighted mean of the num_to_keep models of best Krum score
-//                    (0: K - f). Needs K >= 2f + 3.
+//                    (0: K - f, El Mhamdi et al.'s choice; Flower's to_keep = 0 means plain Krum,
+//                    which is "krum" here). Needs K >= 2f + 3.
 //   "bulyan"         K - 2f models chosen by Krum one at a time, then per coordinate the mean of
 //                    the K - 4f values nearest their median (El Mhamdi et al. 2018). Needs
 //                    K >= 4f + 3.
@@ -18,9 +19,10 @@
 //
 // They need every update at once: each accepted update is kept in a spill file (spill.h) and the
 // round's finish computes in column blocks over the mapped files (internal/robust_kernels.h).
-// Server memory at finish: the output model, K x K distances, and one block tile (16 Ki x K
-// floats) per core; the updates themselves are the page cache's, each block handed back once
-// read. The spill needs K x the model's size on disk.
+// Server memory at finish: the output model, a K x K distance matrix per core (no more cores than
+// keep those below one model), and a tile of 512 x K floats per core; the updates themselves are
+// the page cache's, each block handed back once read. The spill needs K x the model's size on
+// disk, and one open file per kept update until the round finishes.
 //
 // Refused (Strategy::CheckPlan): with secure aggregation (the server must see the updates apart),
 // with central DP (its noise is calibrated to a mean's sensitivity), and when min_fit_clients is

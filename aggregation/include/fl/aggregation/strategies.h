@@ -9,6 +9,9 @@
 //              a server optimizer applied to the mean's change (server_optimizers.h).
 //   "fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan"
 //              robust aggregation over the updates kept apart (robust.h).
+//   "qfedavg"  q-FedAvg's fair weighting by each site's loss (qfedavg.h).
+//   "fltrust"  FLTrust's trust in each site's change by its agreement with the server's own,
+//              trained on a root dataset (fltrust.h); needs a RootTrainer.
 #ifndef FL_AGGREGATION_STRATEGIES_H_
 #define FL_AGGREGATION_STRATEGIES_H_
 
@@ -20,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fl/aggregation/fltrust.h"
 #include "fl/aggregation/spill.h"
 #include "fl/aggregation/strategy.h"
 
@@ -52,13 +56,20 @@ struct StrategyOptions {
   double trim_beta = 0.2;
   int32_t num_malicious = 0;
   int32_t num_to_keep = 0;
+  // q-FedAvg (qfedavg.h): the fairness exponent q, and the learning rate whose inverse is its
+  // Lipschitz estimate L (set it to the clients' learning rate).
+  double q = 0.2;
+  double qffl_learning_rate = 0.1;
+  // FLTrust in simulation: the training rows (drawn by the seed) the server keeps as its root
+  // dataset (the paper's 100).
+  int32_t root_examples = 100;
 
   // OK, or INVALID_ARGUMENT naming the value and its bound, e.g. "proximal_mu must be > 0 for
   // strategy 'fedprox', got 0".
   absl::Status Validate() const;
 
   // The values every fit task carries in FitTask.config: "momentum", "weight_decay",
-  // "clip_norm", and for "fedprox" "proximal_mu".
+  // "clip_norm", for "fedprox" "proximal_mu", for "qfedavg" "report_initial_loss" = 1.
   std::map<std::string, double> ClientConfig() const;
 };
 
@@ -73,10 +84,11 @@ const char* StrategyNames();
 // The strategy `options` names. `enrolled_clients` gives SCAFFOLD's N when num_parties is 0 (it
 // is asked at the start of every round; may be empty, see ScaffoldOptions::num_parties). `spill`
 // keeps the updates of a robust strategy apart (null: files in the system's temporary
-// directory). INVALID_ARGUMENT when Validate fails or the name is unknown.
+// directory). `root` trains FLTrust's server model on its root dataset. INVALID_ARGUMENT when
+// Validate fails, the name is unknown, or "fltrust" has no `root`.
 absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(
     const StrategyOptions& options, std::function<int64_t()> enrolled_clients = {},
-    std::shared_ptr<SpillSpace> spill = nullptr);
+    std::shared_ptr<SpillSpace> spill = nullptr, RootTrainer root = {});
 
 }  // namespace fl::aggregation
 

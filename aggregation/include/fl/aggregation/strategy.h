@@ -8,6 +8,7 @@
 #define FL_AGGREGATION_STRATEGY_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -34,6 +35,13 @@ class UpdateSink {
   virtual absl::Status Accept() = 0;
 };
 
+// What the server knows of an update before its values: its weight (the site's example count)
+// and the metrics the site reported with it ("loss", "initial_loss", ...).
+struct UpdateInfo {
+  double weight = 1;
+  std::map<std::string, double> metrics;
+};
+
 // What a run is about to do, for a strategy to refuse what cannot work with it (Strategy::
 // CheckPlan): a run's settings, not a round's.
 struct RunPlan {
@@ -47,9 +55,10 @@ struct RunPlan {
 class RoundAggregator {
  public:
   virtual ~RoundAggregator() = default;
-  // A sink for one whole update of `weight`. The default folds each piece at once (Fold) and
-  // accepts with Accept; an aggregator that needs every update apart (a robust one) keeps it.
-  virtual absl::StatusOr<std::unique_ptr<UpdateSink>> BeginUpdate(double weight);
+  // A sink for one whole update of `info.weight`. The default folds each piece at once (Fold)
+  // and accepts with Accept; an aggregator that needs every update apart (a robust one) keeps
+  // it, one that weighs by a metric (q-FedAvg) reads it here. An error refuses the update.
+  virtual absl::StatusOr<std::unique_ptr<UpdateSink>> BeginUpdate(const UpdateInfo& info);
   // Whether an update dropped half-written leaves the round as it was (see UpdateSink).
   virtual bool keeps_updates_apart() const { return false; }
   // Adds `values` (parameters [offset, offset + size) of one client's model) with `weight`.

@@ -53,6 +53,9 @@ struct ServerOptions {
   // How updates are aggregated, and the strategy's values every fit task carries (merged into
   // engine.fit.extra). SCAFFOLD's N defaults to the enrolled clients, counted at every round.
   aggregation::StrategyOptions strategy;
+  // FLTrust's server-side training on a root dataset (fl/aggregation/fltrust.h): given by code
+  // that embeds the server (a simulation); empty for `fl server`, which refuses "fltrust".
+  aggregation::RootTrainer root_trainer;
   absl::Duration max_poll_wait = absl::Seconds(20);
   // Flow-control window of each upload stream, in MiB: the server buffers at most this much of
   // each concurrent upload, so its memory stays flat in the number of uploading sites. One
@@ -90,9 +93,9 @@ struct ServerOptions {
   // stays up between them until Shutdown.
   bool stay_up = false;
   // What the operator gave at this start for the run's tables (a run file, e.g. "[run]\nrounds
-  // = 20\n": the flags given; not the --config file, which a service passes at every start). A resumed run that was not submitted
-  // takes it: policies a run may change are changed and audited; any other key that differs
-  // from the run's own refuses the start, naming it. "": nothing given.
+  // = 20\n": the flags given; not the --config file, which a service passes at every start). A
+  // resumed run that was not submitted takes it: policies a run may change are changed and audited;
+  // any other key that differs from the run's own refuses the start, naming it. "": nothing given.
   std::string resume_toml;
   // The engine's clock (not owned; must outlive the server); nullptr: the system's. A simulation
   // passes its simulated clock, which its driver moves.

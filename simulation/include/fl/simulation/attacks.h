@@ -32,7 +32,7 @@ namespace fl::simulation {
 
 struct AttackOptions {
   std::string kind = "none";  // none, sign_flip, scale, gaussian, label_flip, alie
-  double fraction = 0;        // of the sites that attack, in [0, 1)
+  double fraction = 0;        // of the sites that attack, in [0, 1); alie: in [0, 0.5)
   double scale = 0;           // the attack's strength (see above); 0: its default
 
   // INVALID_ARGUMENT naming the value: an unknown kind, a fraction outside [0, 1), a negative or
@@ -55,8 +55,10 @@ struct RoundUpdate {
 };
 
 // Rewrites the attackers' models among `updates` (nothing for label_flip). `num_sites` gives the
-// scale attack's default; `seed` (differing by round and site) the Gaussian noise.
-void PoisonUpdates(const AttackOptions& options, int32_t num_sites, uint64_t seed,
+// scale attack's default; `seed` (differing by round and site) the Gaussian noise. False when
+// the attackers' updates were left as they were: label_flip, or ALIE with fewer than two updates
+// to compute its statistics from.
+bool PoisonUpdates(const AttackOptions& options, int32_t num_sites, uint64_t seed,
                    std::vector<RoundUpdate>& updates);
 
 // Label flipping: every label y becomes num_classes - 1 - y.

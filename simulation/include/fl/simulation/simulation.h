@@ -153,6 +153,9 @@ struct SimulationResult {
   // Why the run finished before its last round (e.g. "privacy budget spent: round 3 would bring
   // epsilon to ..."); empty when it ran all its rounds.
   std::string finish_reason;
+  // Updates that attacking sites rewrote (options.attack; label flipping poisons data, not
+  // updates, and counts none).
+  int64_t poisoned_updates = 0;
   std::string db_path;
   absl::Duration wall_time;
 };
