@@ -103,7 +103,7 @@ class FLTrust final : public Strategy {
  private:
   const RootTrainer root_;
   const std::shared_ptr<SpillSpace> spill_;
-  int32_t rounds_begun_ = 0;  // seeds the root trainer's batch order
+  int32_t rounds_begun_ = 0;  // round attempts begun: the root trainer's `attempt`
 };
 
 }  // namespace

@@ -53,8 +53,15 @@ class QFedAvgAggregator final : public RoundAggregator {
     const double f = loss + 1e-10;
     const double q = options_.q;
     const double l = 1.0 / options_.qffl_learning_rate;
-    return std::make_unique<QFedAvgSink>(*this, std::pow(f, q), q * std::pow(f, q - 1) * l * l,
-                                         l * std::pow(f, q));
+    const double fq = std::pow(f, q);
+    const double per_norm = q * std::pow(f, q - 1) * l * l;
+    const double constant = l * fq;
+    if (!std::isfinite(fq) || !std::isfinite(per_norm) || !std::isfinite(constant)) {
+      return absl::InvalidArgumentError(absl::StrCat("q-FedAvg: the update's ", kInitialLossMetric,
+                                                     " ", loss, " raised to q = ", q,
+                                                     " is not finite; lower q"));
+    }
+    return std::make_unique<QFedAvgSink>(*this, fq, per_norm, constant);
   }
 
   // Pieces without an update (a secure round's sum) have no loss to weigh them by.

@@ -141,6 +141,37 @@ double SquaredDistance(const float* a, const float* b, int64_t n) {
   return total;
 }
 
+// out[j] = base[j] + sum_i coeffs[i] (rows[i][j] - base[j]), or sum_i coeffs[i] rows[i][j] when
+// `base` is empty; float64 sums per block.
+void LinearCombination(const Rows& rows, const std::vector<double>& coeffs,
+                       std::span<const float> base, std::span<float> out,
+                       const ReleaseFn& release) {
+  const int64_t total = static_cast<int64_t>(out.size());
+  const int workers = Workers((total + kColumnBlock - 1) / kColumnBlock);
+  std::vector<std::vector<double>> sums(static_cast<size_t>(workers));
+  ForEachBlock(total, workers, release, [&](int worker, int64_t first, int64_t count) {
+    std::vector<double>& sum = sums[static_cast<size_t>(worker)];
+    sum.assign(static_cast<size_t>(count), 0.0);
+    const float* x = base.empty() ? nullptr : base.data() + first;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (coeffs[i] == 0) continue;
+      const double c = coeffs[i];
+      const float* r = rows[i].data() + first;
+      if (x == nullptr) {
+        for (int64_t j = 0; j < count; ++j) sum[static_cast<size_t>(j)] += c * r[j];
+      } else {
+        for (int64_t j = 0; j < count; ++j) {
+          sum[static_cast<size_t>(j)] += c * (static_cast<double>(r[j]) - x[j]);
+        }
+      }
+    }
+    for (int64_t j = 0; j < count; ++j) {
+      const double v = sum[static_cast<size_t>(j)] + (x == nullptr ? 0.0 : x[j]);
+      out[static_cast<size_t>(first + j)] = static_cast<float>(v);
+    }
+  });
+}
+
 }  // namespace
 
 void SetKernelThreads(int n) { kernel_threads = std::max(0, n); }
@@ -259,22 +290,10 @@ void WeightedMeanOfRows(const Rows& rows, const std::vector<int>& pick,
                         const ReleaseFn& release) {
   double total_weight = 0;
   for (int i : pick) total_weight += weights[static_cast<size_t>(i)];
-  const int64_t total = static_cast<int64_t>(out.size());
-  const int workers = Workers((total + kColumnBlock - 1) / kColumnBlock);
-  std::vector<std::vector<double>> sums(static_cast<size_t>(workers));
-  ForEachBlock(total, workers, release, [&](int worker, int64_t first, int64_t count) {
-    std::vector<double>& sum = sums[static_cast<size_t>(worker)];
-    sum.assign(static_cast<size_t>(count), 0.0);
-    for (int i : pick) {
-      const double w = weights[static_cast<size_t>(i)];
-      const float* row = rows[static_cast<size_t>(i)].data() + first;
-      for (int64_t j = 0; j < count; ++j) sum[static_cast<size_t>(j)] += w * row[j];
-    }
-    for (int64_t j = 0; j < count; ++j) {
-      out[static_cast<size_t>(first + j)] =
-          static_cast<float>(sum[static_cast<size_t>(j)] / total_weight);
-    }
-  });
+  std::vector<double> coeffs(rows.size(), 0.0);
+  for (int i : pick)
+    coeffs[static_cast<size_t>(i)] = weights[static_cast<size_t>(i)] / total_weight;
+  LinearCombination(rows, coeffs, {}, out, release);
 }
 
 void ChangeDotsAndNorms(const Rows& rows, std::span<const float> base,
@@ -314,24 +333,7 @@ void ChangeDotsAndNorms(const Rows& rows, std::span<const float> base,
 
 void AddScaledChanges(const Rows& rows, const std::vector<double>& coeffs,
                       std::span<const float> base, std::span<float> out, const ReleaseFn& release) {
-  const int64_t total = static_cast<int64_t>(out.size());
-  const int workers = Workers((total + kColumnBlock - 1) / kColumnBlock);
-  std::vector<std::vector<double>> sums(static_cast<size_t>(workers));
-  ForEachBlock(total, workers, release, [&](int worker, int64_t first, int64_t count) {
-    std::vector<double>& sum = sums[static_cast<size_t>(worker)];
-    sum.assign(static_cast<size_t>(count), 0.0);
-    const float* x = base.data() + first;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (coeffs[i] == 0) continue;
-      const float* r = rows[i].data() + first;
-      for (int64_t j = 0; j < count; ++j) {
-        sum[static_cast<size_t>(j)] += coeffs[i] * (static_cast<double>(r[j]) - x[j]);
-      }
-    }
-    for (int64_t j = 0; j < count; ++j) {
-      out[static_cast<size_t>(first + j)] = static_cast<float>(x[j] + sum[static_cast<size_t>(j)]);
-    }
-  });
+  LinearCombination(rows, coeffs, base, out, release);
 }
 
 void MeanClosestToMedian(const Rows& rows, const std::vector<int>& pick, int beta,

@@ -96,8 +96,12 @@ class FileSpill final : public SpillSpace {
   absl::StatusOr<std::unique_ptr<SpillFile>> Create(int64_t num_floats) override {
     if (num_floats < 0) return absl::InvalidArgumentError("a spill file of negative size");
     int fd = Open();
-    if (fd < 0 && errno == EMFILE && RaiseOpenFileLimit()) fd = Open();
-    if (fd < 0 && errno == EMFILE) {
+    int err = fd < 0 ? errno : 0;
+    if (err == EMFILE && RaiseOpenFileLimit()) {
+      fd = Open();
+      err = fd < 0 ? errno : 0;
+    }
+    if (err == EMFILE) {
       // Each kept update holds a file open until its round finishes.
       return absl::ResourceExhaustedError(absl::StrCat(
           "cannot keep one more update apart in ", dir_,
@@ -106,12 +110,12 @@ class FileSpill final : public SpillSpace {
     }
     if (fd < 0) {
       return absl::InternalError(absl::StrCat("cannot create a spill file in ", dir_, ": ",
-                                              std::strerror(errno),
+                                              std::strerror(err),
                                               "; the directory must exist and be writable"));
     }
     const off_t bytes = static_cast<off_t>(num_floats) * static_cast<off_t>(sizeof(float));
     if (bytes > 0) {
-      int err = ::posix_fallocate(fd, 0, bytes);
+      err = ::posix_fallocate(fd, 0, bytes);
       if (err == EOPNOTSUPP || err == EINVAL) err = ::ftruncate(fd, bytes) == 0 ? 0 : errno;
       if (err != 0) {
         ::close(fd);

@@ -319,6 +319,11 @@ absl::StatusOr<FitResult> BuiltinTrainer::Fit(const Model& global, const FitConf
   // the first step.
   std::optional<double> initial_loss;
   if (auto it = config.extra.find(kReportInitialLoss); it != config.extra.end() && it->second > 0) {
+    if (absl::Status s = net.CheckBatch(std::min(n, kEvalBlockRows),
+                                        static_cast<double>(options_.max_batch_bytes));
+        !s.ok()) {
+      return s;
+    }
     initial_loss = Measure(net, train_, *labels_).loss;
   }
   std::unique_ptr<ml::Buffer> anchor;  // w_global on the backend, for the proximal term

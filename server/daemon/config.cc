@@ -306,13 +306,17 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
         "summed unweighted beside the weighted model); use fedavg or fedprox",
         {{"strategy", "name"}, {"secure_aggregation", "enabled"}}};
   }
-  if (aggregation::IsRobustStrategy(strategy.name) || strategy.name == "qfedavg" ||
-      strategy.name == "fltrust") {
+  if (strategy.name == "fltrust") {
+    return CrossKeyProblem{
+        "strategy 'fltrust' needs a root dataset on the server to train on, which `fl server` "
+        "cannot hold yet; run it in `fl sim` (strategy.root_examples), or choose a robust "
+        "strategy (fedmedian, fedtrimmedavg, krum, multikrum, bulyan)",
+        {{"strategy", "name"}}};
+  }
+  if (aggregation::IsRobustStrategy(strategy.name) || strategy.name == "qfedavg") {
     // The strategy's own refusal (robust.h), pointed at the keys that cause it.
-    absl::StatusOr<std::unique_ptr<aggregation::Strategy>> robust = aggregation::MakeStrategy(
-        strategy, {}, nullptr, [](const Model&, int32_t) -> absl::StatusOr<Model> {
-          return absl::UnimplementedError("only the plan is checked here");
-        });
+    absl::StatusOr<std::unique_ptr<aggregation::Strategy>> robust =
+        aggregation::MakeStrategy(strategy);
     const bool central = c.server.engine.privacy.mode == "central";
     absl::Status s = robust.ok()
                          ? (*robust)->CheckPlan({.min_updates = c.server.engine.min_fit_clients,

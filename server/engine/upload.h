@@ -53,8 +53,10 @@ struct UploadState {
   // spill) and the update folded as dp_global + delta * min(1, dp_clip_norm / ||delta||). Once
   // written whole it is accepted (UpdateSink::Accept). An error (the spill could not be read,
   // the aggregator's own spill not written) leaves a streaming aggregate partly folded.
+  // `touched` (may be null) tells whether any piece reached the aggregator (a refusal at
+  // BeginUpdate, e.g. a missing metric, touches nothing).
   absl::Status FoldInto(aggregation::RoundAggregator& aggregator, const Model* dp_global = nullptr,
-                        double dp_clip_norm = 0) const;
+                        double dp_clip_norm = 0, bool* touched = nullptr) const;
   void RemoveSpill();
 };
 

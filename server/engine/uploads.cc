@@ -439,10 +439,14 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
       if (!why.ok() && partly_folded) round_->poisoned = true;
     } else if (why.ok()) {
       // Verified whole: only now does it touch the aggregate (and is accepted there).
-      why = state_->FoldInto(*round_->aggregator, round_->dp_global.get(), round_->dp_clip_norm);
+      bool touched = false;
+      why = state_->FoldInto(*round_->aggregator, round_->dp_global.get(), round_->dp_clip_norm,
+                             &touched);
       // A streaming aggregate that took part of it is spoiled; one that keeps updates apart
-      // forgets it.
-      if (!why.ok() && !round_->aggregator->keeps_updates_apart()) round_->poisoned = true;
+      // forgets it, and one it was refused by (BeginUpdate) never saw it.
+      if (!why.ok() && touched && !round_->aggregator->keeps_updates_apart()) {
+        round_->poisoned = true;
+      }
     }
     if (why.ok()) {
       state_->phase = Phase::kAccepted;
@@ -465,7 +469,7 @@ void UploadState::RemoveSpill() {
 }
 
 absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, const Model* dp_global,
-                                   double dp_clip_norm) const {
+                                   double dp_clip_norm, bool* touched) const {
   std::vector<float> buf(static_cast<size_t>(kMaxChunkBytes / sizeof(float)));
   // Calls `visit(first float, values)` for each piece of the staged payload.
   auto for_each_piece = [&](auto visit) -> absl::Status {
@@ -488,6 +492,7 @@ absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, con
   if (!sink.ok()) return sink.status();
   absl::Status written;  // the first write that failed
   auto write = [&](int64_t first, std::span<const float> v) {
+    if (touched != nullptr) *touched = true;
     if (written.ok()) written = (*sink)->Write(first, v);
   };
   auto accept = [&](absl::Status read) {

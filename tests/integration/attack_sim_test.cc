@@ -59,6 +59,12 @@ TEST(AttackSimTest, FLTrustIgnoresSignFlippedChangesInProcessAndOverGrpc) {
     EXPECT_EQ(r->poisoned_updates, 3 * o.num_rounds) << transport;
     if (std::string(transport) == "inproc") {
       EXPECT_GT(r->final_test_accuracy, 0.6) << transport;
+      TempDir avg_dir;
+      absl::StatusOr<simulation::SimulationResult> fedavg =
+          simulation::RunSimulation(AttackedSimulation(avg_dir.path(), "sign_flip", "fedavg"));
+      ASSERT_TRUE(fedavg.ok()) << fedavg.status();
+      EXPECT_LT(fedavg->final_test_accuracy, r->final_test_accuracy - 0.2)
+          << "the same attack against FedAvg";
     } else {
       ASSERT_EQ(r->rounds.size(), 1u);
       EXPECT_TRUE(r->rounds[0].summary.committed) << r->rounds[0].summary.reason;

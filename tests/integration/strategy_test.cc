@@ -178,8 +178,8 @@ TEST(StrategyTest, FedProxSendsMuAndLearns) {
 }
 
 // q-FedAvg through the real server and built-in trainers: every fit task asks for the sites'
-// initial loss, every update carries it (an update without it would be refused and its round
-// fail), and the model learns.
+// initial loss, every update carries it (one without it is refused, see EngineQFedAvgTest), and
+// the model learns.
 TEST(StrategyTest, QFedAvgAsksForTheSitesLossAndLearns) {
   RunOutcome run =
       RunFederation({.name = "qfedavg", .q = 1, .qffl_learning_rate = kLearningRate}, kSites);

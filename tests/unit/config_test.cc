@@ -303,13 +303,18 @@ TEST_F(ConfigTest, BadStrategyAndModelValuesNameFileLineAndKey) {
   const std::vector<Case> cases = {
       {"[strategy]\nname = \"fedsgd\"\n",
        ":2: key 'strategy.name' must be one of fedavg, fedprox, scaffold, fedavgm, fedadagrad, "
-       "fedadam, fedyogi, fedmedian, fedtrimmedavg, krum, multikrum, bulyan, qfedavg, fltrust, got \"fedsgd\""},
+       "fedadam, fedyogi, fedmedian, fedtrimmedavg, krum, multikrum, bulyan, qfedavg, fltrust, got "
+       "\"fedsgd\""},
       {"[strategy]\nname = \"krum\"\nnum_malicious = 1\n",
        ":3: strategy 'krum' with num_malicious = 1 needs at least 5 updates in every round, and "
        "min_fit_clients is 2; raise min_fit_clients to 5 or lower num_malicious"},
       {"[strategy]\nname = \"fedmedian\"\n[secure_aggregation]\nenabled = true\n",
        ":2: strategy 'fedmedian' needs each site's update apart, and secure aggregation shows the "
        "server only their sum; turn secure aggregation off, or choose fedavg"},
+      {"[strategy]\nname = \"fltrust\"\n",
+       ":2: strategy 'fltrust' needs a root dataset on the server to train on, which `fl server` "
+       "cannot hold yet; run it in `fl sim` (strategy.root_examples), or choose a robust strategy "
+       "(fedmedian, fedtrimmedavg, krum, multikrum, bulyan)"},
       {"[strategy]\nname = \"fedtrimmedavg\"\ntrim_beta = 0.5\n",
        ":3: trim_beta must be in [0, 0.5) (at 0.5 the trimmed mean trims every value), got 0.5"},
       {"[strategy]\nproximal_mu = -1\n", ":2: key 'strategy.proximal_mu' must be >= 0, got -1.0"},

@@ -119,5 +119,26 @@ TEST_F(EngineRobustTest, AnUpdateTheSpillCannotTakeIsRefusedAndTheRoundGoesOn) {
   }
 }
 
+// q-FedAvg refuses an update without the site's initial_loss before any of it reaches the sum:
+// that site is refused with the reason, the round commits with the other two.
+TEST_F(EngineRobustTest, AQFedAvgUpdateWithoutItsLossIsRefusedAndTheRoundCommits) {
+  Use({.name = "qfedavg"});
+  StartEngine();
+  JoinAll();
+  std::vector<absl::Status> results;
+  for (size_t i = 0; i < clients_.size(); ++i) {
+    Task task = engine_->Poll(clients_[i]);
+    ASSERT_EQ(task.kind, Task::Kind::kFit);
+    std::map<std::string, double> metrics = {{"loss", 1.0}};
+    if (i != 1) metrics["initial_loss"] = 0.5 + static_cast<double>(i);
+    results.push_back(Submit(clients_[i], task, RandomModel(i), 10, metrics));
+  }
+  EXPECT_TRUE(results[0].ok()) << results[0];
+  EXPECT_THAT(results[1].message(), HasSubstr("q-FedAvg weighs each update by the metric "
+                                              "'initial_loss'"));
+  EXPECT_TRUE(results[2].ok()) << results[2];
+  EXPECT_EQ(engine_->committed_round(), 1) << "the refused update did not spoil the round";
+}
+
 }  // namespace
 }  // namespace fl::server

@@ -420,6 +420,21 @@ TEST(EngineOptionsTest, JsonRoundTripAndRefusals) {
   EXPECT_EQ(back->strategy->name, "scaffold");
   EXPECT_DOUBLE_EQ(back->strategy->server_learning_rate, 0.5);
   EXPECT_EQ(back->strategy->num_parties, 12);
+  o.strategy->name = "qfedavg";
+  o.strategy->q = 3;
+  o.strategy->qffl_learning_rate = 0.02;
+  o.strategy->root_examples = 7;
+  o.strategy->trim_beta = 0.3;
+  o.strategy->num_malicious = 4;
+  o.strategy->num_to_keep = 5;
+  back = EngineOptions::FromJson(o.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_DOUBLE_EQ(back->strategy->q, 3);
+  EXPECT_DOUBLE_EQ(back->strategy->qffl_learning_rate, 0.02);
+  EXPECT_EQ(back->strategy->root_examples, 7);
+  EXPECT_DOUBLE_EQ(back->strategy->trim_beta, 0.3);
+  EXPECT_EQ(back->strategy->num_malicious, 4);
+  EXPECT_EQ(back->strategy->num_to_keep, 5);
   EXPECT_EQ(EngineOptions::FromJson("{").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EngineOptions::FromJson("{}").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(EngineOptions::FromJson("{\"num_rounds\": \"ten\"}").status().code(),

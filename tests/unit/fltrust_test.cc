@@ -87,6 +87,12 @@ TEST_F(FLTrustTest, ARoundWhereNoSiteAgreesFailsWithTheReason) {
                         "among 2 updates)"));
 }
 
+TEST_F(FLTrustTest, ARootTrainingThatDoesNotMoveTheModelFailsTheRound) {
+  std::unique_ptr<Strategy> s = Make({0, 0, 0, 0});
+  EXPECT_THAT(Round(*s, Values({0, 0, 0, 0}), {{1, 0, 0, 0}}).status().message(),
+              HasSubstr("training on the root data did not move the model"));
+}
+
 TEST_F(FLTrustTest, TheRootTrainersFailureFailsTheRoundWithItsMessage) {
   absl::StatusOr<std::unique_ptr<Strategy>> s =
       MakeStrategy({.name = "fltrust"}, {}, MakeFileSpill(dir_),

@@ -105,6 +105,13 @@ TEST(QFedAvgTest, AnUpdateWithoutItsLossIsRefusedWithWhatToDo) {
               HasSubstr("q-FedAvg weighs each update by the metric 'initial_loss'"));
   EXPECT_THAT(agg->BeginUpdate({.weight = 1, .metrics = {{"initial_loss", -1}}}).status().message(),
               HasSubstr("initial_loss must be finite and >= 0, got -1"));
+  absl::StatusOr<std::unique_ptr<Strategy>> steep = MakeStrategy({.name = "qfedavg", .q = 50});
+  ASSERT_TRUE(steep.ok());
+  std::unique_ptr<RoundAggregator> steep_round = (*steep)->BeginRound(x);
+  EXPECT_THAT(steep_round->BeginUpdate({.weight = 1, .metrics = {{"initial_loss", 1e10}}})
+                  .status()
+                  .message(),
+              HasSubstr("raised to q = 50 is not finite; lower q"));
   EXPECT_THAT(agg->Finish().status().message(), HasSubstr("no update was accepted"));
 }
 

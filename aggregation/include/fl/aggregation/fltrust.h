@@ -29,7 +29,9 @@
 namespace fl::aggregation {
 
 // Trains `global` on the server's root dataset and returns the trained model (of global's spec).
-using RootTrainer = std::function<absl::StatusOr<Model>(const Model& global, int32_t round)>;
+// `attempt` counts the round attempts this strategy object has begun (1, 2, ...; a retried round
+// counts again, a resumed run starts over): use it to vary the batch order, not as a round number.
+using RootTrainer = std::function<absl::StatusOr<Model>(const Model& global, int32_t attempt)>;
 
 // INVALID_ARGUMENT when `root` is empty or `spill` null.
 absl::StatusOr<std::unique_ptr<Strategy>> MakeFLTrust(RootTrainer root,
