@@ -427,6 +427,10 @@ int RunSimCommand(SimArgs& a) {
   if (dp) {
     std::printf(", epsilon spent %.4f (delta %g)", result->dp_epsilon, options.privacy.delta);
   }
+  if (options.attack.poisons_updates()) {
+    std::printf(", %lld updates poisoned (%s)", static_cast<long long>(result->poisoned_updates),
+                options.attack.kind.c_str());
+  }
   std::printf("\nSQLite file with the run: %s\n", result->db_path.c_str());
   const std::string data_dir = result->db_path.substr(0, result->db_path.rfind('/'));
   if (config.report) {
