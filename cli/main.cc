@@ -101,6 +101,39 @@ absl::StatusOr<fl::client::ModelArchitecture> ServerModelArchitecture(
   return arch;
 }
 
+// FLTrust's server-side training (fl/aggregation/fltrust.h): the built-in trainer on the root
+// rows, with the run's fit settings and the strategy's client values, on every core.
+fl::aggregation::RootTrainer MakeRootTrainer(const fl::client::ModelArchitecture& arch,
+                                             fl::client::Dataset root,
+                                             const fl::server::FitSettings& fit,
+                                             const fl::aggregation::StrategyOptions& strategy,
+                                             uint64_t seed) {
+  auto trainer = std::make_shared<std::unique_ptr<fl::client::Trainer>>();
+  auto data = std::make_shared<const fl::client::Dataset>(std::move(root));
+  return [arch, data, fit, strategy, seed, trainer](const fl::Model& global,
+                                                    int32_t attempt) -> absl::StatusOr<fl::Model> {
+    if (*trainer == nullptr) {
+      fl::client::BuiltinTrainerOptions options;
+      options.backend = "cpu";
+      options.seed = seed;
+      options.cpu_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+      absl::StatusOr<std::unique_ptr<fl::client::Trainer>> made =
+          fl::client::MakeBuiltinTrainer(arch, *data, fl::client::Dataset{}, options);
+      if (!made.ok()) return made.status();
+      *trainer = *std::move(made);
+    }
+    fl::client::FitConfig config;
+    config.round = attempt;
+    config.local_epochs = fit.local_epochs;
+    config.batch_size = fit.batch_size;
+    config.learning_rate = fit.learning_rate;
+    config.extra = strategy.ClientConfig();
+    absl::StatusOr<fl::client::FitResult> result = (*trainer)->Fit(global, config);
+    if (!result.ok()) return result.status();
+    return std::move(result->model);
+  };
+}
+
 // A run's model, strategy, engine options and evaluation hook from a server configuration: the
 // server's own run, and each run file submitted through the control API (over the same).
 absl::StatusOr<fl::server::RunSetup> MakeRunSetup(fl::server::ServerConfig config) {
@@ -144,12 +177,28 @@ absl::StatusOr<fl::server::RunSetup> MakeRunSetup(fl::server::ServerConfig confi
     }
     hooks.evaluate = fl::simulation::BuiltinTestSetEvaluation(*arch, eval_set);
   }
+  fl::aggregation::RootTrainer root_trainer;
+  if (config.server.strategy.name == "fltrust" && arch.ok()) {
+    absl::StatusOr<fl::client::Dataset> data =
+        fl::client::LoadIdx(config.model.root_images, config.model.root_labels);
+    if (!data.ok()) {
+      return absl::Status(data.status().code(),
+                          absl::StrCat("model.root_images/root_labels: ", data.status().message()));
+    }
+    if (absl::Status s = fl::client::EvaluateBuiltinModel(*arch, *weights, *data).status();
+        !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--root-images/--root-labels do not fit the model: ", s.message()));
+    }
+    root_trainer = MakeRootTrainer(*arch, *std::move(data), config.server.engine.fit,
+                                   config.server.strategy, config.model.init_seed);
+  }
   // SCAFFOLD's global model carries the server's control variate, zero at the start.
   fl::Model initial = config.server.strategy.name == "scaffold"
                           ? fl::aggregation::WithZeroControlVariates(*weights)
                           : *std::move(weights);
   return fl::server::RunSetup{config.server.engine, config.server.strategy, std::move(initial),
-                              std::move(hooks)};
+                              std::move(hooks), std::move(root_trainer)};
 }
 
 int RunServer(fl::server::ServerConfig config) {
@@ -165,6 +214,7 @@ int RunServer(fl::server::ServerConfig config) {
     return MakeRunSetup(std::move(run));
   };
   config.server.engine = first->engine;
+  config.server.root_trainer = first->root_trainer;
   absl::StatusOr<std::unique_ptr<fl::server::Server>> server = fl::server::Server::Start(
       config.server, std::move(first->initial_model), std::move(first->hooks));
   if (!server.ok()) return Fail(server.status());
@@ -501,8 +551,8 @@ int main(int argc, char** argv) {
   server_cmd
       ->add_option("--strategy", server_strategy.name,
                    "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, "
-                   "fedmedian, fedtrimmedavg, krum, multikrum, bulyan, qfedavg (fltrust: fl sim "
-                   "only)")
+                   "fedmedian, fedtrimmedavg, krum, multikrum, bulyan, qfedavg or fltrust (with "
+                   "--root-images/--root-labels)")
       ->capture_default_str();
   server_cmd->add_option("--proximal-mu", server_strategy.proximal_mu, "FedProx: mu (> 0)")
       ->capture_default_str();
@@ -571,6 +621,10 @@ int main(int argc, char** argv) {
                          "Server-side evaluation of each new model: IDX images");
   server_cmd->add_option("--eval-labels", server_model.eval_labels,
                          "Server-side evaluation: IDX labels");
+  server_cmd->add_option("--root-images", server_model.root_images,
+                         "fltrust: IDX images of the server's root dataset");
+  server_cmd->add_option("--root-labels", server_model.root_labels,
+                         "fltrust: IDX labels of the root dataset");
   server_cmd->add_option("--grace", grace_s, "Seconds to keep serving DONE after the run ends")
       ->capture_default_str();
 

@@ -112,9 +112,9 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeFLTrust(RootTrainer root,
                                                       std::shared_ptr<SpillSpace> spill) {
   if (!root) {
     return absl::InvalidArgumentError(
-        "strategy 'fltrust' needs a root dataset on the server to train on: `fl sim` keeps "
-        "strategy.root_examples training rows for it; `fl server` has no root dataset setting "
-        "yet (a program embedding the server gives ServerOptions::root_trainer)");
+        "strategy 'fltrust' needs a root dataset on the server to train on: `fl server` takes "
+        "model.root_images and root_labels, `fl sim` keeps strategy.root_examples training "
+        "rows, a program embedding the server gives ServerOptions::root_trainer");
   }
   if (spill == nullptr) return absl::InvalidArgumentError("strategy 'fltrust' needs a spill");
   return std::make_unique<FLTrust>(std::move(root), std::move(spill));

@@ -52,6 +52,11 @@ struct ServerModelOptions {
   // new global model on ("test_loss", "test_accuracy" in the round's metrics). Empty: none.
   std::string eval_images;
   std::string eval_labels;
+  // FLTrust (strategy "fltrust"): the IDX images and labels of the server's root dataset, which
+  // it trains the built-in model on every round with the run's fit settings (the paper uses 100
+  // rows). Needed by fltrust, refused by any other strategy.
+  std::string root_images;
+  std::string root_labels;
 };
 
 // Everything `fl server` runs with. The round timeout lives in server.engine.round_timeout.

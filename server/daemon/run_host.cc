@@ -309,7 +309,8 @@ absl::Status RunHost::StartRun(RunSetup setup, const std::string& run_name) {
   }
   absl::StatusOr<std::unique_ptr<aggregation::Strategy>> strategy = aggregation::MakeStrategy(
       setup.strategy, options_.enrolled_clients,
-      aggregation::MakeFileSpill(options_.server->engine.spill_dir), options_.server->root_trainer);
+      aggregation::MakeFileSpill(options_.server->engine.spill_dir),
+      setup.root_trainer ? setup.root_trainer : options_.server->root_trainer);
   if (!strategy.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("strategy: ", strategy.status().message()));
   }

@@ -229,7 +229,8 @@ class ServerImpl final : public Server {
     absl::StatusOr<std::unique_ptr<RunHost>> host = RunHost::Create(std::move(host_options));
     if (!host.ok()) return host.status();
     host_ = *std::move(host);
-    RunSetup first{options_.engine, options_.strategy, std::move(initial_model), std::move(hooks)};
+    RunSetup first{options_.engine, options_.strategy, std::move(initial_model), std::move(hooks),
+                   options_.root_trainer};
     if (absl::Status s = host_->Start(std::move(first)); !s.ok()) return s;
 
     ServiceOptions service_options;

@@ -41,8 +41,8 @@ std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
           "fedavg (weighted mean), fedprox (plus the clients' proximal term), "
           "scaffold (control variates), a server optimizer over the mean's "
           "change: fedavgm, fedadagrad, fedadam, fedyogi, or robust aggregation: fedmedian, "
-          "fedtrimmedavg, krum, multikrum, bulyan, fltrust (fl sim, or a server given a root "
-          "trainer), or fair weighting: qfedavg.",
+          "fedtrimmedavg, krum, multikrum, bulyan, fltrust (with a root dataset on the server), "
+          "or fair weighting: qfedavg.",
           true, [get](auto& c) -> auto& { return get(c).name; },
           {"fedavg", "fedprox", "scaffold", "fedavgm", "fedadagrad", "fedadam", "fedyogi",
            "fedmedian", "fedtrimmedavg", "krum", "multikrum", "bulyan", "qfedavg", "fltrust"}),

@@ -311,5 +311,35 @@ TEST(RestartTest, ServerSideEvaluationAndAStoppingRuleFromTheCommandLine) {
   EXPECT_NE(rounds->back().metrics_json.find("test_accuracy"), std::string::npos);
 }
 
+// `fl server --strategy fltrust` trains on the root dataset it is given (here the test set's
+// labelled images) every round and commits; root files that cannot be read are refused at start.
+TEST(RestartTest, FLTrustTrainsOnTheServersRootDataset) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  const std::string data_dir = dir.path() + "/server";
+  const std::string log = dir.path() + "/server.log";
+  const int port = FreeLoopbackPort();
+  const std::string fmnist = FL_FASHION_MNIST_DIR;
+  ChildProcess server(RunCommand(pki, data_dir, port,
+                                 {"--rounds", "2", "--strategy", "fltrust", "--root-images",
+                                  fmnist + "/t10k-images-idx3-ubyte.gz", "--root-labels",
+                                  fmnist + "/t10k-labels-idx1-ubyte.gz"}),
+                      log);
+  auto clients = StartSlowClients(pki, port, absl::ZeroDuration());
+  for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
+  EXPECT_EQ(server.Wait(), 0) << *ReadFile(log);
+  EXPECT_EQ(CommittedRounds(data_dir).size(), 2u) << *ReadFile(log);
+
+  const std::string bad_log = dir.path() + "/bad.log";
+  ChildProcess bad(
+      RunCommand(pki, dir.path() + "/bad", FreeLoopbackPort(),
+                 {"--strategy", "fltrust", "--root-images", fmnist + "/t10k-images-idx3-ubyte.gz",
+                  "--root-labels", dir.path() + "/missing-labels"}),
+      bad_log);
+  EXPECT_EQ(bad.Wait(), 1);
+  EXPECT_NE(ReadFile(bad_log)->find("model.root_images/root_labels:"), std::string::npos)
+      << *ReadFile(bad_log);
+}
+
 }  // namespace
 }  // namespace fl::testing

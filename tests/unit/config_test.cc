@@ -312,9 +312,14 @@ TEST_F(ConfigTest, BadStrategyAndModelValuesNameFileLineAndKey) {
        ":2: strategy 'fedmedian' needs each site's update apart, and secure aggregation shows the "
        "server only their sum; turn secure aggregation off, or choose fedavg"},
       {"[strategy]\nname = \"fltrust\"\n",
-       ":2: strategy 'fltrust' needs a root dataset on the server to train on, which `fl server` "
-       "cannot hold yet; run it in `fl sim` (strategy.root_examples), or choose a robust strategy "
-       "(fedmedian, fedtrimmedavg, krum, multikrum, bulyan)"},
+       ":2: strategy 'fltrust' trains the built-in model on a root dataset of the server's own: "
+       "set "
+       "model.root_images and model.root_labels (IDX files, e.g. 100 labelled rows), with no "
+       "model.initial"},
+      {"[model]\nroot_images = \"a.idx\"\n",
+       ":2: model.root_images and root_labels are FLTrust's root dataset; strategy 'fedavg' does "
+       "not "
+       "use them (set strategy.name = \"fltrust\" or remove them)"},
       {"[strategy]\nname = \"fedtrimmedavg\"\ntrim_beta = 0.5\n",
        ":3: trim_beta must be in [0, 0.5) (at 0.5 the trimmed mean trims every value), got 0.5"},
       {"[strategy]\nproximal_mu = -1\n", ":2: key 'strategy.proximal_mu' must be >= 0, got -1.0"},

@@ -30,6 +30,9 @@ struct RunSetup {
   aggregation::StrategyOptions strategy;
   Model initial_model;
   EngineHooks hooks;
+  // FLTrust's training on the server's root dataset (fl/aggregation/fltrust.h); empty: the
+  // server's ServerOptions::root_trainer.
+  aggregation::RootTrainer root_trainer;
 };
 
 // Makes a run from a run file: TOML with a run's tables of a server configuration ([run], [fit],
@@ -53,8 +56,8 @@ struct ServerOptions {
   // How updates are aggregated, and the strategy's values every fit task carries (merged into
   // engine.fit.extra). SCAFFOLD's N defaults to the enrolled clients, counted at every round.
   aggregation::StrategyOptions strategy;
-  // FLTrust's server-side training on a root dataset (fl/aggregation/fltrust.h): given by code
-  // that embeds the server (a simulation); empty for `fl server`, which refuses "fltrust".
+  // FLTrust's server-side training on a root dataset (fl/aggregation/fltrust.h), for the
+  // server's own run (`fl server` makes it from model.root_images; a simulation gives its own).
   aggregation::RootTrainer root_trainer;
   absl::Duration max_poll_wait = absl::Seconds(20);
   // Flow-control window of each upload stream, in MiB: the server buffers at most this much of
