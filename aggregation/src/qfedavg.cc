@@ -36,32 +36,14 @@ class QFedAvgAggregator final : public RoundAggregator {
   QFedAvgAggregator(const QFedAvgOptions& options, const Model& global)
       : options_(options), global_(global), sum_(global.spec()) {}
 
+  absl::Status CheckUpdate(const UpdateInfo& info) const override {
+    return WeightsOf(info).status();
+  }
+
   absl::StatusOr<std::unique_ptr<UpdateSink>> BeginUpdate(const UpdateInfo& info) override {
-    auto it = info.metrics.find(kInitialLossMetric);
-    if (it == info.metrics.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "q-FedAvg weighs each update by the metric '", kInitialLossMetric,
-          "' (the loss of the round's global model on the site's training data), which this "
-          "update lacks; built-in trainers send it when the fit config has '",
-          kReportInitialLossKey, "', a custom trainer must add it to its metrics"));
-    }
-    const double loss = it->second;
-    if (!std::isfinite(loss) || loss < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("q-FedAvg: the update's ", kInitialLossMetric,
-                                                     " must be finite and >= 0, got ", loss));
-    }
-    const double f = loss + 1e-10;
-    const double q = options_.q;
-    const double l = 1.0 / options_.qffl_learning_rate;
-    const double fq = std::pow(f, q);
-    const double per_norm = q * std::pow(f, q - 1) * l * l;
-    const double constant = l * fq;
-    if (!std::isfinite(fq) || !std::isfinite(per_norm) || !std::isfinite(constant)) {
-      return absl::InvalidArgumentError(absl::StrCat("q-FedAvg: the update's ", kInitialLossMetric,
-                                                     " ", loss, " raised to q = ", q,
-                                                     " is not finite; lower q"));
-    }
-    return std::make_unique<QFedAvgSink>(*this, fq, per_norm, constant);
+    absl::StatusOr<Weights> w = WeightsOf(info);
+    if (!w.ok()) return w.status();
+    return std::make_unique<QFedAvgSink>(*this, w->fq, w->per_norm, w->constant);
   }
 
   // Pieces without an update (a secure round's sum) have no loss to weigh them by.
@@ -103,6 +85,36 @@ class QFedAvgAggregator final : public RoundAggregator {
   }
 
  private:
+  // An update's F^q, h's factor on ||x - w||^2 and h's constant, from its initial_loss F.
+  struct Weights {
+    double fq, per_norm, constant;
+  };
+  absl::StatusOr<Weights> WeightsOf(const UpdateInfo& info) const {
+    auto it = info.metrics.find(kInitialLossMetric);
+    if (it == info.metrics.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "q-FedAvg weighs each update by the metric '", kInitialLossMetric,
+          "' (the loss of the round's global model on the site's training data), which this "
+          "update lacks; built-in trainers send it when the fit config has '",
+          kReportInitialLossKey, "', a custom trainer must add it to its metrics"));
+    }
+    const double loss = it->second;
+    if (!std::isfinite(loss) || loss < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("q-FedAvg: the update's ", kInitialLossMetric,
+                                                     " must be finite and >= 0, got ", loss));
+    }
+    const double f = loss + 1e-10;
+    const double q = options_.q;
+    const double l = 1.0 / options_.qffl_learning_rate;
+    Weights w{std::pow(f, q), q * std::pow(f, q - 1) * l * l, 0};
+    w.constant = l * w.fq;
+    if (!std::isfinite(w.fq) || !std::isfinite(w.per_norm) || !std::isfinite(w.constant)) {
+      return absl::InvalidArgumentError(absl::StrCat("q-FedAvg: the update's ", kInitialLossMetric,
+                                                     " ", loss, " raised to q = ", q,
+                                                     " is not finite; lower q"));
+    }
+    return w;
+  }
   void Misuse() {
     std::lock_guard<std::mutex> lock(mu_);
     misused_ = true;

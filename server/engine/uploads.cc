@@ -144,6 +144,11 @@ absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
       return absl::InvalidArgumentError(absl::StrCat("update metric '", k, "' is not finite"));
     }
   }
+  // What the strategy would refuse (q-FedAvg: a missing initial_loss), before the payload.
+  if (current_->aggregator != nullptr) {
+    return current_->aggregator->CheckUpdate(
+        {.weight = static_cast<double>(meta.num_examples), .metrics = meta.metrics});
+  }
   return absl::OkStatus();
 }
 

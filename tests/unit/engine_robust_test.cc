@@ -140,5 +140,18 @@ TEST_F(EngineRobustTest, AQFedAvgUpdateWithoutItsLossIsRefusedAndTheRoundCommits
   EXPECT_EQ(engine_->committed_round(), 1) << "the refused update did not spoil the round";
 }
 
+// The missing metric is refused when the upload begins, before the site sends its payload.
+TEST_F(EngineRobustTest, AQFedAvgUpdateWithoutItsLossIsRefusedBeforeItsPayload) {
+  Use({.name = "qfedavg"});
+  StartEngine();
+  JoinAll();
+  Task task = engine_->Poll(clients_[0]);
+  ASSERT_EQ(task.kind, Task::Kind::kFit);
+  absl::StatusOr<std::unique_ptr<Upload>> upload =
+      engine_->BeginUpload(clients_[0], MetaFor(task, 10));
+  EXPECT_THAT(upload.status().message(),
+              HasSubstr("q-FedAvg weighs each update by the metric 'initial_loss'"));
+}
+
 }  // namespace
 }  // namespace fl::server

@@ -59,6 +59,9 @@ class RoundAggregator {
   // and accepts with Accept; an aggregator that needs every update apart (a robust one) keeps
   // it, one that weighs by a metric (q-FedAvg) reads it here. An error refuses the update.
   virtual absl::StatusOr<std::unique_ptr<UpdateSink>> BeginUpdate(const UpdateInfo& info);
+  // What BeginUpdate would refuse of `info`, asked when an upload begins so that a site is told
+  // before it sends the payload (thread-safe). OK by default.
+  virtual absl::Status CheckUpdate(const UpdateInfo& info) const { return absl::OkStatus(); }
   // Whether an update dropped half-written leaves the round as it was (see UpdateSink).
   virtual bool keeps_updates_apart() const { return false; }
   // Adds `values` (parameters [offset, offset + size) of one client's model) with `weight`.
