@@ -101,39 +101,6 @@ absl::StatusOr<fl::client::ModelArchitecture> ServerModelArchitecture(
   return arch;
 }
 
-// FLTrust's server-side training (fl/aggregation/fltrust.h): the built-in trainer on the root
-// rows, with the run's fit settings and the strategy's client values, on every core.
-fl::aggregation::RootTrainer MakeRootTrainer(const fl::client::ModelArchitecture& arch,
-                                             fl::client::Dataset root,
-                                             const fl::server::FitSettings& fit,
-                                             const fl::aggregation::StrategyOptions& strategy,
-                                             uint64_t seed) {
-  auto trainer = std::make_shared<std::unique_ptr<fl::client::Trainer>>();
-  auto data = std::make_shared<const fl::client::Dataset>(std::move(root));
-  return [arch, data, fit, strategy, seed, trainer](const fl::Model& global,
-                                                    int32_t attempt) -> absl::StatusOr<fl::Model> {
-    if (*trainer == nullptr) {
-      fl::client::BuiltinTrainerOptions options;
-      options.backend = "cpu";
-      options.seed = seed;
-      options.cpu_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-      absl::StatusOr<std::unique_ptr<fl::client::Trainer>> made =
-          fl::client::MakeBuiltinTrainer(arch, *data, fl::client::Dataset{}, options);
-      if (!made.ok()) return made.status();
-      *trainer = *std::move(made);
-    }
-    fl::client::FitConfig config;
-    config.round = attempt;
-    config.local_epochs = fit.local_epochs;
-    config.batch_size = fit.batch_size;
-    config.learning_rate = fit.learning_rate;
-    config.extra = strategy.ClientConfig();
-    absl::StatusOr<fl::client::FitResult> result = (*trainer)->Fit(global, config);
-    if (!result.ok()) return result.status();
-    return std::move(result->model);
-  };
-}
-
 // A run's model, strategy, engine options and evaluation hook from a server configuration: the
 // server's own run, and each run file submitted through the control API (over the same).
 absl::StatusOr<fl::server::RunSetup> MakeRunSetup(fl::server::ServerConfig config) {
@@ -190,8 +157,13 @@ absl::StatusOr<fl::server::RunSetup> MakeRunSetup(fl::server::ServerConfig confi
       return absl::InvalidArgumentError(
           absl::StrCat("--root-images/--root-labels do not fit the model: ", s.message()));
     }
-    root_trainer = MakeRootTrainer(*arch, *std::move(data), config.server.engine.fit,
-                                   config.server.strategy, config.model.init_seed);
+    fl::client::BuiltinTrainerOptions options;
+    options.backend = "cpu";
+    options.seed = config.model.init_seed;
+    options.cpu_threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    root_trainer = fl::simulation::BuiltinRootTrainer(
+        *arch, std::make_shared<const fl::client::Dataset>(*std::move(data)),
+        config.server.engine.fit, config.server.strategy, options);
   }
   // SCAFFOLD's global model carries the server's control variate, zero at the start.
   fl::Model initial = config.server.strategy.name == "scaffold"

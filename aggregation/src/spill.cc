@@ -131,8 +131,6 @@ class FileSpill final : public SpillSpace {
     return std::make_unique<FileSpillFile>(fd, num_floats, dir_);
   }
 
-  std::string where() const override { return dir_; }
-
  private:
   int Open() const {
     int fd = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);

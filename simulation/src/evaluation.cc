@@ -8,6 +8,35 @@
 
 namespace fl::simulation {
 
+aggregation::RootTrainer BuiltinRootTrainer(client::ModelArchitecture arch,
+                                            std::shared_ptr<const client::Dataset> root,
+                                            server::FitSettings fit,
+                                            aggregation::StrategyOptions strategy,
+                                            client::BuiltinTrainerOptions options) {
+  // Shared by the copies of the returned function; called once per round attempt (the engine's
+  // commit), never concurrently.
+  auto trainer = std::make_shared<std::unique_ptr<client::Trainer>>();
+  return [arch = std::move(arch), root = std::move(root), fit = std::move(fit),
+          strategy = std::move(strategy), options = std::move(options),
+          trainer](const Model& global, int32_t attempt) -> absl::StatusOr<Model> {
+    if (*trainer == nullptr) {
+      absl::StatusOr<std::unique_ptr<client::Trainer>> made =
+          client::MakeBuiltinTrainer(arch, *root, client::Dataset{}, options);
+      if (!made.ok()) return made.status();
+      *trainer = *std::move(made);
+    }
+    client::FitConfig config;
+    config.round = attempt;
+    config.local_epochs = fit.local_epochs;
+    config.batch_size = fit.batch_size;
+    config.learning_rate = fit.learning_rate;
+    config.extra = strategy.ClientConfig();
+    absl::StatusOr<client::FitResult> result = (*trainer)->Fit(global, config);
+    if (!result.ok()) return result.status();
+    return std::move(result->model);
+  };
+}
+
 Model WithoutScaffoldTensors(const Model& model) {
   std::vector<TensorSpec> kept;
   std::vector<size_t> index;

@@ -68,27 +68,9 @@ aggregation::RootTrainer RootTrainerFor(const SimulationOptions& options,
   std::mt19937_64 rng(options.seed ^ 0x5eed0f7ull);
   std::shuffle(rows.begin(), rows.end(), rng);
   rows.resize(static_cast<size_t>(std::min<int64_t>(n, options.strategy.root_examples)));
-  auto trainer = std::make_shared<std::unique_ptr<client::Trainer>>();
-  auto root = std::make_shared<const client::Dataset>(data.train->Subset(rows));
-  return [&options, &data, trainer, root](const Model& global,
-                                          int32_t round) -> absl::StatusOr<Model> {
-    if (*trainer == nullptr) {
-      absl::StatusOr<std::unique_ptr<client::Trainer>> made = client::MakeBuiltinTrainer(
-          data.arch, *root, client::Dataset{},
-          TrainerOptionsFor(options, options.num_clients, WorkersFor(options)));
-      if (!made.ok()) return made.status();
-      *trainer = *std::move(made);
-    }
-    client::FitConfig config;
-    config.round = round;
-    config.local_epochs = options.fit.local_epochs;
-    config.batch_size = options.fit.batch_size;
-    config.learning_rate = options.fit.learning_rate;
-    config.extra = options.strategy.ClientConfig();
-    absl::StatusOr<client::FitResult> fit = (*trainer)->Fit(global, config);
-    if (!fit.ok()) return fit.status();
-    return std::move(fit->model);
-  };
+  return BuiltinRootTrainer(
+      data.arch, std::make_shared<const client::Dataset>(data.train->Subset(rows)), options.fit,
+      options.strategy, TrainerOptionsFor(options, options.num_clients, WorkersFor(options)));
 }
 
 absl::Status DriveSites(const SimulationOptions& options, const SimulationData& data,

@@ -27,8 +27,8 @@ RawClient::RawClient(const ProvisionedFiles& pki, size_t index, int port) {
   ssl.pem_private_key = *ReadFile(pki.client_keys[index]);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
-  stub_ = v1::Federation::NewStub(grpc::CreateCustomChannel(
-      absl::StrCat("127.0.0.1:", port), grpc::SslCredentials(ssl), args));
+  stub_ = v1::Federation::NewStub(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port), grpc::SslCredentials(ssl), args));
 }
 
 v1::JoinReply RawClient::Join() {
@@ -54,17 +54,6 @@ v1::Task RawClient::NextFit(int64_t run_id, int after_round) {
   }
   ADD_FAILURE() << "no fit task for a round after " << after_round;
   return {};
-}
-
-TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "fl_it_XXXXXX").string();
-  if (mkdtemp(tmpl.data()) == nullptr) std::abort();
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::remove_all(path_, ec);
 }
 
 ProvisionedFiles MakePki(const std::string& dir, const std::vector<std::string>& names,
@@ -177,8 +166,8 @@ std::vector<std::string> SiteNames(int n) {
   return names;
 }
 
-server::ServerOptions MlpRunOptions(const ProvisionedFiles& pki, const std::string& dir,
-                                    int sites, int rounds) {
+server::ServerOptions MlpRunOptions(const ProvisionedFiles& pki, const std::string& dir, int sites,
+                                    int rounds) {
   server::ServerOptions o = TlsServerOptions(pki, dir);
   o.engine.num_rounds = rounds;
   o.engine.min_clients = sites;

@@ -20,19 +20,9 @@
 #include "fl/server/server.h"
 #include "fl/server/store.h"
 #include "fl/v1/federation.grpc.pb.h"
+#include "tests/temp_dir.h"
 
 namespace fl::testing {
-
-// A fresh temporary directory, removed on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // CA, server and client certificates for `names` under `dir`/certs.
 ProvisionedFiles MakePki(const std::string& dir, const std::vector<std::string>& names,
@@ -110,8 +100,8 @@ std::vector<std::string> SiteNames(int n);
 
 // TlsServerOptions for `rounds` rounds of the FashionMlp model in which all `sites` sites take
 // part (min_clients = min_fit_clients = sites), with a 60 s round deadline and 2 s long polls.
-server::ServerOptions MlpRunOptions(const ProvisionedFiles& pki, const std::string& dir,
-                                    int sites, int rounds);
+server::ServerOptions MlpRunOptions(const ProvisionedFiles& pki, const std::string& dir, int sites,
+                                    int rounds);
 
 // The argv of the real `fl server` (FL_BINARY) for the federation `pki` with mutual TLS on
 // 127.0.0.1:`port`, its data in `data_dir`, every client certificate of `pki` enrolled, then

@@ -23,7 +23,6 @@ class FullOnce : public aggregation::SpillSpace {
     if (++count_ == fail_) return absl::ResourceExhaustedError("no space in the spill (test)");
     return real_->Create(n);
   }
-  std::string where() const override { return real_->where(); }
 
  private:
   std::shared_ptr<aggregation::SpillSpace> real_;

@@ -9,6 +9,7 @@
 #include "fl/aggregation/strategies.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace fl::aggregation {
 namespace {
@@ -25,13 +26,6 @@ Model Values(std::vector<float> v) {
 
 class FLTrustTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "fltrust_test_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   // A strategy whose root training moves the model by `g0`.
   std::unique_ptr<Strategy> Make(std::vector<float> g0) {
     absl::StatusOr<std::unique_ptr<Strategy>> s =
@@ -57,7 +51,8 @@ class FLTrustTest : public ::testing::Test {
     return agg->Finish();
   }
 
-  std::string dir_;
+  fl::testing::TempDir tmp_;
+  const std::string& dir_ = tmp_.path();
 };
 
 TEST_F(FLTrustTest, ChangesAreTrustedByTheirCosineAndScaledToTheServersLength) {

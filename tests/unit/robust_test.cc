@@ -16,6 +16,7 @@
 #include "fl/aggregation/strategies.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 
 namespace fl::aggregation {
 namespace {
@@ -173,13 +174,6 @@ TEST(RobustKernelsTest, MeanClosestToMedianAveragesTheBetaNearestValues) {
 // A spill in a fresh directory, removed afterwards.
 class RobustStrategyTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "robust_test_XXXXXX").string();
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
   std::unique_ptr<Strategy> Make(StrategyOptions options,
                                  std::shared_ptr<SpillSpace> spill = nullptr) {
     absl::StatusOr<std::unique_ptr<Strategy>> s =
@@ -208,7 +202,8 @@ class RobustStrategyTest : public ::testing::Test {
     return agg->Finish();
   }
 
-  std::string dir_;
+  fl::testing::TempDir tmp_;
+  const std::string& dir_ = tmp_.path();
 };
 
 ModelSpec SpecOf(int64_t n) { return ModelSpec({{"w", {n}}}); }
@@ -336,7 +331,6 @@ class FailingSpill : public SpillSpace {
     b->inner = *std::move(f);
     return b;
   }
-  std::string where() const override { return "test"; }
 
  private:
   std::shared_ptr<SpillSpace> real_;

@@ -39,8 +39,6 @@ class SpillSpace {
   // A file for an update of `num_floats` floats, its space reserved now, so that a full disk is
   // refused here ("no space ... for an update of N bytes") and not halfway through the update.
   virtual absl::StatusOr<std::unique_ptr<SpillFile>> Create(int64_t num_floats) = 0;
-  // Where the files live, for messages.
-  virtual std::string where() const = 0;
 };
 
 // Files in `dir` (which must exist), unlinked at once: nothing is left behind by a crash.

@@ -1,11 +1,14 @@
-// Server-side evaluation of the built-in models, as the simulation and `fl server --eval-images`
-// plug it into the engine.
+// Server-side uses of the built-in models, as the simulation and `fl server` plug them into the
+// engine: evaluation on a test set (`--eval-images`), and FLTrust's training on a root dataset
+// (`--root-images`).
 #ifndef FL_SIMULATION_EVALUATION_H_
 #define FL_SIMULATION_EVALUATION_H_
 
 #include <memory>
 #include <string>
 
+#include "fl/aggregation/fltrust.h"
+#include "fl/aggregation/strategies.h"
 #include "fl/client/builtin_models.h"
 #include "fl/client/dataset.h"
 #include "fl/common/model.h"
@@ -20,6 +23,15 @@ namespace fl::simulation {
 server::EngineHooks::EvaluateFn BuiltinTestSetEvaluation(
     client::ModelArchitecture arch, std::shared_ptr<const client::Dataset> test,
     std::string backend = "auto");
+
+// FLTrust's root training (fl/aggregation/fltrust.h) with a built-in model: a trainer of `arch`
+// made on first use over `root` (with `options`), fit each round attempt with `fit`'s epochs,
+// batch size and learning rate and `strategy`'s client values, as a site would be.
+aggregation::RootTrainer BuiltinRootTrainer(client::ModelArchitecture arch,
+                                            std::shared_ptr<const client::Dataset> root,
+                                            server::FitSettings fit,
+                                            aggregation::StrategyOptions strategy,
+                                            client::BuiltinTrainerOptions options);
 
 // A copy of `model` without its SCAFFOLD control variates (the same model when it has none).
 Model WithoutScaffoldTensors(const Model& model);
