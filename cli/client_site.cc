@@ -11,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "fl/common/logging.h"
-#include "fl/simulation/partition.h"
 
 namespace fl::cli {
 namespace {
@@ -105,7 +104,7 @@ absl::StatusOr<SiteData> LoadSiteData(const ClientConfig& config) {
 
   if (d.num_shards > 0) {
     absl::StatusOr<std::vector<std::vector<int64_t>>> parts =
-        fl::simulation::PartitionIid(site.train.num_examples(), d.num_shards, d.split_seed);
+        fl::client::SplitIid(site.train.num_examples(), d.num_shards, d.split_seed);
     if (!parts.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(train_source, ": cannot split ", site.train.num_examples(), " rows into ",

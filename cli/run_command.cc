@@ -12,8 +12,8 @@
 #include "cli/command_util.h"
 #include "cli/preflight_tls.h"
 #include "fl/common/file_util.h"
-#include "fl/common/proto_serde.h"
 #include "fl/v1/control.grpc.pb.h"
+#include "fl/wire/proto_serde.h"
 #include "grpcpp/grpcpp.h"
 #include "nlohmann/json.hpp"
 

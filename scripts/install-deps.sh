@@ -5,6 +5,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  clang  # the thread-safety analysis test (Build.ThreadSafetyAnalysis) and the fuzz targets
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libssl-dev libsqlite3-dev libeigen3-dev zlib1g-dev
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev

@@ -35,12 +35,7 @@
 namespace fl::client {
 
 // A secure-aggregation round's public parameters as the client uses them.
-struct SecAggRoundParams {
-  secagg::SecAggParams secagg;
-  int64_t example_unit = 1;    // weight = clamp(ceil(num_examples / example_unit), 1, max_weight)
-  double dp_clip_norm = 0;     // distributed DP when > 0: clip the change to this L2 norm
-  double dp_noise_stddev = 0;  // then add N(0, s^2) to each coordinate
-};
+using SecAggRoundParams = secagg::RoundParams;
 
 // What the server asks of this client.
 struct ClientTask {
@@ -114,7 +109,7 @@ struct UpdateHeader {
   int64_t num_examples = 0;
   std::map<std::string, double> metrics;
   std::optional<ModelSpec> spec;
-  enum class Encoding { kFloat32, kMaskedUint32, kMaskedUint64, kFloat16, kInt8 };
+  using Encoding = PayloadEncoding;
   Encoding encoding = Encoding::kFloat32;
   int64_t payload_bytes = 0;
 };

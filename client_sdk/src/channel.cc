@@ -11,8 +11,8 @@
 #include "fl/common/chunking.h"
 #include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
-#include "fl/common/proto_serde.h"
 #include "fl/v1/federation.grpc.pb.h"
+#include "fl/wire/proto_serde.h"
 #include "grpcpp/grpcpp.h"
 
 namespace fl::client {
@@ -83,7 +83,7 @@ absl::StatusOr<Admission> CheckAdmission(ClientOptions options, const Trainer* t
   if (!channel.ok()) return channel.status();
   std::unique_ptr<fl::v1::Federation::Stub> stub = fl::v1::Federation::NewStub(*channel);
   grpc::ClientContext ctx;
-  if (options.insecure_plaintext) ctx.AddMetadata(internal::kClientNameHeader, options.name);
+  if (options.insecure_plaintext) ctx.AddMetadata(kClientNameHeader, options.name);
   ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
   fl::v1::JoinRequest req;
   req.set_client_name(options.name);

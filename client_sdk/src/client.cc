@@ -100,7 +100,7 @@ absl::Status Client::Impl::Join() {
   if (!reply.ok()) return reply.status();
   run_id_ = reply->run_id;
   live_ = false;
-  std::lock_guard<std::mutex> lock(id_mu_);
+  absl::MutexLock lock(&id_mu_);
   client_id_ = reply->client_id;
   return absl::OkStatus();
 }
@@ -385,7 +385,7 @@ absl::Status Client::Impl::RunTask(const ClientTask& task) {
     case ClientTask::Kind::kWait:
       return absl::OkStatus();
     case ClientTask::Kind::kDone: {
-      std::lock_guard<std::mutex> lock(id_mu_);
+      absl::MutexLock lock(&id_mu_);
       last_run_ = {.run_id = task.run_id,
                    .failed = task.run_failed,
                    .message = task.message,
@@ -454,11 +454,11 @@ void Client::set_on_task(std::function<void(const TaskReport&)> fn) {
   impl_->on_task_ = std::move(fn);
 }
 RunEnd Client::last_run() const {
-  std::lock_guard<std::mutex> lock(impl_->id_mu_);
+  absl::MutexLock lock(&impl_->id_mu_);
   return impl_->last_run_;
 }
 std::string Client::client_id() const {
-  std::lock_guard<std::mutex> lock(impl_->id_mu_);
+  absl::MutexLock lock(&impl_->id_mu_);
   return impl_->client_id_;
 }
 

@@ -7,17 +7,17 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client_sdk/internal/transport.h"
@@ -43,9 +43,9 @@ class Client::Impl {
   absl::Status RunTask(const ClientTask& task);
 
   std::function<void(const TaskReport&)> on_task_;
-  mutable std::mutex id_mu_;
-  std::string client_id_;
-  RunEnd last_run_;  // guarded by id_mu_
+  mutable absl::Mutex id_mu_;
+  std::string client_id_ ABSL_GUARDED_BY(id_mu_);
+  RunEnd last_run_ ABSL_GUARDED_BY(id_mu_);
   bool live_ = false;  // a task other than DONE came since the last Join
 
  private:
@@ -105,19 +105,22 @@ class Client::Impl::HeartbeatThread {
   }
   ~HeartbeatThread() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       done_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (thread_.joinable()) thread_.join();
   }
 
  private:
   void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, absl::ToChronoMilliseconds(impl_->options_.heartbeat_interval),
-                         [this] { return done_; })) {
-      lock.unlock();
+    mu_.Lock();
+    while (true) {
+      const absl::Time next = absl::Now() + impl_->options_.heartbeat_interval;
+      while (!done_ && !cv_.WaitWithDeadline(&mu_, next)) {
+      }
+      if (done_) break;
+      mu_.Unlock();
       std::string message;
       absl::StatusOr<bool> open = impl_->transport_->Heartbeat(task_, &message);
       if (open.ok() && !*open) {
@@ -126,15 +129,16 @@ class Client::Impl::HeartbeatThread {
                   {"round", absl::StrCat(task_.round)},
                   {"server", message}});
       }
-      lock.lock();
+      mu_.Lock();
     }
+    mu_.Unlock();
   }
 
   Impl* impl_;
   const ClientTask& task_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool done_ = false;
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

@@ -6,9 +6,12 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <numeric>
+#include <random>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "fl/common/random.h"
 
 namespace fl::client {
 
@@ -146,6 +149,29 @@ absl::StatusOr<Dataset> LoadIdx(const std::string& images_path, const std::strin
   }
   d.num_classes = 1 + *std::max_element(d.labels.begin(), d.labels.end());
   return d;
+}
+
+absl::StatusOr<std::vector<std::vector<int64_t>>> SplitIid(int64_t num_examples, int32_t num_parts,
+                                                           uint64_t seed) {
+  if (num_parts < 1 || num_parts > num_examples) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(num_parts, " parts is not in [1, ", num_examples, "] (the number of rows)"));
+  }
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> perm(static_cast<size_t>(num_examples));
+  std::iota(perm.begin(), perm.end(), int64_t{0});
+  Shuffle(perm, rng);
+  // As numpy.array_split: the first (num_examples % num_parts) parts get one more.
+  const int64_t base = num_examples / num_parts;
+  const int64_t extra = num_examples % num_parts;
+  std::vector<std::vector<int64_t>> parts(static_cast<size_t>(num_parts));
+  auto it = perm.begin();
+  for (int32_t i = 0; i < num_parts; ++i) {
+    const int64_t size = base + (i < extra ? 1 : 0);
+    parts[static_cast<size_t>(i)].assign(it, it + size);
+    it += size;
+  }
+  return parts;
 }
 
 }  // namespace fl::client

@@ -3,18 +3,18 @@
 // meets the domain types: tasks in, updates, evaluations and secure-aggregation messages out.
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client_sdk/internal/transport.h"
 #include "client_sdk/src/grpc_wire.h"
-#include "client_sdk/src/secagg_serde.h"
 #include "fl/common/chunking.h"
 #include "fl/common/crypto.h"
-#include "fl/common/proto_serde.h"
 #include "fl/v1/federation.grpc.pb.h"
+#include "fl/wire/proto_serde.h"
+#include "fl/wire/secagg_serde.h"
 #include "grpcpp/grpcpp.h"
 
 namespace fl::client {
@@ -64,22 +64,6 @@ fl::v1::Task::Kind KindToProto(ClientTask::Kind kind) {
   }
 }
 
-fl::v1::UpdateMetadata::Encoding EncodingToProto(UpdateHeader::Encoding e) {
-  switch (e) {
-    case UpdateHeader::Encoding::kFloat32:
-      return fl::v1::UpdateMetadata::FLOAT32;
-    case UpdateHeader::Encoding::kMaskedUint32:
-      return fl::v1::UpdateMetadata::MASKED_UINT32;
-    case UpdateHeader::Encoding::kMaskedUint64:
-      return fl::v1::UpdateMetadata::MASKED_UINT64;
-    case UpdateHeader::Encoding::kFloat16:
-      return fl::v1::UpdateMetadata::FLOAT16;
-    case UpdateHeader::Encoding::kInt8:
-      return fl::v1::UpdateMetadata::INT8;
-  }
-  return fl::v1::UpdateMetadata::ENCODING_UNSPECIFIED;
-}
-
 }  // namespace
 
 ClientTask internal::TaskFromProto(const fl::v1::Task& in) {
@@ -103,7 +87,7 @@ ClientTask internal::TaskFromProto(const fl::v1::Task& in) {
   t.spec = FromProto(fit.model_spec());
   t.model_bytes = fit.model_bytes();
   t.model_sha256 = fit.model_sha256();
-  switch (fit.update_encoding()) {
+  switch (fit.update_encoding()) {  // a fit task asks for float32 (or nothing), float16 or int8
     case fl::v1::UpdateMetadata::ENCODING_UNSPECIFIED:
     case fl::v1::UpdateMetadata::FLOAT32:
       t.update_encoding = UpdateEncoding::kFloat32;
@@ -127,15 +111,15 @@ ClientTask internal::TaskFromProto(const fl::v1::Task& in) {
   }
   if (IsSecAgg(t.kind)) {
     t.secagg_id = in.secagg().secagg_id();
-    t.secagg_params = internal::ParamsFromProto(in.secagg().params());
+    t.secagg_params = wire::ParamsFromProto(in.secagg().params());
     if (t.kind == ClientTask::Kind::kSecAggShare) {
-      t.directory = internal::DirectoryFromProto(in.secagg());
+      t.directory = wire::DirectoryFromProto(in.secagg());
     }
     if (t.kind == ClientTask::Kind::kSecAggMaskedInput) {
-      t.bundle = internal::BundleFromProto(in.secagg());
+      t.bundle = wire::BundleFromProto(in.secagg());
     }
     if (t.kind == ClientTask::Kind::kSecAggUnmask) {
-      t.unmask = internal::UnmaskRequestFromProto(in.secagg());
+      t.unmask = wire::UnmaskRequestFromProto(in.secagg());
     }
   }
   return t;
@@ -228,7 +212,7 @@ class GrpcTransport final : public Transport {
     meta->set_num_examples(header.num_examples);
     for (const auto& [k, v] : header.metrics) (*meta->mutable_metrics())[k] = v;
     if (header.spec.has_value()) ToProto(*header.spec, meta->mutable_model_spec());
-    meta->set_encoding(EncodingToProto(header.encoding));
+    meta->set_encoding(ToProto(header.encoding));
     meta->set_payload_bytes(header.payload_bytes);
     bool ok = writer->Write(part);
     Sha256 sha;
@@ -290,11 +274,11 @@ class GrpcTransport final : public Transport {
     if (!in.decline_reason.empty()) {
       message.set_decline_reason(in.decline_reason);
     } else if (in.keys.has_value()) {
-      internal::KeysToProto(*in.keys, message.mutable_keys());
+      wire::KeysToProto(*in.keys, message.mutable_keys());
     } else if (in.shares.has_value()) {
-      internal::SharesToProto(*in.shares, message.mutable_shares());
+      wire::SharesToProto(*in.shares, message.mutable_shares());
     } else if (in.unmask.has_value()) {
-      internal::UnmaskToProto(*in.unmask, message.mutable_unmask());
+      wire::UnmaskToProto(*in.unmask, message.mutable_unmask());
     }
     Call call(this, absl::Seconds(30));
     fl::v1::SubmitReply reply;
@@ -303,7 +287,7 @@ class GrpcTransport final : public Transport {
 
   absl::StatusOr<bool> Heartbeat(const ClientTask& task, std::string* message) override {
     grpc::ClientContext ctx;  // not registered: a heartbeat is not the call Cancel ends
-    if (plaintext_) ctx.AddMetadata(internal::kClientNameHeader, name_);
+    if (plaintext_) ctx.AddMetadata(kClientNameHeader, name_);
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     fl::v1::HeartbeatRequest req;
     SetIds(task.run_id, task.round, task.task_id, req);
@@ -325,7 +309,7 @@ class GrpcTransport final : public Transport {
   }
 
   void Cancel() override {
-    std::lock_guard<std::mutex> lock(ctx_mu_);
+    absl::MutexLock lock(&ctx_mu_);
     stopping_ = true;
     if (active_ctx_ != nullptr) active_ctx_->TryCancel();
   }
@@ -335,16 +319,16 @@ class GrpcTransport final : public Transport {
   class Call {
    public:
     Call(GrpcTransport* t, absl::Duration timeout) : t_(t) {
-      if (t_->plaintext_) ctx.AddMetadata(internal::kClientNameHeader, t_->name_);
+      if (t_->plaintext_) ctx.AddMetadata(kClientNameHeader, t_->name_);
       if (timeout != absl::InfiniteDuration()) {
         ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(timeout));
       }
-      std::lock_guard<std::mutex> lock(t_->ctx_mu_);
+      absl::MutexLock lock(&t_->ctx_mu_);
       t_->active_ctx_ = &ctx;
       if (t_->stopping_) ctx.TryCancel();  // Cancel came before this call registered
     }
     ~Call() {
-      std::lock_guard<std::mutex> lock(t_->ctx_mu_);
+      absl::MutexLock lock(&t_->ctx_mu_);
       t_->active_ctx_ = nullptr;
     }
     grpc::ClientContext ctx;
@@ -358,8 +342,8 @@ class GrpcTransport final : public Transport {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<fl::v1::Federation::Stub> stub_;
   std::atomic<bool> stopping_{false};
-  std::mutex ctx_mu_;
-  grpc::ClientContext* active_ctx_ = nullptr;
+  absl::Mutex ctx_mu_;
+  grpc::ClientContext* active_ctx_ ABSL_GUARDED_BY(ctx_mu_) = nullptr;
 };
 
 }  // namespace

@@ -13,8 +13,6 @@
 
 namespace fl::client::internal {
 
-inline constexpr char kClientNameHeader[] = "fl-client-name";
-
 // The channel to options.server_address: mutual TLS with the site's files (or plaintext to a
 // loopback address only), the SDK's reconnect backoff and keepalive. Fills an empty
 // options.name (the certificate's common name, "site" in plaintext). INVALID_ARGUMENT for

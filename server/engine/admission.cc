@@ -33,8 +33,8 @@ std::string DescribeColumnDifference(const std::vector<std::string>& run,
                         "' in the run's", elsewhere ? " (same names, another order?)" : "");
   }
   if (site.size() < run.size()) {
-    return absl::StrCat("this site lacks column ", site.size() + 1, " '", run[site.size()],
-                        "' (", site.size(), " columns here, ", run.size(), " in the run's)");
+    return absl::StrCat("this site lacks column ", site.size() + 1, " '", run[site.size()], "' (",
+                        site.size(), " columns here, ", run.size(), " in the run's)");
   }
   if (site.size() > run.size()) {
     return absl::StrCat("this site has an extra column ", run.size() + 1, " '", site[run.size()],
@@ -50,7 +50,7 @@ absl::Status EngineImpl::Admit(const std::string& client_id, const SiteProfile& 
   std::shared_ptr<const Model> global;
   int64_t run_id = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     global = global_;
     run_id = run_.run_id;
   }
@@ -59,7 +59,8 @@ absl::Status EngineImpl::Admit(const std::string& client_id, const SiteProfile& 
     std::string diff = DescribeSpecDifference(global->spec(), *profile.model_spec,
                                               "the server's model", "this site's model");
     if (!diff.empty()) {
-      std::vector<TensorSpec> ours = global->spec().tensors(), theirs = profile.model_spec->tensors();
+      std::vector<TensorSpec> ours = global->spec().tensors(),
+                              theirs = profile.model_spec->tensors();
       auto by_name = [](const TensorSpec& a, const TensorSpec& b) { return a.name < b.name; };
       std::sort(ours.begin(), ours.end(), by_name);
       std::sort(theirs.begin(), theirs.end(), by_name);

@@ -18,7 +18,7 @@ namespace fl::server::internal {
 
 absl::StatusOr<int64_t> EngineImpl::Join(const std::string& client_id, const std::string& name) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     ClientState& c = clients_[client_id];
     if (c.name != name) ++clients_changes_;  // a rename reorders by_name_
     c.name = name;
@@ -31,13 +31,13 @@ absl::StatusOr<int64_t> EngineImpl::Join(const std::string& client_id, const std
     BumpLocked();
   }
   AfterUnlock();
-  return run_.run_id;
+  return run_id_;
 }
 
 Task EngineImpl::Poll(const std::string& client_id) {
   Task task;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     clients_[client_id].last_seen = clock_->Now();
     MaybeAdvanceLocked();
     task = TaskForLocked(client_id);
@@ -48,7 +48,7 @@ Task EngineImpl::Poll(const std::string& client_id) {
 
 absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_id, int64_t run_id,
                                                      int32_t round, const std::string& task_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   if (eval_ != nullptr && run_id == run_.run_id && round == eval_->round) {
     auto task = eval_->task_of.find(client_id);
     if (task != eval_->task_of.end() && task->second == task_id) {
@@ -67,7 +67,7 @@ absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_i
 }
 
 std::vector<std::string> EngineImpl::PendingClients() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::vector<std::string> ids;
   if (eval_ != nullptr) {
     for (const std::string& id : eval_->sampled) {
@@ -84,7 +84,7 @@ std::vector<std::string> EngineImpl::PendingClients() const {
 
 bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
                            const std::string& task_id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   clients_[client_id].last_seen = clock_->Now();
   if (eval_ != nullptr && eval_->round == round) {
     auto task = eval_->task_of.find(client_id);
@@ -123,7 +123,7 @@ void EngineImpl::AuditRoundRefusal(const std::string& client_id, const std::stri
   rec.detail = event == "task_declined"
                    ? std::string(status.message())
                    : absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
-  rec.run_id = run_.run_id;
+  rec.run_id = run_id_;
   rec.round = round;
   (void)store_->Audit(rec);
 }
@@ -304,7 +304,7 @@ void EngineImpl::DropFromRoundLocked(const std::string& client_id, const std::st
 
 void EngineImpl::ForgetClient(const std::string& client_id, const std::string& reason) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (clients_.erase(client_id) == 0) return;  // never seen by this engine
     ++clients_changes_;
     const absl::Time now = clock_->Now();

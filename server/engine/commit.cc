@@ -39,11 +39,11 @@ void EngineImpl::ScheduleCommitLocked(PendingCommit commit) {
   commit_ = std::make_shared<PendingCommit>(std::move(commit));
   commit_running_ = false;
   commit_owner_ = std::this_thread::get_id();
-  cv_.notify_all();  // the engine's thread, when it has one
+  cv_.SignalAll();  // the engine's thread, when it has one
 }
 
-void EngineImpl::WaitForCommitLocked(std::unique_lock<std::mutex>& lock) {
-  cv_.wait(lock, [this] { return commit_ == nullptr; });
+void EngineImpl::WaitForCommitLocked() {
+  while (commit_ != nullptr) cv_.Wait(&mu_);
 }
 
 absl::StatusOr<Model> EngineImpl::NextModel(RoundState& round, std::optional<Model>& state) {
@@ -57,7 +57,7 @@ absl::StatusOr<Model> EngineImpl::NextModel(RoundState& round, std::optional<Mod
 void EngineImpl::RunPendingCommit() {
   std::shared_ptr<PendingCommit> job;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (commit_ == nullptr || commit_running_) return;
     // Without the engine's thread, the call that closed the round commits it: not a poll or a
     // heartbeat of another site that happens to take the lock first.
@@ -83,7 +83,7 @@ void EngineImpl::RunPendingCommit() {
     DropRoundModels(*job->round);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!in.next.ok() && job->round->secagg != nullptr) {
       job->round->secagg->failed_at = SecAggStageName(job->round->secagg->stage);
     }
@@ -98,27 +98,28 @@ void EngineImpl::RunPendingCommit() {
 }
 
 void EngineImpl::CommitLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   while (true) {
-    cv_.wait(lock, [this] { return closing_ || (commit_ != nullptr && !commit_running_); });
+    while (!closing_ && (commit_ == nullptr || commit_running_)) cv_.Wait(&mu_);
     if (commit_ != nullptr && !commit_running_) {
-      lock.unlock();
+      mu_.Unlock();
       RunPendingCommit();
-      lock.lock();
+      mu_.Lock();
       continue;
     }
-    if (closing_) return;
+    if (closing_) break;
   }
+  mu_.Unlock();
 }
 
 EngineImpl::~EngineImpl() {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     closing_ = true;  // a commit pending now is still run (CommitLoop runs it before it returns)
     // Without the engine's thread, a commit another thread is running ends first.
-    cv_.wait(lock, [this] { return !commit_running_; });
+    while (commit_running_) cv_.Wait(&mu_);
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   if (commit_thread_.joinable()) commit_thread_.join();
 }
 

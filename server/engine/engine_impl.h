@@ -16,7 +16,6 @@
 #define FL_SERVER_ENGINE_ENGINE_IMPL_H_
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -29,9 +28,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "fl/aggregation/dp/rdp_accountant.h"
 #include "fl/aggregation/strategy.h"
@@ -148,40 +149,50 @@ class EngineImpl final : public RoundEngine {
         clock_(clock),
         hooks_(std::move(hooks)) {}
   // Runs a commit still pending (the engine's thread), then stops that thread.
-  ~EngineImpl() override;
+  ~EngineImpl() override ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::Status Init(Model initial_model);
+  absl::Status Init(Model initial_model) ABSL_LOCKS_EXCLUDED(mu_);
   // Starts the engine's own thread for commits, when options_.commit_thread asks for it.
-  void StartCommitThread() {
-    own_commit_thread_ = options_.commit_thread;
+  void StartCommitThread() ABSL_LOCKS_EXCLUDED(mu_) {
+    {
+      absl::MutexLock lock(&mu_);
+      own_commit_thread_ = options_.commit_thread;
+    }
     if (own_commit_thread_) commit_thread_ = std::thread([this] { CommitLoop(); });
   }
 
-  absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) override;
+  absl::StatusOr<int64_t> Join(const std::string& client_id, const std::string& name) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Admit(const std::string& client_id, const SiteProfile& profile,
-                     bool dry_run) override;
-  Task Poll(const std::string& client_id) override;
+                     bool dry_run) override ABSL_LOCKS_EXCLUDED(mu_);
+  Task Poll(const std::string& client_id) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<GlobalModel> ModelForTask(const std::string& client_id, int64_t run_id,
-                                           int32_t round, const std::string& task_id) override;
+                                           int32_t round, const std::string& task_id) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<std::unique_ptr<Upload>> BeginUpload(const std::string& client_id,
-                                                      const UpdateMeta& meta) override;
-  void Abort(const std::string& reason) override;
-  absl::Status Stop(RunStatus status, const std::string& reason) override;
-  EngineOptions options() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+                                                      const UpdateMeta& meta) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void Abort(const std::string& reason) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Stop(RunStatus status, const std::string& reason) override ABSL_LOCKS_EXCLUDED(mu_);
+  EngineOptions options() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     return options_;
   }
   absl::StatusOr<std::vector<std::string>> ChangePolicies(const EngineOptions& wanted,
-                                                          const std::string& by) override;
-  void ForgetClient(const std::string& client_id, const std::string& reason) override;
+                                                          const std::string& by) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  void ForgetClient(const std::string& client_id, const std::string& reason) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status SubmitEvaluation(const std::string& client_id,
-                                const EvaluationReport& report) override;
+                                const EvaluationReport& report) override ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Decline(const std::string& client_id, const UpdateMeta& meta,
-                       const std::string& reason) override;
-  absl::Status SubmitSecAgg(const std::string& client_id, const SecAggMessage& message) override;
-  bool Heartbeat(const std::string& client_id, int32_t round, const std::string& task_id) override;
+                       const std::string& reason) override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status SubmitSecAgg(const std::string& client_id, const SecAggMessage& message) override
+      ABSL_LOCKS_EXCLUDED(mu_);
+  bool Heartbeat(const std::string& client_id, int32_t round, const std::string& task_id) override
+      ABSL_LOCKS_EXCLUDED(mu_);
   void AuditRefusal(const std::string& client_id, const std::string& event,
-                    const absl::Status& status) override;
+                    const absl::Status& status) override ABSL_LOCKS_EXCLUDED(mu_);
   // AuditRefusal for a refusal within round `round` (recorded with the round). A declined task's
   // detail is the client's reason alone: it is not an error of the server's.
   // Warns once per run (log and audit_log "evaluation_loss_diverging") when a federated
@@ -189,49 +200,52 @@ class EngineImpl final : public RoundEngine {
   // run's lowest so far: the signs of unscaled features or too high a learning rate.
   static constexpr double kDivergedLoss = 100;
   static constexpr double kLossGrowthFactor = 100;
-  void WarnIfLossDivergesLocked(int32_t round, double loss);
+  void WarnIfLossDivergesLocked(int32_t round, double loss) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AuditRoundRefusal(const std::string& client_id, const std::string& event,
                          const absl::Status& status, int32_t round);
 
-  std::vector<std::string> PendingClients() const override;
-  void Tick() override {
+  std::vector<std::string> PendingClients() const override ABSL_LOCKS_EXCLUDED(mu_);
+  void Tick() override ABSL_LOCKS_EXCLUDED(mu_) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       MaybeAdvanceLocked();
       FlushLastSeenLocked(clock_->Now());
     }
     AfterUnlock();
   }
 
-  uint64_t WaitForChange(uint64_t seen_version, absl::Duration timeout) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, absl::ToChronoMilliseconds(timeout),
-                 [&] { return version_ != seen_version; });
+  uint64_t WaitForChange(uint64_t seen_version, absl::Duration timeout) override
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::MutexLock lock(&mu_);
+    while (version_ == seen_version) {
+      if (cv_.WaitWithDeadline(&mu_, deadline)) break;  // timed out
+    }
     return version_;
   }
 
-  uint64_t version() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+  uint64_t version() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     return version_;
   }
   // Over, and every round's summary delivered (on_round_end): a caller that waits for the run
   // to finish sees its last round reported.
-  bool finished() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+  bool finished() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     return finished_ && pending_summaries_.empty() && summaries_in_delivery_ == 0;
   }
-  RunActivity Activity() const override;
-  int clients_online() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+  RunActivity Activity() const override ABSL_LOCKS_EXCLUDED(mu_);
+  int clients_online() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     return static_cast<int>(CountOnlineLocked(clock_->Now()));
   }
-  int64_t run_id() const override { return run_.run_id; }
-  int32_t committed_round() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+  int64_t run_id() const override ABSL_LOCKS_EXCLUDED(mu_) { return run_id_; }
+  int32_t committed_round() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     return committed_round_;
   }
-  std::shared_ptr<const Model> global_model() const override {
-    std::lock_guard<std::mutex> lock(mu_);
+  std::shared_ptr<const Model> global_model() const override ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
     return global_;
   }
 
@@ -246,16 +260,17 @@ class EngineImpl final : public RoundEngine {
     absl::Time last_seen_stored = absl::InfinitePast();  // as last written to the store
   };
   // Every options_.last_seen_flush, writes the clients' last_seen that moved since last written.
-  void FlushLastSeenLocked(absl::Time now);
+  void FlushLastSeenLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  void BumpLocked() {
+  void BumpLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ++version_;
     last_progress_ = clock_->Now();
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   // Logs, at most every kWaitingLogInterval, who is connected and who is missing while no round
   // can start.
-  void LogWaitingLocked(absl::Time now, int64_t online, int64_t eligible, int64_t least);
+  void LogWaitingLocked(absl::Time now, int64_t online, int64_t eligible, int64_t least)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The online clients' ids in order of the clients' names, then ids: the order random draws
   // start from, so that a federation of the same names samples the same sites whatever their ids
@@ -265,57 +280,64 @@ class EngineImpl final : public RoundEngine {
   // Clients left out for the run (excluded_) are not listed; `online`, when given, is set to the
   // number online, them included.
   std::vector<const std::string*> OnlineByNameLocked(absl::Time now,
-                                                     int64_t* online = nullptr) const;
+                                                     int64_t* online = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `k` of `online` drawn by a seeded Fisher-Yates shuffle of the pointers, returned sorted.
   static std::vector<std::string> DrawLocked(std::vector<const std::string*> online, int32_t k,
                                              std::mt19937_64& rng);
   ParticipationRecord ParticipationFor(const RoundState& round, const UploadState& up) const;
   absl::Status CheckTaskLocked(const std::string& client_id, int64_t run_id, int32_t round,
-                               const std::string& task_id) const;
-  Task TaskForLocked(const std::string& client_id) const;
+                               const std::string& task_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Task TaskForLocked(const std::string& client_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A fit task's settings and model (kFit, kSecAggMaskedInput).
-  void FillFitLocked(const std::string& client_id, Task& t) const;
+  void FillFitLocked(const std::string& client_id, Task& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Records `state` as the client's one upload for the open round and returns that round, or
   // sets `refusal` (stale or foreign task, second update) and returns null.
   std::shared_ptr<RoundState> RegisterUploadLocked(const std::string& client_id,
                                                    const UpdateMeta& meta,
                                                    std::shared_ptr<UploadState> state,
-                                                   absl::Status& refusal);
+                                                   absl::Status& refusal)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Shape, size, example count and metrics of an update against the global model.
-  absl::Status CheckUpdateLocked(const UpdateMeta& meta) const;
-  void MaybeAdvanceLocked();
-  void StartEvaluationLocked(absl::Time now);
-  void FinishEvaluationLocked(absl::Time now);
+  absl::Status CheckUpdateLocked(const UpdateMeta& meta) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeAdvanceLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartEvaluationLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishEvaluationLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Clients seen within client_timeout, sorted.
-  std::vector<std::string> OnlineLocked(absl::Time now) const;
+  std::vector<std::string> OnlineLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // How many clients were seen within client_timeout.
-  int64_t CountOnlineLocked(absl::Time now) const;
+  int64_t CountOnlineLocked(absl::Time now) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sampled clients of the open round that have neither reported nor been seen for
   // client_timeout are dropped from it, so that the round does not wait for them.
-  void DropOfflineClientsLocked(absl::Time now);
+  void DropOfflineClientsLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops `client_id` from the open round when it has not been seen for client_timeout.
-  void DropIfSilentLocked(const std::string& client_id, absl::Time now);
+  void DropIfSilentLocked(const std::string& client_id, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records `client_id` (sampled, not yet reported) as dropped from the open round.
   void DropFromRoundLocked(const std::string& client_id, const std::string& event,
-                           const std::string& reason, absl::Time now);
+                           const std::string& reason, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Differential privacy, once options_ are final (new or resumed run): wraps the strategy in
   // central noise, flags the fit tasks and makes the accountant. INVALID_ARGUMENT for bad
   // settings or a strategy that cannot be wrapped.
-  absl::Status SetUpPrivacy();
+  absl::Status SetUpPrivacy() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Parses options_.update_encoding into update_encoding_; INVALID_ARGUMENT for an unknown name
   // or for anything but float32 together with secure aggregation.
-  absl::Status SetUpUpdateEncoding();
+  absl::Status SetUpUpdateEncoding() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // `wanted`, or, when a run of the store already has that name, `wanted`-2, -3, ... (logged as
   // run_renamed): run names stay unique, so that reports and `fl admin` can name a run.
-  absl::StatusOr<std::string> UniqueRunNameLocked(const std::string& wanted);
-  absl::Status MakeAccountant();
+  absl::StatusOr<std::string> UniqueRunNameLocked(const std::string& wanted)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status MakeAccountant() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Leaves `client_id` out of the run's draws, fit and evaluation, for the rest of the run
   // (audited as client_excluded). Called with mu_ held.
-  void ExcludeFromRunLocked(const std::string& client_id, int32_t round, const std::string& reason);
+  void ExcludeFromRunLocked(const std::string& client_id, int32_t round, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Samples the round's clients from `by_name` (OnlineByNameLocked) and opens it.
-  void StartRoundLocked(std::vector<const std::string*> by_name);
-  void CloseRoundLocked(const std::string& why);
+  void StartRoundLocked(std::vector<const std::string*> by_name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseRoundLocked(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets `closing` and takes the round's gate exclusively: uploads still streaming are aborted
   // with `reason` (their spills removed); none is mid-fold when this returns.
   static void CutOffUploadsLocked(RoundState& round, const std::string& reason);
@@ -342,15 +364,15 @@ class EngineImpl final : public RoundEngine {
   };
   // Sets commit_: nothing starts until it is committed (MaybeAdvanceLocked waits); the engine's
   // thread, or AfterUnlock, runs it.
-  void ScheduleCommitLocked(PendingCommit commit);
+  void ScheduleCommitLocked(PendingCommit commit) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Runs commit_, if one is pending and nobody runs it yet: computes the next model, evaluates
   // and checkpoints it without mu_, then commits (EndAttemptLocked) and moves on under mu_.
-  void RunPendingCommit();
+  void RunPendingCommit() ABSL_LOCKS_EXCLUDED(mu_);
   // The engine's thread (options_.commit_thread): runs each commit as it is scheduled, until
   // the engine is destroyed.
-  void CommitLoop();
+  void CommitLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits (mu_ released meanwhile) until no commit is pending.
-  void WaitForCommitLocked(std::unique_lock<std::mutex>& lock);
+  void WaitForCommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next global model of a closed round: the strategy's finish, or for a secure round the
   // unmasked sum handed to the strategy (UnmaskedModel, secagg_round.cc). Without mu_.
   // `state`: the strategy's server state after the round, when it keeps one.
@@ -364,51 +386,59 @@ class EngineImpl final : public RoundEngine {
   // run's end).
   void EndAttemptLocked(std::shared_ptr<RoundState> round,
                         std::vector<ParticipationRecord> participations, RoundSummary summary,
-                        CommitInputs in, absl::Time now);
+                        CommitInputs in, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // --- Secure aggregation (secagg_round.cc)
   // The refusals at Create / resume: min_clients < 3, SCAFFOLD, a train_* stop metric, central
   // DP with it, distributed DP without it, parameters refused for n = min_clients.
-  absl::Status CheckSecureAggregation() const;
+  absl::Status CheckSecureAggregation() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sets up round.secagg for the sampled clients (`online` counted for the log only).
-  absl::Status StartSecAggLocked(RoundState& round, int32_t online);
+  absl::Status StartSecAggLocked(RoundState& round, int32_t online)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops the silent, closes the open stage when it is complete or past its deadline (maybe
   // several in a row), and ends the attempt after the unmasking stage or on a failure.
-  void AdvanceSecAggLocked(absl::Time now);
-  void CloseSecAggStageLocked(const std::string& why, absl::Time now);
+  void AdvanceSecAggLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void CloseSecAggStageLocked(const std::string& why, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the current secure attempt as failed with `failure`.
-  void FailSecAggRoundLocked(const std::string& failure, absl::Time now);
-  std::vector<ParticipationRecord> SecAggParticipationsLocked(const RoundState& round) const;
-  Task SecAggTaskLocked(const std::string& client_id, Task t) const;
+  void FailSecAggRoundLocked(const std::string& failure, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<ParticipationRecord> SecAggParticipationsLocked(const RoundState& round) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Task SecAggTaskLocked(const std::string& client_id, Task t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Refusals of an upload specific to secure rounds (or of a masked one in a plain round).
-  absl::Status CheckSecAggUploadLocked(const std::string& client_id, const UpdateMeta& meta) const;
+  absl::Status CheckSecAggUploadLocked(const std::string& client_id, const UpdateMeta& meta) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the client dropped at the open stage of the current secure round.
-  void DropFromSecAggLocked(const std::string& client_id, bool refused, const std::string& reason);
-  void FailRunLocked(const std::string& reason);
+  void DropFromSecAggLocked(const std::string& client_id, bool refused, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailRunLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the evaluation and the round in flight, the round recorded as aborted with `reason`.
-  void AbortInFlightLocked(const std::string& reason);
-  void EndRunLocked(RunStatus status, const std::string& reason);
-  void FinishRunLocked(const std::string& reason);
+  void AbortInFlightLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndRunLocked(RunStatus status, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishRunLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Why the run's stopping rule ends it after a commit with `metrics`; empty when it does not.
-  std::string StoppingRuleMet(const std::map<std::string, double>& metrics) const;
+  std::string StoppingRuleMet(const std::map<std::string, double>& metrics) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // What a call that may have closed a round does once it released mu_: runs the round's commit
   // (unless the engine's thread does), then delivers the round summaries.
-  void AfterUnlock() {
+  void AfterUnlock() ABSL_LOCKS_EXCLUDED(mu_) {
     if (!own_commit_thread_) RunPendingCommit();
     FlushSummaries();
   }
-  void FlushSummaries() {
+  void FlushSummaries() ABSL_LOCKS_EXCLUDED(mu_) {
     {
       // Nothing to deliver: do not wait for another thread's delivery (its hook may prune
       // checkpoint files) on a poll's path.
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (pending_summaries_.empty()) return;
     }
-    std::lock_guard<std::mutex> deliver(deliver_mu_);
+    absl::MutexLock deliver(&deliver_mu_);
     std::vector<RoundSummary> batch;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (pending_summaries_.empty()) return;
       batch.swap(pending_summaries_);
       ++summaries_in_delivery_;
@@ -416,35 +446,40 @@ class EngineImpl final : public RoundEngine {
     if (hooks_.on_round_end) {
       for (const RoundSummary& s : batch) hooks_.on_round_end(s);
     }
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     --summaries_in_delivery_;
     BumpLocked();
   }
 
   friend class UploadImpl;
 
-  EngineOptions options_;
+  EngineOptions options_ ABSL_GUARDED_BY(mu_);
   Store* store_;
   aggregation::Strategy* strategy_;
   Clock* clock_;
   EngineHooks hooks_;
+  // run_.run_id, set by Init before the engine is shared and constant after: read without mu_.
+  int64_t run_id_ = 0;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  uint64_t version_ = 0;
-  RunRecord run_;
-  bool finished_ = false;
-  std::shared_ptr<const Model> global_;
-  std::string global_sha_;
-  int32_t committed_round_ = 0;
-  int32_t next_attempt_ = 0;     // attempt number of the next round to start
-  int32_t failed_attempts_ = 0;  // attempts of that round that failed (not those a restart cut)
-  absl::Time waiting_since_;     // when the engine last started waiting for clients
+  mutable absl::Mutex mu_;
+  absl::CondVar cv_;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  RunRecord run_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::shared_ptr<const Model> global_ ABSL_GUARDED_BY(mu_);
+  std::string global_sha_ ABSL_GUARDED_BY(mu_);
+  int32_t committed_round_ ABSL_GUARDED_BY(mu_) = 0;
+  int32_t next_attempt_ ABSL_GUARDED_BY(mu_) = 0;  // attempt number of the next round to start
+  int32_t failed_attempts_ ABSL_GUARDED_BY(mu_) =
+      0;  // attempts of that round that failed (not those a restart cut)
+  absl::Time waiting_since_
+      ABSL_GUARDED_BY(mu_);  // when the engine last started waiting for clients
   // A failed attempt's retry does not start before this (EngineOptions::retry_backoff).
-  absl::Time retry_not_before_ = absl::InfinitePast();
-  absl::Time last_seen_flushed_;  // when FlushLastSeenLocked last wrote
-  absl::Time last_progress_;      // set by BumpLocked and by heartbeats of open tasks
-  absl::Time last_waiting_log_ = absl::InfinitePast();
+  absl::Time retry_not_before_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_seen_flushed_ ABSL_GUARDED_BY(mu_);  // when FlushLastSeenLocked last wrote
+  absl::Time last_progress_
+      ABSL_GUARDED_BY(mu_);  // set by BumpLocked and by heartbeats of open tasks
+  absl::Time last_waiting_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // A federated evaluation in progress (between rounds), if any.
   struct EvalState {
     int32_t round = 0;
@@ -454,54 +489,62 @@ class EngineImpl final : public RoundEngine {
     std::map<std::string, std::string> task_of;  // client id -> task id
     std::map<std::string, EvaluationReport> reports;
   };
-  std::unique_ptr<EvalState> eval_;
+  std::unique_ptr<EvalState> eval_ ABSL_GUARDED_BY(mu_);
   // Federated standardisation (statistics.cc): whether the run still needs its statistics
   // before round 1; sending the statistics task to every online client; adding up their sums
   // when all reported or eval_timeout passed; checking one report; loading them on resume.
-  bool NeedsStatisticsLocked() const;
-  void StartStatisticsLocked(std::vector<std::string> online, absl::Time now);
-  void FinishStatisticsLocked(std::unique_ptr<EvalState> stats, absl::Time now);
-  absl::Status CheckFeatureSumsLocked(const EvaluationReport& report) const;
+  bool NeedsStatisticsLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartStatisticsLocked(std::vector<std::string> online, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FinishStatisticsLocked(std::unique_ptr<EvalState> stats, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status CheckFeatureSumsLocked(const EvaluationReport& report) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // One evaluations row per site that evaluated (source "site:<client id>"), beside the
   // federation's: in a run with secure aggregation only for the sites that allow it.
-  void RecordSiteEvaluationsLocked(const EvalState& eval, absl::Time now);
-  absl::Status LoadFeatureStatistics();
-  std::optional<std::string> finish_after_eval_;  // the run ends when the evaluation does
+  void RecordSiteEvaluationsLocked(const EvalState& eval, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status LoadFeatureStatistics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::optional<std::string> finish_after_eval_
+      ABSL_GUARDED_BY(mu_);  // the run ends when the evaluation does
   // The lowest federated evaluation loss of the run so far (this process), and whether the run
   // was already warned that its loss diverges (see WarnIfLossDivergesLocked).
-  double lowest_eval_loss_ = std::numeric_limits<double>::infinity();
+  double lowest_eval_loss_ ABSL_GUARDED_BY(mu_) = std::numeric_limits<double>::infinity();
   // The run's federated feature statistics, once aggregated (federated_standardization).
-  std::shared_ptr<const FeatureStatistics> feature_stats_;
-  bool warned_eval_loss_ = false;
-  bool aborted_ = false;  // Abort was called: no more rounds in this process
-  std::shared_ptr<RoundState> current_;
+  std::shared_ptr<const FeatureStatistics> feature_stats_ ABSL_GUARDED_BY(mu_);
+  bool warned_eval_loss_ ABSL_GUARDED_BY(mu_) = false;
+  bool aborted_ ABSL_GUARDED_BY(mu_) = false;  // Abort was called: no more rounds in this process
+  std::shared_ptr<RoundState> current_ ABSL_GUARDED_BY(mu_);
   // A closed round on its way to its commit (commit.cc), and whether a thread runs it now.
-  std::shared_ptr<PendingCommit> commit_;
-  bool commit_running_ = false;
-  std::thread::id commit_owner_;    // the thread whose call closed the round
-  bool closing_ = false;            // the engine is being destroyed: its thread ends
-  bool own_commit_thread_ = false;  // options_.commit_thread, fixed before any call
+  std::shared_ptr<PendingCommit> commit_ ABSL_GUARDED_BY(mu_);
+  bool commit_running_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread::id commit_owner_ ABSL_GUARDED_BY(mu_);  // the thread whose call closed the round
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;  // the engine is being destroyed: its thread ends
+  bool own_commit_thread_ = false;             // options_.commit_thread, fixed before any call
   std::thread commit_thread_;
-  std::map<std::string, ClientState> clients_;
+  std::map<std::string, ClientState> clients_ ABSL_GUARDED_BY(mu_);
   // Clients left out of sampling for the rest of this run, with why: each declined a task for a
   // reason that will not change while the run's model and settings do not (PermanentDecline).
-  std::map<std::string, std::string> excluded_;
+  std::map<std::string, std::string> excluded_ ABSL_GUARDED_BY(mu_);
   // clients_ in (name, id) order, rebuilt when a client was added (the size changed), removed or
   // renamed (clients_changes_ moved on).
-  mutable std::vector<std::map<std::string, ClientState>::const_iterator> by_name_;
-  mutable uint64_t by_name_changes_ = ~uint64_t{0};
-  uint64_t clients_changes_ = 0;
+  mutable std::vector<std::map<std::string, ClientState>::const_iterator> by_name_
+      ABSL_GUARDED_BY(mu_);
+  mutable uint64_t by_name_changes_ ABSL_GUARDED_BY(mu_) = ~uint64_t{0};
+  uint64_t clients_changes_ ABSL_GUARDED_BY(mu_) = 0;
   // Client id -> the last committed round that folded an accepted update of that client (see
   // Task::client_committed_round); rebuilt from the store when a run resumes.
-  std::map<std::string, int32_t> client_committed_round_;
-  std::vector<RoundSummary> pending_summaries_;
-  int summaries_in_delivery_ = 0;  // batches FlushSummaries took and has not delivered yet
-  std::mutex deliver_mu_;
+  std::map<std::string, int32_t> client_committed_round_ ABSL_GUARDED_BY(mu_);
+  std::vector<RoundSummary> pending_summaries_ ABSL_GUARDED_BY(mu_);
+  int summaries_in_delivery_ ABSL_GUARDED_BY(mu_) =
+      0;  // batches FlushSummaries took and has not delivered yet
+  absl::Mutex deliver_mu_;
   // Differential privacy (see PrivacyOptions): the wrapper strategy_ points to, and the RDP of
   // the committed rounds.
   std::unique_ptr<aggregation::Strategy> dp_strategy_;
-  UpdateEncoding update_encoding_ = UpdateEncoding::kFloat32;  // options_.update_encoding
-  std::optional<aggregation::dp::RdpAccountant> accountant_;
+  UpdateEncoding update_encoding_ ABSL_GUARDED_BY(mu_) =
+      UpdateEncoding::kFloat32;  // options_.update_encoding
+  std::optional<aggregation::dp::RdpAccountant> accountant_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fl::server::internal

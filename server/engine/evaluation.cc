@@ -190,7 +190,7 @@ absl::Status EngineImpl::SubmitEvaluation(const std::string& client_id,
                                           const EvaluationReport& report) {
   absl::Status refusal;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     clients_[client_id].last_seen = clock_->Now();
     if (report.run_id != run_.run_id) {
       refusal = absl::FailedPreconditionError(absl::StrCat("request is for run ", report.run_id,

@@ -324,7 +324,7 @@ void EngineImpl::LogWaitingLocked(absl::Time now, int64_t online, int64_t eligib
 }
 
 RunActivity EngineImpl::Activity() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   RunActivity a;
   a.last_progress = last_progress_;
   a.needed = options_.min_clients;
@@ -375,10 +375,10 @@ std::string EngineImpl::StoppingRuleMet(const std::map<std::string, double>& met
 }
 
 void EngineImpl::Abort(const std::string& reason) {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   aborted_ = true;
   // A round whose updates are all in is committed, not thrown away: wait for its commit.
-  WaitForCommitLocked(lock);
+  WaitForCommitLocked();
   AbortInFlightLocked(reason);
 }
 

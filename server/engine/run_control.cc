@@ -18,11 +18,11 @@ namespace fl::server::internal {
 
 absl::Status EngineImpl::Stop(RunStatus status, const std::string& reason) {
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (!finished_ && commit_ != nullptr) {
       // A round whose updates are all in is committed first; nothing starts after it.
       aborted_ = true;
-      WaitForCommitLocked(lock);
+      WaitForCommitLocked();
     }
     if (finished_) {
       return absl::FailedPreconditionError(
@@ -103,7 +103,7 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const Engine
                                                                     const std::string& by) {
   std::vector<std::string> changes;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (finished_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "run ", run_.run_id, " is over (", ToString(run_.status), "); nothing to change"));
@@ -122,8 +122,9 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const Engine
     std::vector<std::string> refused;
     for (const auto& [key, value] : want.items()) {
       if (key == "run_name" || now.value(key, nlohmann::json()) == value) continue;
-      const bool changeable = std::any_of(std::begin(kMutablePolicies), std::end(kMutablePolicies),
-                                          [&key](const MutablePolicy& p) { return key == p.json; });
+      const bool changeable =
+          std::any_of(std::begin(kMutablePolicies), std::end(kMutablePolicies),
+                      [&name = key](const MutablePolicy& p) { return name == p.json; });
       if (changeable) continue;
       const nlohmann::json was = now.value(key, nlohmann::json());
       if (was.is_object() && value.is_object()) {  // strategy, privacy, ...: the keys that differ

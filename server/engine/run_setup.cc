@@ -18,6 +18,9 @@
 namespace fl::server::internal {
 
 absl::Status EngineImpl::Init(Model initial_model) {
+  // Before the engine is shared, but under mu_ as every other writer of its state, so that the
+  // thread-safety analysis checks Init as it checks them.
+  absl::MutexLock lock(&mu_);
   absl::StatusOr<std::optional<RunRecord>> active = store_->ActiveRun();
   if (!active.ok()) return active.status();
   waiting_since_ = clock_->Now();
@@ -26,6 +29,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
   const int64_t now_ms = ToMs(waiting_since_);
   if (active->has_value()) {
     run_ = **active;
+    run_id_ = run_.run_id;
     const EngineOptions process = options_;  // this process's settings, not the run's
     absl::StatusOr<EngineOptions> stored = EngineOptions::FromJson(run_.config_json);
     if (!stored.ok()) return stored.status();
@@ -136,6 +140,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
   absl::StatusOr<int64_t> id = store_->CreateRun(run_);
   if (!id.ok()) return id.status();
   run_.run_id = *id;
+  run_id_ = run_.run_id;
   global_ = std::make_shared<const Model>(std::move(initial_model));
   global_sha_ = *sha;
   LogEvent(LogLevel::kInfo, "run_created",

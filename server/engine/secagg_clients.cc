@@ -89,10 +89,10 @@ Task EngineImpl::SecAggTaskLocked(const std::string& client_id, Task t) const {
   t.kind = SecAggTaskKind(s.stage);
   t.task_id = r.task_of.at(client_id);
   SecAggTaskInfo& info = t.secagg;
-  info.params = s.params;
-  info.example_unit = s.example_unit;
-  info.dp_clip_norm = s.dp_clip_norm;
-  info.dp_noise_stddev = s.dp_noise_stddev;
+  info.round = {.secagg = s.params,
+                .example_unit = s.example_unit,
+                .dp_clip_norm = s.dp_clip_norm,
+                .dp_noise_stddev = s.dp_noise_stddev};
   info.secagg_id = sid;
   switch (s.stage) {
     case SecAggStage::kAdvertise:
@@ -174,7 +174,7 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
   std::string event = "secagg_refused";
   int32_t round = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     const absl::Time now = clock_->Now();
     clients_[client_id].last_seen = now;
     refusal = CheckTaskLocked(client_id, m.run_id, m.round, m.task_id);

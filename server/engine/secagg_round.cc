@@ -251,11 +251,12 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
   std::string failure;
   // Enough of the sampled clients left to be worth going on (the library checks its own
   // thresholds at each close).
+  const int32_t min_fit_clients = options_.min_fit_clients;  // the lambda runs under mu_ too
   auto enough = [&](int left, const std::string& what) {
-    if (left < options_.min_fit_clients) {
+    if (left < min_fit_clients) {
       failure = absl::StrCat("secure aggregation: only ", left, " of ", r.sampled.size(),
                              " sampled clients ", what, " (", why, "); min_fit_clients is ",
-                             options_.min_fit_clients);
+                             min_fit_clients);
     } else if (s.dp_min_survivors > 0 && left < s.dp_min_survivors) {
       failure = absl::StrCat("distributed DP: ", left, " survived, noise planned for ",
                              s.dp_min_survivors);

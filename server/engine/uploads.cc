@@ -162,7 +162,7 @@ absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::strin
   absl::Status refusal;
   std::shared_ptr<RoundState> round;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     round = RegisterUploadLocked(client_id, meta, state, refusal);
     if (round != nullptr) {
       // Registered: from here on the client's one update for this task is spent, whether it is
@@ -209,7 +209,7 @@ absl::Status EngineImpl::Decline(const std::string& client_id, const UpdateMeta&
   absl::Status refusal;
   std::shared_ptr<RoundState> round;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     round = RegisterUploadLocked(client_id, meta, state, refusal);
     // Left out under the same lock, before anything can close the round on this decline and
     // draw the next one.
@@ -246,7 +246,7 @@ void EngineImpl::ExcludeFromRunLocked(const std::string& client_id, int32_t roun
   rec.detail = absl::StrCat("client '", name, "' declined round ", round,
                             " for a reason this run will not change (", CapClientText(reason),
                             "); it is left out of sampling until the run ends");
-  rec.run_id = run_.run_id;
+  rec.run_id = run_id_;
   rec.round = round;
   (void)store_->Audit(rec);
   LogEvent(LogLevel::kWarn, "client_excluded",
@@ -270,7 +270,7 @@ void EngineImpl::OnUploadEnded(const std::shared_ptr<RoundState>& round, const U
               {"examples", absl::StrCat(up.num_examples)}});
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     if (refusal.ok() && round->secagg != nullptr) {
       round->secagg->last_input_ms = absl::ToInt64Milliseconds(clock_->Now() - round->started);
     }
@@ -283,7 +283,7 @@ void EngineImpl::OnUploadEnded(const std::shared_ptr<RoundState>& round, const U
 ParticipationRecord EngineImpl::ParticipationFor(const RoundState& round,
                                                  const UploadState& up) const {
   ParticipationRecord p;
-  p.run_id = run_.run_id;
+  p.run_id = run_id_;
   p.round = round.round;
   p.attempt = round.attempt;
   p.client_id = up.client_id;

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "fl/common/logging.h"
-#include "fl/common/proto_serde.h"
+#include "fl/wire/proto_serde.h"
 #include "grpcpp/grpcpp.h"
 
 namespace fl::server {

@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "fl/common/crypto.h"
-#include "fl/common/proto_serde.h"
+#include "fl/wire/proto_serde.h"
 #include "grpcpp/grpcpp.h"
 #include "server/service/model_chunks.h"
 #include "server/service/secagg_serde.h"
@@ -20,8 +20,6 @@
 
 namespace fl::server {
 namespace {
-
-constexpr char kClientNameHeader[] = "fl-client-name";
 
 // One DownloadModel call: writes the chunks of a shared set one at a time (the next only when
 // the previous write is done, so gRPC's flow control holds at most one chunk per client), or
@@ -206,17 +204,7 @@ class FederationService final
         fit->set_learning_rate(task.fit.learning_rate);
         fit->set_model_name(task.fit.model_name);
         fit->set_differential_privacy(task.fit.differential_privacy);
-        switch (task.update_encoding) {
-          case UpdateEncoding::kFloat32:
-            fit->set_update_encoding(fl::v1::UpdateMetadata::FLOAT32);
-            break;
-          case UpdateEncoding::kFloat16:
-            fit->set_update_encoding(fl::v1::UpdateMetadata::FLOAT16);
-            break;
-          case UpdateEncoding::kInt8:
-            fit->set_update_encoding(fl::v1::UpdateMetadata::INT8);
-            break;
-        }
+        fit->set_update_encoding(ToProto(task.update_encoding));
         fit->mutable_config()->insert(task.fit.extra.begin(), task.fit.extra.end());
         (*fit->mutable_config())[std::string(kScaffoldCommittedRoundKey)] =
             task.client_committed_round;
@@ -371,29 +359,14 @@ class FederationService final
     }
     // Which encoding a round takes is the engine's decision (the run's FLOAT32, FLOAT16 or INT8,
     // or masked words in a secure round); unknown ones stop here.
-    switch (m.encoding()) {
-      case fl::v1::UpdateMetadata::FLOAT32:
-        meta.encoding = UpdateMeta::Encoding::kFloat32;
-        break;
-      case fl::v1::UpdateMetadata::MASKED_UINT32:
-        meta.encoding = UpdateMeta::Encoding::kMaskedUint32;
-        break;
-      case fl::v1::UpdateMetadata::MASKED_UINT64:
-        meta.encoding = UpdateMeta::Encoding::kMaskedUint64;
-        break;
-      case fl::v1::UpdateMetadata::FLOAT16:
-        meta.encoding = UpdateMeta::Encoding::kFloat16;
-        break;
-      case fl::v1::UpdateMetadata::INT8:
-        meta.encoding = UpdateMeta::Encoding::kInt8;
-        break;
-      default: {
-        absl::Status s = absl::InvalidArgumentError(absl::StrCat(
-            "update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
-            " is not supported; send FLOAT32, FLOAT16, INT8, MASKED_UINT32 or MASKED_UINT64"));
-        engine->AuditRefusal(*id, "update_refused", s);
-        return ToGrpcStatus(s);
-      }
+    if (std::optional<PayloadEncoding> e = FromProto(m.encoding()); e.has_value()) {
+      meta.encoding = *e;
+    } else {
+      absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+          "update encoding ", fl::v1::UpdateMetadata::Encoding_Name(m.encoding()),
+          " is not supported; send FLOAT32, FLOAT16, INT8, MASKED_UINT32 or MASKED_UINT64"));
+      engine->AuditRefusal(*id, "update_refused", s);
+      return ToGrpcStatus(s);
     }
     absl::StatusOr<std::unique_ptr<Upload>> upload = engine->BeginUpload(*id, meta);
     if (!upload.ok()) return ToGrpcStatus(upload.status());

@@ -115,10 +115,7 @@ ClientTask ToClientTask(const Task& task) {
   if (client::IsSecAgg(t.kind)) {
     const server::SecAggTaskInfo& s = task.secagg;
     t.secagg_id = s.secagg_id;
-    t.secagg_params = client::SecAggRoundParams{.secagg = s.params,
-                                                .example_unit = s.example_unit,
-                                                .dp_clip_norm = s.dp_clip_norm,
-                                                .dp_noise_stddev = s.dp_noise_stddev};
+    t.secagg_params = s.round;
     t.directory = s.directory;
     t.bundle = s.bundle;
     t.unmask = s.unmask;

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "fl/client/dataset.h"
 #include "fl/common/random.h"
 
 namespace fl::simulation {
@@ -90,21 +91,7 @@ absl::StatusOr<Partition> PartitionIid(int64_t num_examples, int32_t num_clients
     return absl::InvalidArgumentError(absl::StrCat("num_clients ", num_clients, " is not in [1, ",
                                                    num_examples, "] (the number of examples)"));
   }
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> perm(static_cast<size_t>(num_examples));
-  std::iota(perm.begin(), perm.end(), int64_t{0});
-  Shuffle(perm, rng);
-  // As numpy.array_split: the first (num_examples % num_clients) parts get one more.
-  const int64_t base = num_examples / num_clients;
-  const int64_t extra = num_examples % num_clients;
-  std::vector<std::vector<int64_t>> parts(static_cast<size_t>(num_clients));
-  auto it = perm.begin();
-  for (int32_t i = 0; i < num_clients; ++i) {
-    const int64_t size = base + (i < extra ? 1 : 0);
-    parts[static_cast<size_t>(i)].assign(it, it + size);
-    it += size;
-  }
-  return parts;
+  return client::SplitIid(num_examples, num_clients, seed);
 }
 
 absl::StatusOr<Partition> PartitionDirichlet(const std::vector<int32_t>& labels,

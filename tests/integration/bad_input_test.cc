@@ -8,9 +8,9 @@
 #include "fl/client/softmax_trainer.h"
 #include "fl/common/crypto.h"
 #include "fl/common/file_util.h"
-#include "fl/common/proto_serde.h"
 #include "fl/server/server.h"
 #include "fl/v1/federation.grpc.pb.h"
+#include "fl/wire/proto_serde.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/integration/test_federation.h"
@@ -63,7 +63,6 @@ class BadClient : public RawClient {
     writer->WritesDone();
     return writer->Finish();
   }
-
 };
 
 v1::UpdateMetadata MetaFor(const v1::Task& task, int64_t bytes) {

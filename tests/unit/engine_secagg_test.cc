@@ -182,7 +182,7 @@ class EngineSecAggTest : public EngineTest {
     switch (t.kind) {
       case Task::Kind::kSecAggAdvertise: {
         absl::StatusOr<std::unique_ptr<ClientSession>> session = ClientSession::Create(
-            t.secagg.params, t.secagg.secagg_id, spec_.NumFloats(),
+            t.secagg.round.secagg, t.secagg.secagg_id, spec_.NumFloats(),
             secagg::MakeDeterministicRandomSource(std::hash<std::string>()(t.task_id) ^
                                                   (1234567u * site.index) ^ key_salt_));
         EXPECT_TRUE(session.ok()) << session.status();
@@ -214,17 +214,17 @@ class EngineSecAggTest : public EngineTest {
         EXPECT_TRUE(global.ok()) << global.status();
         EXPECT_EQ(global->sha256, t.model_sha256);
         std::vector<float> change = ChangeOf(site, t.round);
-        const int64_t unit = t.secagg.example_unit;
-        uint32_t weight = static_cast<uint32_t>(
-            std::clamp<int64_t>((site.examples + unit - 1) / unit, 1, t.secagg.params.max_weight));
-        if (t.secagg.dp_noise_stddev > 0) weight = 1;
+        const int64_t unit = t.secagg.round.example_unit;
+        uint32_t weight = static_cast<uint32_t>(std::clamp<int64_t>(
+            (site.examples + unit - 1) / unit, 1, t.secagg.round.secagg.max_weight));
+        if (t.secagg.round.dp_noise_stddev > 0) weight = 1;
         absl::StatusOr<secagg::MaskedInput> masked = absl::UnknownError("not masked");
         if (site.record) {
           // Encoded here, so that the test knows exactly what was masked.
           std::unique_ptr<secagg::RandomSource> rounding =
               secagg::MakeDeterministicRandomSource(77 + site.index);
           absl::StatusOr<std::vector<uint64_t>> encoding =
-              secagg::EncodeWeightedUpdate(t.secagg.params, change, weight, *rounding);
+              secagg::EncodeWeightedUpdate(t.secagg.round.secagg, change, weight, *rounding);
           EXPECT_TRUE(encoding.ok()) << encoding.status();
           if (!encoding.ok()) return false;
           site.encoding = *encoding;
@@ -235,7 +235,7 @@ class EngineSecAggTest : public EngineTest {
         }
         EXPECT_TRUE(masked.ok()) << masked.status();
         if (!masked.ok()) return false;
-        const bool wide = t.secagg.params.modulus_bits == 64;
+        const bool wide = t.secagg.round.secagg.modulus_bits == 64;
         absl::Status s = UploadWords(
             site.id, t, masked->words, wide ? 8 : 4,
             wide ? UpdateMeta::Encoding::kMaskedUint64 : UpdateMeta::Encoding::kMaskedUint32);
@@ -615,9 +615,9 @@ TEST_F(EngineSecAggTest, RefusesMessagesAndUpdatesByCodeAndMessage) {
   ASSERT_EQ(t.kind, Task::Kind::kSecAggAdvertise);
   EXPECT_EQ(t.round, 1);
   EXPECT_EQ(t.secagg.secagg_id, 0);  // sorted client ids
-  EXPECT_EQ(t.secagg.params.num_clients, 10);
-  EXPECT_EQ(t.secagg.params.num_neighbors, 9);
-  EXPECT_EQ(t.secagg.params.threshold, 5);
+  EXPECT_EQ(t.secagg.round.secagg.num_clients, 10);
+  EXPECT_EQ(t.secagg.round.secagg.num_neighbors, 9);
+  EXPECT_EQ(t.secagg.round.secagg.threshold, 5);
 
   // Wrong stage: shares while keys are advertised.
   SecAggMessage wrong = MessageFor(t);
@@ -766,8 +766,8 @@ TEST_F(EngineSecAggTest, DistributedDpCommitsWithEpsilonAndFailsWithTooFewSurviv
   ASSERT_EQ(t.kind, Task::Kind::kSecAggAdvertise);
   absl::StatusOr<double> stddev = aggregation::dp::DistributedNoiseStddev(1.0, 2.0, 7);
   ASSERT_TRUE(stddev.ok());
-  EXPECT_DOUBLE_EQ(t.secagg.dp_noise_stddev, *stddev);
-  EXPECT_EQ(t.secagg.dp_clip_norm, 2.0);
+  EXPECT_DOUBLE_EQ(t.secagg.round.dp_noise_stddev, *stddev);
+  EXPECT_EQ(t.secagg.round.dp_clip_norm, 2.0);
   std::shared_ptr<const Model> before = engine_->global_model();
   RoundSummary first = DriveAttempt();
   ASSERT_TRUE(first.committed) << first.reason;
@@ -1122,12 +1122,12 @@ TEST_F(EngineSecAggTest, OfflineAndRevokedSitesAreDroppedFromTheOpenStage) {
 // The service's serde: stage tasks to proto, submissions from proto with their size checks.
 TEST(SecAggSerdeTest, TranslatesTasksAndRefusesMalformedSubmissions) {
   SecAggTaskInfo info;
-  info.params.num_clients = 5;
-  info.params.num_neighbors = 4;
-  info.params.threshold = 3;
-  info.params.graph_seed = 99;
-  info.example_unit = 10;
-  info.dp_noise_stddev = 0.5;
+  info.round.secagg.num_clients = 5;
+  info.round.secagg.num_neighbors = 4;
+  info.round.secagg.threshold = 3;
+  info.round.secagg.graph_seed = 99;
+  info.round.example_unit = 10;
+  info.round.dp_noise_stddev = 0.5;
   info.secagg_id = 2;
   info.directory.keys[2].cipher_public.fill(7);
   info.bundle.ciphertexts[4] = {1, 2, 3};
@@ -1158,7 +1158,8 @@ TEST(SecAggSerdeTest, TranslatesTasksAndRefusesMalformedSubmissions) {
   sub.mutable_keys()->set_mask_public(std::string(31, 'm'));
   absl::StatusOr<SecAggMessage> m = SecAggMessageFromProto(sub);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(m.status().message(), ::testing::HasSubstr("keys.mask_public must be 32 bytes"));
+  EXPECT_THAT(m.status().message(),
+              ::testing::HasSubstr("SecAggSubmission.keys.mask_public has 31 bytes, expected 32"));
   sub.mutable_keys()->set_mask_public(std::string(32, 'm'));
   m = SecAggMessageFromProto(sub);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -1173,11 +1174,13 @@ TEST(SecAggSerdeTest, TranslatesTasksAndRefusesMalformedSubmissions) {
   for (int i = 0; i < secagg::kShamirPieces - 1; ++i) share->add_y(i);
   m = SecAggMessageFromProto(sub);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(m.status().message(), ::testing::HasSubstr("self_seed_shares of owner 1 has 4 y"));
+  EXPECT_THAT(m.status().message(),
+              ::testing::HasSubstr("SecAggSubmission.unmask.self_seed_shares[0].y holds 4 values"));
   share->add_y(secagg::kShamirPrime);  // outside the field: refused, naming the field
   m = SecAggMessageFromProto(sub);
   EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(m.status().message(), ::testing::HasSubstr("self_seed_shares of owner 1"));
+  EXPECT_THAT(m.status().message(),
+              ::testing::HasSubstr("SecAggSubmission.unmask.self_seed_shares[0].y[4]"));
   EXPECT_THAT(m.status().message(), ::testing::HasSubstr("outside the field"));
   share->set_y(secagg::kShamirPieces - 1, 9);
   m = SecAggMessageFromProto(sub);

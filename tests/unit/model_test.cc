@@ -1,8 +1,8 @@
 #include "fl/common/model.h"
 
 #include <cmath>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <utility>
@@ -11,7 +11,6 @@
 #include "absl/status/status.h"
 #include "fl/common/crypto.h"
 #include "fl/common/page_buffer.h"
-#include "fl/common/proto_serde.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/unit/proc_status.h"
@@ -19,8 +18,8 @@
 namespace fl {
 namespace {
 
-using ::testing::HasSubstr;
 using fl::testing::ProcStatusMiB;
+using ::testing::HasSubstr;
 
 // w: 2x3 = 6 floats, b: 3 floats, s: a scalar (1 float).
 ModelSpec SmallSpec() { return ModelSpec({{"w", {2, 3}}, {"b", {3}}, {"s", {}}}); }
@@ -235,75 +234,6 @@ TEST(ModelTest, ZeroModelsOfDifferentSizeHashDifferently) {
   EXPECT_NE(a.Sha256Hex(), b.Sha256Hex());
 }
 
-// --- proto serde ---
-
-TEST(ProtoSerdeTest, ModelSpecRoundTrip) {
-  ModelSpec spec({{"w", {10, 784}}, {"b", {10}}, {"s", {}}});
-  v1::ModelSpec proto;
-  proto.add_tensors()->set_name("stale");  // ToProto replaces what was there
-  ToProto(spec, &proto);
-  ASSERT_EQ(proto.tensors_size(), 3);
-  EXPECT_EQ(proto.tensors(0).name(), "w");
-  ASSERT_EQ(proto.tensors(0).shape_size(), 2);
-  EXPECT_EQ(proto.tensors(0).shape(1), 784);
-  EXPECT_EQ(proto.tensors(2).shape_size(), 0);
-
-  absl::StatusOr<ModelSpec> back = FromProto(proto);
-  ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(*back, spec);
-}
-
-TEST(ProtoSerdeTest, FromProtoRefusesInvalidSpec) {
-  v1::ModelSpec empty;
-  EXPECT_EQ(FromProto(empty).status().code(), absl::StatusCode::kInvalidArgument);
-
-  v1::ModelSpec dup;
-  ToProto(ModelSpec({{"w", {2}}, {"w", {3}}}), &dup);
-  absl::StatusOr<ModelSpec> s = FromProto(dup);
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("'w'"));
-
-  v1::ModelSpec negative;
-  v1::TensorSpec* t = negative.add_tensors();
-  t->set_name("k");
-  t->add_shape(-4);
-  s = FromProto(negative);
-  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("'k'"));
-}
-
-TEST(ProtoSerdeTest, GrpcStatusKeepsCodeAndMessage) {
-  EXPECT_TRUE(ToGrpcStatus(absl::OkStatus()).ok());
-  EXPECT_TRUE(FromGrpcStatus(grpc::Status::OK).ok());
-
-  const std::vector<absl::Status> statuses = {
-      absl::InvalidArgumentError("chunk at offset 4 is out of order"),
-      absl::NotFoundError("no such round"),
-      absl::FailedPreconditionError("round closed"),
-      absl::DataLossError("payload truncated"),
-      absl::UnauthenticatedError("no certificate"),
-      absl::PermissionDeniedError("revoked"),
-      absl::ResourceExhaustedError("too many clients"),
-      absl::UnavailableError("shutting down"),
-      absl::DeadlineExceededError("late"),
-      absl::AbortedError("aborted"),
-      absl::InternalError("internal"),
-  };
-  for (const absl::Status& status : statuses) {
-    grpc::Status g = ToGrpcStatus(status);
-    EXPECT_EQ(static_cast<int>(g.error_code()), static_cast<int>(status.code()));
-    EXPECT_EQ(g.error_message(), std::string(status.message()));
-    absl::Status back = FromGrpcStatus(g);
-    EXPECT_EQ(back, status);
-  }
-
-  grpc::Status from_wire(grpc::StatusCode::UNAVAILABLE, "server going away");
-  absl::Status converted = FromGrpcStatus(from_wire);
-  EXPECT_EQ(converted.code(), absl::StatusCode::kUnavailable);
-  EXPECT_EQ(std::string(converted.message()), "server going away");
-}
-
-
 TEST(PageBufferTest, PagesCostMemoryOnlyOnceWrittenAndReleasedOnesReadZero) {
   constexpr size_t kBytes = size_t{64} << 20;
   const double before = ProcStatusMiB("RssAnon");
@@ -358,9 +288,7 @@ TEST(ModelTest, ALargeModelIsZeroAndResidentOnlyAsItIsWritten) {
   EXPECT_GT(ProcStatusMiB("RssAnon") - before, 56);
   Model copy = m.Clone();
   EXPECT_EQ(copy.Sha256Hex(), m.Sha256Hex());
-  {
-    Model gone = std::move(copy);
-  }
+  { Model gone = std::move(copy); }
   // Freed models go back to the system at once (no allocator keeps them).
   EXPECT_LT(ProcStatusMiB("RssAnon") - before, 72);
 }

@@ -16,15 +16,21 @@
 #include "absl/strings/str_cat.h"
 #include "client_sdk/internal/transport.h"
 #include "client_sdk/src/grpc_wire.h"
-#include "client_sdk/src/secagg_serde.h"
 #include "fl/aggregation/dp/clipping.h"
 #include "fl/aggregation/secagg/quantization.h"
+#include "fl/wire/secagg_serde.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace fl::client::internal {
 namespace {
 
+using ::fl::wire::KeysFromProto;
+using ::fl::wire::KeysToProto;
+using ::fl::wire::ParamsToProto;
+using ::fl::wire::SharesToProto;
+using ::fl::wire::UnmaskFromProto;
+using ::fl::wire::UnmaskToProto;
 using ::testing::HasSubstr;
 
 constexpr size_t kDim = 6;
@@ -387,8 +393,8 @@ TEST(SecAggParticipantTest, TheSessionIsKeyedByRunAndTaskId) {
   EXPECT_EQ(keys->run_id, 2);
   ASSERT_TRUE(keys->keys.has_value());
   EXPECT_TRUE(round.client(1).Answered(advertise2));
-  EXPECT_FALSE(round.client(1).Answered(
-      TaskFromProto(round.TaskFor(1, v1::Task::SECAGG_ADVERTISE_KEYS))));
+  EXPECT_FALSE(
+      round.client(1).Answered(TaskFromProto(round.TaskFor(1, v1::Task::SECAGG_ADVERTISE_KEYS))));
 }
 
 // The unmask task offered again with the same id (the answer was lost in transit) but other lists:
@@ -459,11 +465,11 @@ TEST(SecAggParticipantTest, StagesWithoutASessionAreRefused) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("no secure-aggregation session for task r3.a0.c0"));
   std::vector<float> change(kDim, 0.f);
-  EXPECT_EQ(fresh.MaskInput(TaskFromProto(round.TaskFor(0, v1::Task::SECAGG_MASKED_INPUT)), change,
-                            1)
-                .status()
-                .code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      fresh.MaskInput(TaskFromProto(round.TaskFor(0, v1::Task::SECAGG_MASKED_INPUT)), change, 1)
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(fresh.Unmask(TaskFromProto(round.TaskFor(0, v1::Task::SECAGG_UNMASK))).status().code(),
             absl::StatusCode::kFailedPrecondition);
 

@@ -1,13 +1,14 @@
-// The SDK's serde between fl.v1's secure-aggregation messages and fl::secagg's structs: round
-// trips, and refusals that name the field (key sizes, share lengths, repeated ids).
-#include "client_sdk/src/secagg_serde.h"
+// fl::wire's serde between fl.v1's secure-aggregation messages and fl::secagg's structs (both the
+// server's and the SDK's): round trips, and refusals that name the field (key sizes, share
+// lengths, repeated ids).
+#include "fl/wire/secagg_serde.h"
 
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace fl::client::internal {
+namespace fl::wire {
 namespace {
 
 using ::testing::HasSubstr;
@@ -19,7 +20,7 @@ secagg::Key32 Filled(uint8_t first) {
 }
 
 v1::SecAggParams ValidParams() {
-  SecAggRoundParams p;
+  secagg::RoundParams p;
   p.secagg = *secagg::DefaultSecAggParams(5);
   p.secagg.graph_seed = 42;
   p.example_unit = 10;
@@ -29,7 +30,7 @@ v1::SecAggParams ValidParams() {
 }
 
 TEST(SecAggSerdeTest, ParamsRoundTrip) {
-  SecAggRoundParams p;
+  secagg::RoundParams p;
   p.secagg = *secagg::DefaultSecAggParams(7, 64, 50);
   p.secagg.graph_seed = 99;
   p.example_unit = 3;
@@ -37,7 +38,7 @@ TEST(SecAggSerdeTest, ParamsRoundTrip) {
   p.dp_noise_stddev = 0.25;
   v1::SecAggParams proto;
   ParamsToProto(p, &proto);
-  absl::StatusOr<SecAggRoundParams> back = ParamsFromProto(proto);
+  absl::StatusOr<secagg::RoundParams> back = ParamsFromProto(proto);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->secagg.num_clients, 7);
   EXPECT_EQ(back->secagg.num_neighbors, p.secagg.num_neighbors);
@@ -199,4 +200,4 @@ TEST(SecAggSerdeTest, UnmaskRequestRefusesRepeatedIds) {
 }
 
 }  // namespace
-}  // namespace fl::client::internal
+}  // namespace fl::wire

@@ -42,6 +42,14 @@ struct Dataset {
   Dataset Subset(const std::vector<int64_t>& indices) const;
 };
 
+// An IID split of `num_examples` rows into `num_parts` near-equal parts: a shuffle seeded by
+// `seed`, then numpy.array_split (the first num_examples % num_parts parts are one row longer).
+// Every index is in exactly one part. A site takes its shard of a shared file with it (`fl client
+// --shard`); fl::simulation's "iid" partitioner is this split. INVALID_ARGUMENT unless
+// 1 <= num_parts <= num_examples.
+absl::StatusOr<std::vector<std::vector<int64_t>>> SplitIid(int64_t num_examples, int32_t num_parts,
+                                                           uint64_t seed);
+
 // Reads an IDX image file (magic 0x00000803, uint8 pixels) and an IDX label file (0x00000801),
 // either of them optionally gzip-compressed (".gz"). Pixels are scaled to [0, 1]; each image is
 // flattened into one row. num_classes is 1 + the largest label. Refuses a wrong magic number,

@@ -31,6 +31,22 @@ namespace fl {
 
 enum class UpdateEncoding { kFloat32, kFloat16, kInt8 };
 
+// How an update's payload travels: an UpdateEncoding, or (secure aggregation) masked integers of
+// 32 or 64 bits. The engine's UpdateMeta and the SDK's UpdateHeader both carry it; fl::wire
+// converts it to the protocol's enum.
+enum class PayloadEncoding { kFloat32, kMaskedUint32, kMaskedUint64, kFloat16, kInt8 };
+constexpr PayloadEncoding ToPayloadEncoding(UpdateEncoding encoding) {
+  switch (encoding) {
+    case UpdateEncoding::kFloat32:
+      return PayloadEncoding::kFloat32;
+    case UpdateEncoding::kFloat16:
+      return PayloadEncoding::kFloat16;
+    case UpdateEncoding::kInt8:
+      return PayloadEncoding::kInt8;
+  }
+  return PayloadEncoding::kFloat32;
+}
+
 // "float32", "float16", "int8".
 const char* UpdateEncodingName(UpdateEncoding encoding);
 // The inverse of UpdateEncodingName; INVALID_ARGUMENT naming `name` and the choices otherwise.
@@ -55,7 +71,8 @@ absl::Status CheckEncodable(UpdateEncoding encoding, std::span<const float> valu
 
 // Encodes one codec chunk: `values` (at most ValuesPerChunk, checked by CheckEncodable) into
 // `out`, of EncodedChunkBytes(encoding, values.size()) bytes (a smaller `out` is left alone).
-// `rng` drives int8's stochastic rounding only. A sender that encodes chunk by chunk as it sends never holds the whole payload.
+// `rng` drives int8's stochastic rounding only. A sender that encodes chunk by chunk as it sends
+// never holds the whole payload.
 void EncodeChunk(UpdateEncoding encoding, std::span<const float> values, std::mt19937_64& rng,
                  std::span<std::byte> out);
 

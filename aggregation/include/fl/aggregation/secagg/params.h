@@ -27,6 +27,16 @@ struct SecAggParams {
   uint64_t graph_seed = 0;     // shuffles the graph's labels; public, chosen by the server
 };
 
+// What the server tells every site of a secure-aggregation round with each stage task: the
+// protocol's parameters, how example counts become weights, and distributed DP (fl::wire converts
+// it, the same code on both ends).
+struct RoundParams {
+  SecAggParams secagg;
+  int64_t example_unit = 1;  // weight = clamp(ceil(num_examples / example_unit), 1, max_weight)
+  double dp_clip_norm = 0;   // distributed DP when > 0: each site clips its change to this L2 norm
+  double dp_noise_stddev = 0;  // then adds N(0, s^2) to each coordinate (0: no noise)
+};
+
 // Defaults for `num_clients` clients: k = n - 1 for n <= 16 (every pair, as in Bonawitz et al.),
 // otherwise the even number at or above 3 * log2(n) (Bell et al.: O(log n) neighbours);
 // t = k/2 + 1 (the smallest threshold that keeps privacy; tolerates k/2 - 1 dropped

@@ -1,4 +1,4 @@
-#include "client_sdk/src/secagg_serde.h"
+#include "fl/wire/secagg_serde.h"
 
 #include <cmath>
 #include <cstring>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace fl::client::internal {
+namespace fl::wire {
 namespace {
 
 absl::StatusOr<secagg::Key32> KeyFromBytes(const std::string& bytes, absl::string_view field) {
@@ -55,8 +55,9 @@ absl::StatusOr<secagg::ShamirShare> ShareFromProto(const v1::SecAggShare& in,
   return share;
 }
 
-absl::Status SharesFromProto(const google::protobuf::RepeatedPtrField<v1::SecAggShare>& in,
-                             absl::string_view field, std::map<int, secagg::ShamirShare>& out) {
+absl::Status ShamirSharesFromProto(const google::protobuf::RepeatedPtrField<v1::SecAggShare>& in,
+                                   absl::string_view field,
+                                   std::map<int, secagg::ShamirShare>& out) {
   for (int i = 0; i < in.size(); ++i) {
     const std::string name = absl::StrCat(field, "[", i, "]");
     absl::StatusOr<secagg::ShamirShare> share = ShareFromProto(in[i], name);
@@ -82,8 +83,8 @@ absl::StatusOr<std::vector<int>> IdsFromProto(const google::protobuf::RepeatedFi
 
 }  // namespace
 
-absl::StatusOr<SecAggRoundParams> ParamsFromProto(const v1::SecAggParams& in) {
-  SecAggRoundParams out;
+absl::StatusOr<secagg::RoundParams> ParamsFromProto(const v1::SecAggParams& in) {
+  secagg::RoundParams out;
   out.secagg.num_clients = in.num_clients();
   out.secagg.num_neighbors = in.num_neighbors();
   out.secagg.threshold = in.threshold();
@@ -117,7 +118,7 @@ absl::StatusOr<SecAggRoundParams> ParamsFromProto(const v1::SecAggParams& in) {
   return out;
 }
 
-void ParamsToProto(const SecAggRoundParams& in, v1::SecAggParams* out) {
+void ParamsToProto(const secagg::RoundParams& in, v1::SecAggParams* out) {
   out->set_num_clients(in.secagg.num_clients);
   out->set_num_neighbors(in.secagg.num_neighbors);
   out->set_threshold(in.secagg.threshold);
@@ -152,6 +153,14 @@ absl::StatusOr<secagg::KeyAdvertisement> KeysFromProto(const v1::SecAggKeys& in,
   return out;
 }
 
+void DirectoryToProto(const secagg::KeyDirectory& in, v1::SecAggTask* out) {
+  for (const auto& [id, keys] : in.keys) {
+    secagg::KeyAdvertisement entry = keys;
+    entry.client = id;
+    KeysToProto(entry, out->add_directory());
+  }
+}
+
 absl::StatusOr<secagg::KeyDirectory> DirectoryFromProto(const v1::SecAggTask& task) {
   secagg::KeyDirectory out;
   for (int i = 0; i < task.directory_size(); ++i) {
@@ -174,6 +183,28 @@ void SharesToProto(const secagg::EncryptedShares& in, v1::SecAggShares* out) {
   }
 }
 
+absl::StatusOr<secagg::EncryptedShares> SharesFromProto(const v1::SecAggShares& in,
+                                                        absl::string_view field) {
+  secagg::EncryptedShares out;
+  for (int i = 0; i < in.ciphertexts_size(); ++i) {
+    const v1::SecAggCiphertext& c = in.ciphertexts(i);
+    const auto* p = reinterpret_cast<const uint8_t*>(c.ciphertext().data());
+    if (!out.ciphertexts.emplace(c.peer(), secagg::Bytes(p, p + c.ciphertext().size())).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".ciphertexts[", i, "].peer ", c.peer(), " is listed twice"));
+    }
+  }
+  return out;
+}
+
+void BundleToProto(const secagg::ShareBundle& in, v1::SecAggTask* out) {
+  for (const auto& [from, sealed] : in.ciphertexts) {
+    v1::SecAggCiphertext* c = out->add_bundle();
+    c->set_peer(from);
+    c->set_ciphertext(ToBytes(sealed));
+  }
+}
+
 absl::StatusOr<secagg::ShareBundle> BundleFromProto(const v1::SecAggTask& task) {
   secagg::ShareBundle out;
   for (int i = 0; i < task.bundle_size(); ++i) {
@@ -188,6 +219,11 @@ absl::StatusOr<secagg::ShareBundle> BundleFromProto(const v1::SecAggTask& task) 
     }
   }
   return out;
+}
+
+void UnmaskRequestToProto(const secagg::UnmaskRequest& in, v1::SecAggTask* out) {
+  for (int id : in.survivors) out->add_survivors(id);
+  for (int id : in.dropped) out->add_dropped(id);
 }
 
 absl::StatusOr<secagg::UnmaskRequest> UnmaskRequestFromProto(const v1::SecAggTask& task) {
@@ -210,20 +246,21 @@ void UnmaskToProto(const secagg::UnmaskResponse& in, v1::SecAggUnmask* out) {
   }
 }
 
-absl::StatusOr<secagg::UnmaskResponse> UnmaskFromProto(const v1::SecAggUnmask& in, int client) {
+absl::StatusOr<secagg::UnmaskResponse> UnmaskFromProto(const v1::SecAggUnmask& in, int client,
+                                                       absl::string_view field) {
   secagg::UnmaskResponse out;
   out.client = client;
-  if (absl::Status s =
-          SharesFromProto(in.self_seed_shares(), "unmask.self_seed_shares", out.self_seed_shares);
+  if (absl::Status s = ShamirSharesFromProto(
+          in.self_seed_shares(), absl::StrCat(field, ".self_seed_shares"), out.self_seed_shares);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s =
-          SharesFromProto(in.mask_key_shares(), "unmask.mask_key_shares", out.mask_key_shares);
+  if (absl::Status s = ShamirSharesFromProto(
+          in.mask_key_shares(), absl::StrCat(field, ".mask_key_shares"), out.mask_key_shares);
       !s.ok()) {
     return s;
   }
   return out;
 }
 
-}  // namespace fl::client::internal
+}  // namespace fl::wire

@@ -198,10 +198,7 @@ inline constexpr std::string_view kScaffoldCommittedRoundKey = "scaffold_committ
 
 // What a client of a secure-aggregation round gets with its stage's task.
 struct SecAggTaskInfo {
-  secagg::SecAggParams params;
-  int64_t example_unit = 1;
-  double dp_clip_norm = 0;  // distributed DP (0: off)
-  double dp_noise_stddev = 0;
+  secagg::RoundParams round;  // the protocol's parameters, weights, distributed DP
   int32_t secagg_id = -1;
   secagg::KeyDirectory directory;  // kSecAggShare: this client's keys and its neighbours'
   secagg::ShareBundle bundle;      // kSecAggMaskedInput: the shares addressed to it, by sender
@@ -294,7 +291,7 @@ struct UpdateMeta {
   // kMaskedUint32/64: a secure round's masked input, (parameters + 1) words; then num_examples
   // is 0 and metrics empty. kFloat16 / kInt8: the change from the round's global model
   // (fl/common/update_codec.h), accepted only in a run whose update_encoding names them.
-  enum class Encoding { kFloat32, kMaskedUint32, kMaskedUint64, kFloat16, kInt8 };
+  using Encoding = PayloadEncoding;
   Encoding encoding = Encoding::kFloat32;
 };
 
