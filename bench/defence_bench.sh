@@ -10,7 +10,8 @@
 #
 #   bench/defence_bench.sh [path/to/fl]
 # Environment: ATTACKS ("sign_flip scale gaussian label_flip alie"), FRACTIONS ("0 0.1 0.2 0.3"),
-#   STRATEGIES ("fedavg fedmedian fedtrimmedavg krum multikrum bulyan"), ROUNDS (20), SITES (20),
+#   STRATEGIES ("fedavg fedmedian fedtrimmedavg krum multikrum bulyan"; "NAME+norm_bound=M" wraps
+#   NAME in a norm bound of M, e.g. "fedavg+norm_bound=2"), ROUNDS (20), SITES (20),
 #   EXTRA (more `fl sim` flags, e.g. "--examples-per-client 1000" for a shorter run), WORK (a
 #   fresh /tmp directory: every run's output).
 set -euo pipefail
@@ -40,8 +41,10 @@ accuracy() {
   trim=$(awk -v x="$fraction" 'BEGIN { printf "%.2f", (x > 0.1 ? x : 0.1) }')
   local dir="$WORK/$attack-$fraction-$strategy"
   local log="$dir.log"
+  local name="${strategy%%+*}" bound=0
+  if [[ "$strategy" == *+norm_bound=* ]]; then bound="${strategy##*+norm_bound=}"; fi
   if "$fl" sim --work-dir "$dir" --clients "$SITES" --rounds "$ROUNDS" --model mlp \
-      --partition dirichlet --beta 0.5 --seed 1 --strategy "$strategy" \
+      --partition dirichlet --beta 0.5 --seed 1 --strategy "$name" --norm-bound "$bound" \
       --num-malicious "$f" --trim-beta "$trim" --attack "$attack" --attack-fraction "$fraction" \
       $EXTRA > "$log" 2>&1; then
     sed -nE 's/.*final test accuracy ([0-9.]+) %.*/\1/p' "$log" | tail -n1

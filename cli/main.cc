@@ -245,6 +245,8 @@ constexpr std::pair<const char*, const char*> kRunFlagKeys[] = {
     {"--num-to-keep", "strategy.num_to_keep"},
     {"--q", "strategy.q"},
     {"--qffl-lr", "strategy.qffl_learning_rate"},
+    {"--norm-bound", "strategy.norm_bound"},
+    {"--no-accept-failures", "strategy.accept_failures"},
     {"--dp-mode", "privacy.mode"},
     {"--dp-noise-multiplier", "privacy.noise_multiplier"},
     {"--dp-clip-norm", "privacy.clip_norm"},
@@ -567,6 +569,12 @@ int main(int argc, char** argv) {
       ->add_option("--qffl-lr", server_strategy.qffl_learning_rate,
                    "qfedavg: 1 / its Lipschitz estimate (the clients' learning rate)")
       ->capture_default_str();
+  server_cmd
+      ->add_option("--norm-bound", server_strategy.norm_bound,
+                   "clip each update's change to this L2 norm before aggregating (0: off)")
+      ->capture_default_str();
+  server_cmd->add_flag("!--no-accept-failures", server_strategy.accept_failures,
+                       "fail a round in which any sampled site failed");
   server_cmd
       ->add_option("--num-parties", server_strategy.num_parties,
                    "SCAFFOLD: parties N in the control variate's update (0: the enrolled clients)")

@@ -166,6 +166,11 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
   cmd->add_option("--qffl-lr", sim.strategy.qffl_learning_rate,
                   "qfedavg: 1 / its Lipschitz estimate (the clients' learning rate)")
       ->capture_default_str();
+  cmd->add_option("--norm-bound", sim.strategy.norm_bound,
+                  "clip each update's change to this L2 norm before aggregating (0: off)")
+      ->capture_default_str();
+  cmd->add_flag("!--no-accept-failures", sim.strategy.accept_failures,
+                "fail a round in which any sampled site failed");
   cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--update-encoding", sim.update_encoding,
                   "How sites encode updates: float32 (weights), float16 or int8 (changes)")

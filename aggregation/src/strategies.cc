@@ -11,6 +11,7 @@
 #include "fl/aggregation/robust.h"
 #include "fl/aggregation/scaffold.h"
 #include "fl/aggregation/server_optimizers.h"
+#include "fl/aggregation/wrappers.h"
 #include "fl/common/logging.h"
 
 namespace fl::aggregation {
@@ -67,6 +68,9 @@ absl::Status StrategyOptions::Validate() const {
     return OutOfRange("qffl_learning_rate", "> 0", qffl_learning_rate);
   }
   if (root_examples < 1) return OutOfRange("root_examples", ">= 1", root_examples);
+  if (!std::isfinite(norm_bound) || norm_bound < 0) {
+    return OutOfRange("norm_bound", ">= 0 (0: off)", norm_bound);
+  }
   if (num_parties < 0) {
     return OutOfRange("num_parties", ">= 0 (0: the enrolled clients)",
                       static_cast<double>(num_parties));
@@ -89,11 +93,12 @@ double EffectiveServerLearningRate(const StrategyOptions& options) {
   return 0.0;
 }
 
-absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& options,
-                                                       std::function<int64_t()> enrolled_clients,
-                                                       std::shared_ptr<SpillSpace> spill,
-                                                       RootTrainer root) {
-  if (absl::Status s = options.Validate(); !s.ok()) return s;
+namespace {
+
+// The strategy `options` names, unwrapped (options validated).
+absl::StatusOr<std::unique_ptr<Strategy>> MakeNamedStrategy(
+    const StrategyOptions& options, std::function<int64_t()> enrolled_clients,
+    std::shared_ptr<SpillSpace> spill, RootTrainer root) {
   if (options.name == "fedprox") return MakeFedProx();
   if (options.name == "qfedavg") {
     return MakeQFedAvg({.q = options.q, .qffl_learning_rate = options.qffl_learning_rate});
@@ -138,6 +143,24 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& op
     return MakeScaffold(std::move(scaffold));
   }
   return MakeFedAvg();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Strategy>> MakeStrategy(const StrategyOptions& options,
+                                                       std::function<int64_t()> enrolled_clients,
+                                                       std::shared_ptr<SpillSpace> spill,
+                                                       RootTrainer root) {
+  if (absl::Status s = options.Validate(); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Strategy>> strategy =
+      MakeNamedStrategy(options, std::move(enrolled_clients), std::move(spill), std::move(root));
+  if (!strategy.ok()) return strategy;
+  if (options.norm_bound > 0) {
+    strategy = MakeNormBound(*std::move(strategy), options.norm_bound);
+    if (!strategy.ok()) return strategy;
+  }
+  if (!options.accept_failures) strategy = MakeRequireEverySite(*std::move(strategy));
+  return strategy;
 }
 
 }  // namespace fl::aggregation

@@ -335,7 +335,7 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
         {{"model", "root_images"}, {"model", "root_labels"}}};
   }
   if (aggregation::IsRobustStrategy(strategy.name) || strategy.name == "qfedavg" ||
-      strategy.name == "fltrust") {
+      strategy.name == "fltrust" || strategy.norm_bound > 0) {
     // The strategy's own refusal (robust.h), pointed at the keys that cause it. (FLTrust's root
     // trainer is made later, from the files; only its plan is checked here.)
     absl::StatusOr<std::unique_ptr<aggregation::Strategy>> robust = aggregation::MakeStrategy(
@@ -350,7 +350,9 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
                          : robust.status();
     if (!s.ok()) {
       std::vector<std::pair<std::string, std::string>> keys;
-      if (sa.enabled) {
+      if (sa.enabled && strategy.norm_bound > 0) {
+        keys = {{"strategy", "norm_bound"}, {"secure_aggregation", "enabled"}};
+      } else if (sa.enabled) {
         keys = {{"strategy", "name"}, {"secure_aggregation", "enabled"}};
       } else if (central) {
         keys = {{"strategy", "name"}, {"privacy", "mode"}};

@@ -106,7 +106,18 @@ std::vector<tk::KeySpec<C>> StrategyKeys(Get get) {
       tk::FloatKey<C>(
           "strategy", "qffl_learning_rate",
           "qfedavg: its Lipschitz estimate is 1 / this; set it to the clients' learning rate.",
-          Range::kPositive, [get](auto& c) -> auto& { return get(c).qffl_learning_rate; })};
+          Range::kPositive, [get](auto& c) -> auto& { return get(c).qffl_learning_rate; }),
+      tk::FloatKey<C>(
+          "strategy", "norm_bound",
+          "Any strategy: each update's change from the global model is clipped to this L2 norm "
+          "before it is aggregated (a defence against scaled updates; 0: off; not with secure "
+          "aggregation).",
+          Range::kNonNegative, [get](auto& c) -> auto& { return get(c).norm_bound; }),
+      tk::BoolKey<C>(
+          "strategy", "accept_failures",
+          "Any strategy: false fails a round in which a sampled site dropped, declined, was "
+          "refused or missed the deadline (the attempt is retried).",
+          [get](auto& c) -> auto& { return get(c).accept_failures; })};
 }
 
 // [privacy] and [secure_aggregation]: `privacy(config)` is the config's PrivacyOptions,

@@ -210,6 +210,12 @@ Task EngineImpl::TaskForLocked(const std::string& client_id) const {
 
 void EngineImpl::FillFitLocked(const std::string& client_id, Task& t) const {
   t.fit = options_.fit;
+  if (current_ != nullptr) {  // the strategy's values for this round, then for this site
+    for (const auto& [k, v] : current_->fit_config) t.fit.extra[k] = v;
+    if (auto site = current_->site_config.find(client_id); site != current_->site_config.end()) {
+      for (const auto& [k, v] : site->second) t.fit.extra[k] = v;
+    }
+  }
   t.update_encoding = update_encoding_;
   if (auto c = client_committed_round_.find(client_id); c != client_committed_round_.end()) {
     t.client_committed_round = c->second;
@@ -285,6 +291,7 @@ void EngineImpl::DropFromRoundLocked(const std::string& client_id, const std::st
     state->client_id = client_id;
     state->task_id = current_->task_of[client_id];
     state->reason = reason;
+    state->failure = aggregation::SiteFailure::Kind::kDropped;
     state->phase = Phase::kAborted;
     current_->uploads[client_id] = state;
   }
@@ -346,16 +353,6 @@ std::vector<const std::string*> EngineImpl::OnlineByNameLocked(absl::Time now,
   }
   if (online_count != nullptr) *online_count = count;
   return online;
-}
-
-std::vector<std::string> EngineImpl::DrawLocked(std::vector<const std::string*> online, int32_t k,
-                                                std::mt19937_64& rng) {
-  Shuffle(online, rng);
-  std::vector<std::string> drawn;
-  drawn.reserve(static_cast<size_t>(k));
-  for (int32_t i = 0; i < k; ++i) drawn.push_back(*online[static_cast<size_t>(i)]);
-  std::sort(drawn.begin(), drawn.end());
-  return drawn;
 }
 
 }  // namespace fl::server::internal

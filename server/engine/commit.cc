@@ -32,7 +32,7 @@ void EngineImpl::DropRoundModels(RoundState& round) {
   // after a failed attempt, its sum) would sit beside the next round's: 4x the model, not 3x.
   round.aggregator.reset();
   round.global.reset();
-  round.dp_global.reset();
+  round.clip_global.reset();
 }
 
 void EngineImpl::ScheduleCommitLocked(PendingCommit commit) {
@@ -46,8 +46,11 @@ void EngineImpl::WaitForCommitLocked() {
   while (commit_ != nullptr) cv_.Wait(&mu_);
 }
 
-absl::StatusOr<Model> EngineImpl::NextModel(RoundState& round, std::optional<Model>& state) {
-  if (round.secagg != nullptr) return UnmaskedModel(round, state);
+absl::StatusOr<Model> EngineImpl::NextModel(RoundState& round,
+                                            std::span<const aggregation::SiteFailure> failures,
+                                            std::optional<Model>& state) {
+  if (round.secagg != nullptr) return UnmaskedModel(round, failures, state);
+  for (const aggregation::SiteFailure& f : failures) round.aggregator->Failed(f);
   CrashPoint("aggregate");
   absl::StatusOr<Model> next = round.aggregator->Finish();
   if (next.ok()) state = round.aggregator->TakeState();
@@ -70,7 +73,7 @@ void EngineImpl::RunPendingCommit() {
   // until the next round starts, after this commit.
   CommitInputs in(absl::InternalError("not computed"));
   try {
-    in.next = NextModel(*job->round, in.state);
+    in.next = NextModel(*job->round, job->failures, in.state);
     DropRoundModels(*job->round);
     if (in.next.ok() && hooks_.evaluate) in.hook_metrics = hooks_.evaluate(*in.next);
     if (in.next.ok()) in.checkpoint = store_->WriteCheckpoint(*in.next);

@@ -76,6 +76,11 @@ std::string MetricsJson(const std::map<std::string, double>& metrics);
 std::map<std::string, double> FederatedStopMetrics(double loss,
                                                    const std::map<std::string, double>& metrics);
 
+// Why a strategy's `plan` for `ctx` cannot run (INVALID_ARGUMENT): a site not available or chosen
+// twice, fewer than ctx.min_sites, a site_config for a site not chosen. (round_engine.cc)
+absl::Status CheckRoundPlan(const aggregation::RoundPlan& plan,
+                            const aggregation::RoundContext& ctx);
+
 class EngineImpl;
 
 class UploadImpl final : public Upload {
@@ -282,9 +287,6 @@ class EngineImpl final : public RoundEngine {
   std::vector<const std::string*> OnlineByNameLocked(absl::Time now,
                                                      int64_t* online = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `k` of `online` drawn by a seeded Fisher-Yates shuffle of the pointers, returned sorted.
-  static std::vector<std::string> DrawLocked(std::vector<const std::string*> online, int32_t k,
-                                             std::mt19937_64& rng);
   ParticipationRecord ParticipationFor(const RoundState& round, const UploadState& up) const;
   absl::Status CheckTaskLocked(const std::string& client_id, int64_t run_id, int32_t round,
                                const std::string& task_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -350,6 +352,8 @@ class EngineImpl final : public RoundEngine {
     std::shared_ptr<RoundState> round;
     std::vector<ParticipationRecord> participations;
     RoundSummary summary;
+    // The sampled sites whose update does not count, told to the strategy before its Finish.
+    std::vector<aggregation::SiteFailure> failures;
   };
   // What the commit computed without mu_: the next global model, or why there is none; the
   // evaluation hook's metrics; the checkpoint's SHA-256, or why it could not be written.
@@ -374,10 +378,15 @@ class EngineImpl final : public RoundEngine {
   // Waits (mu_ released meanwhile) until no commit is pending.
   void WaitForCommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The next global model of a closed round: the strategy's finish, or for a secure round the
-  // unmasked sum handed to the strategy (UnmaskedModel, secagg_round.cc). Without mu_.
+  // unmasked sum handed to the strategy (UnmaskedModel, secagg_round.cc), the round's
+  // `failures` told to its aggregator first. Without mu_.
   // `state`: the strategy's server state after the round, when it keeps one.
-  absl::StatusOr<Model> NextModel(RoundState& round, std::optional<Model>& state);
-  absl::StatusOr<Model> UnmaskedModel(RoundState& round, std::optional<Model>& state);
+  absl::StatusOr<Model> NextModel(RoundState& round,
+                                  std::span<const aggregation::SiteFailure> failures,
+                                  std::optional<Model>& state);
+  absl::StatusOr<Model> UnmaskedModel(RoundState& round,
+                                      std::span<const aggregation::SiteFailure> failures,
+                                      std::optional<Model>& state);
   // Drops a round's model-sized parts (the aggregate, the round's global model).
   static void DropRoundModels(RoundState& round);
   // The end of an attempt, shared by plain and secure rounds: commits `in.next` with the

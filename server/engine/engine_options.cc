@@ -191,7 +191,9 @@ std::string EngineOptions::ToJson() const {
                      {"num_to_keep", strategy->num_to_keep},
                      {"q", strategy->q},
                      {"qffl_learning_rate", strategy->qffl_learning_rate},
-                     {"root_examples", strategy->root_examples}};
+                     {"root_examples", strategy->root_examples},
+                     {"norm_bound", strategy->norm_bound},
+                     {"accept_failures", strategy->accept_failures}};
   }
   return j.dump();
 }
@@ -275,6 +277,8 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
       st.q = s.value("q", st.q);
       st.qffl_learning_rate = s.value("qffl_learning_rate", st.qffl_learning_rate);
       st.root_examples = s.value("root_examples", st.root_examples);
+      st.norm_bound = s.value("norm_bound", st.norm_bound);
+      st.accept_failures = s.value("accept_failures", st.accept_failures);
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("run configuration: ", e.what()));

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -30,17 +31,39 @@ void EngineImpl::StartEvaluationLocked(absl::Time now) {
   auto eval = std::make_unique<EvalState>();
   eval->round = committed_round_;
   eval->deadline = now + options_.eval_timeout;
-  std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(eval->round) * 7919u +
-                      0x65766131u);
   const int32_t n = static_cast<int32_t>(online.size());
   const int32_t k =
       std::clamp(static_cast<int32_t>(std::ceil(options_.eval_fraction * n - 1e-9)), 1, n);
-  eval->sampled = DrawLocked(std::move(online), k, rng);
+  std::vector<std::string_view> available;
+  available.reserve(online.size());
+  for (const std::string* id : online) available.push_back(*id);
+  const aggregation::RoundContext ctx{
+      .round = eval->round,
+      .available = available,
+      .num_to_sample = k,
+      .min_sites = 1,
+      .seed = options_.seed * 1000003u + static_cast<uint64_t>(eval->round) * 7919u + 0x65766131u};
+  absl::StatusOr<aggregation::RoundPlan> plan = strategy_->ConfigureEvaluate(ctx);
+  if (plan.ok()) {
+    if (absl::Status s = CheckRoundPlan(*plan, ctx); !s.ok()) plan = s;
+  }
+  if (!plan.ok()) {
+    LogEvent(LogLevel::kWarn, "evaluation_skipped",
+             {{"round", absl::StrCat(committed_round_)},
+              {"reason",
+               absl::StrCat("strategy '", strategy_->name(),
+                            "' could not configure the evaluation: ", plan.status().message())}});
+    if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);
+    finish_after_eval_.reset();
+    return;
+  }
+  eval->sampled = std::move(plan->sites);
+  std::sort(eval->sampled.begin(), eval->sampled.end());
   for (const std::string& id : eval->sampled) {
     eval->task_of[id] = absl::StrFormat("e%d.%s", eval->round, id.substr(0, 12));
   }
   LogEvent(LogLevel::kInfo, "evaluation_started",
-           {{"round", absl::StrCat(eval->round)}, {"sampled", absl::StrCat(k)}});
+           {{"round", absl::StrCat(eval->round)}, {"sampled", absl::StrCat(eval->sampled.size())}});
   eval_ = std::move(eval);
   BumpLocked();
 }
@@ -52,29 +75,35 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
     BumpLocked();
     return;
   }
-  double examples = 0, loss = 0;
-  // Each metric is the example-weighted mean over the sites that reported it: a metric only some
-  // sites report (e.g. "auc", which only binary models compute) is divided by the examples of
-  // those sites, not of all, so a site without it neither drags it towards 0 nor is counted.
-  std::map<std::string, double> metrics;
-  std::map<std::string, double> metric_examples;
-  int declined = 0;
-  for (const auto& [id, r] : eval->reports) {
-    if (!r.error.empty()) {
-      ++declined;
-      continue;
-    }
-    const double n = static_cast<double>(r.num_examples);
-    examples += n;
-    loss += n * r.loss;
-    for (const auto& [k, v] : r.metrics) {
-      metrics[k] += n * v;
-      metric_examples[k] += n;
+  // The strategy's AggregateEvaluate (by default example-weighted means) over the reports;
+  // declines, silent sites and sites that never answered are its failures.
+  std::vector<aggregation::SiteEvaluation> results;
+  std::vector<aggregation::SiteFailure> failures;
+  for (const std::string& id : eval->sampled) {
+    auto r = eval->reports.find(id);
+    if (r == eval->reports.end()) {
+      failures.push_back({.site = id,
+                          .kind = aggregation::SiteFailure::Kind::kMissing,
+                          .reason = "no evaluation before the deadline"});
+    } else if (!r->second.error.empty()) {
+      failures.push_back({.site = id,
+                          .kind = absl::StartsWith(r->second.error, "offline:")
+                                      ? aggregation::SiteFailure::Kind::kDropped
+                                      : aggregation::SiteFailure::Kind::kDeclined,
+                          .reason = r->second.error});
+    } else {
+      results.push_back({.site = id,
+                         .num_examples = r->second.num_examples,
+                         .loss = r->second.loss,
+                         .metrics = r->second.metrics});
     }
   }
-  if (examples > 0) {
-    loss /= examples;
-    for (auto& [k, v] : metrics) v /= metric_examples[k];
+  absl::StatusOr<aggregation::EvaluationSummary> summary =
+      strategy_->AggregateEvaluate(eval->round, results, failures);
+  if (summary.ok()) {
+    double loss = summary->loss;
+    const double examples = static_cast<double>(summary->num_examples);
+    std::map<std::string, double> metrics = std::move(summary->metrics);
     // Finite reports can still sum past the largest double (a site reporting 1e300); such a
     // mean is dropped, by name, rather than costing the round its whole evaluation row.
     if (!std::isfinite(loss)) loss = std::numeric_limits<double>::quiet_NaN();
@@ -100,7 +129,7 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
     LogEvent(
         LogLevel::kInfo, "evaluation_finished",
         {{"round", absl::StrCat(eval->round)},
-         {"clients", absl::StrCat(eval->reports.size() - declined, "/", eval->sampled.size())},
+         {"clients", absl::StrCat(results.size(), "/", eval->sampled.size())},
          {"examples", absl::StrCat(static_cast<int64_t>(examples))},
          {"loss", absl::StrCat(loss)},
          {"accuracy", absl::StrCat(accuracy)},
@@ -115,12 +144,13 @@ void EngineImpl::FinishEvaluationLocked(absl::Time now) {
       if (!why.empty()) finish_after_eval_ = why;
     }
   } else {
-    LogEvent(
-        LogLevel::kWarn, "evaluation_empty",
-        {{"round", absl::StrCat(eval->round)},
-         {"reason", absl::StrCat("no client reported an evaluation before ",
-                                 eval->reports.size() < eval->sampled.size() ? "the deadline"
-                                                                             : "all declined")}});
+    LogEvent(LogLevel::kWarn, "evaluation_empty",
+             {{"round", absl::StrCat(eval->round)},
+              {"reason", results.empty() ? absl::StrCat("no client reported an evaluation before ",
+                                                        eval->reports.size() < eval->sampled.size()
+                                                            ? "the deadline"
+                                                            : "all declined")
+                                         : std::string(summary.status().message())}});
   }
   waiting_since_ = now;
   if (finish_after_eval_.has_value()) FinishRunLocked(*finish_after_eval_);

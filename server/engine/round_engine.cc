@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -134,21 +135,90 @@ void EngineImpl::MaybeAdvanceLocked() {
   }
 }
 
+absl::Status CheckRoundPlan(const aggregation::RoundPlan& plan,
+                            const aggregation::RoundContext& ctx) {
+  absl::flat_hash_set<std::string_view> available(ctx.available.begin(), ctx.available.end());
+  absl::flat_hash_set<std::string_view> chosen;
+  for (const std::string& site : plan.sites) {
+    if (!available.contains(site)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("it chose site ", site.substr(0, 16), ", which is not available"));
+    }
+    if (!chosen.insert(site).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("it chose site ", site.substr(0, 16), " twice"));
+    }
+  }
+  if (static_cast<int32_t>(plan.sites.size()) < ctx.min_sites) {
+    return absl::InvalidArgumentError(absl::StrCat("it chose ", plan.sites.size(),
+                                                   plan.sites.size() == 1 ? " site" : " sites",
+                                                   "; a round needs at least ", ctx.min_sites));
+  }
+  for (const auto& [site, config] : plan.site_config) {
+    if (!chosen.contains(site)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "its site_config names site ", site.substr(0, 16), ", which it did not choose"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   auto round = std::make_shared<RoundState>();
   round->round = committed_round_ + 1;
   round->attempt = next_attempt_;
   round->started = clock_->Now();
   round->deadline = round->started + options_.round_timeout;
-  std::mt19937_64 rng(options_.seed * 1000003u + static_cast<uint64_t>(round->round) * 7919u +
-                      static_cast<uint64_t>(round->attempt));
   const int32_t n = static_cast<int32_t>(by_name.size());
   // The epsilon keeps 0.07 * 100 = 7.000000000000001 from sampling 8.
   int32_t k = static_cast<int32_t>(std::ceil(options_.sample_fraction * n - 1e-9));
   // Secure aggregation needs 3 clients (the sum of 2 reveals each); n >= min_clients >= 3.
-  const int32_t least = options_.secure_aggregation.enabled ? 3 : 1;
-  k = std::clamp(std::max({k, options_.min_fit_clients, least}), 1, n);
-  std::vector<std::string> online = DrawLocked(std::move(by_name), k, rng);
+  const int32_t least =
+      std::max(options_.min_fit_clients, options_.secure_aggregation.enabled ? 3 : 1);
+  k = std::clamp(std::max(k, least), 1, n);
+  // The strategy chooses the sites and what they are told (by default the seeded draw).
+  std::vector<std::string_view> available;
+  available.reserve(by_name.size());
+  for (const std::string* id : by_name) available.push_back(*id);
+  const aggregation::RoundContext ctx{.round = round->round,
+                                      .attempt = round->attempt,
+                                      .available = available,
+                                      .num_to_sample = k,
+                                      .min_sites = least,
+                                      .seed = options_.seed * 1000003u +
+                                              static_cast<uint64_t>(round->round) * 7919u +
+                                              static_cast<uint64_t>(round->attempt)};
+  absl::StatusOr<aggregation::RoundPlan> plan = strategy_->ConfigureFit(ctx);
+  if (plan.ok()) {
+    if (absl::Status s = CheckRoundPlan(*plan, ctx); !s.ok()) plan = s;
+  }
+  if (!plan.ok()) {
+    const absl::Duration retry_in = std::max(options_.retry_backoff, absl::Seconds(1));
+    retry_not_before_ = round->started + retry_in;
+    const std::string why =
+        absl::StrCat("strategy '", strategy_->name(), "' could not configure round ", round->round,
+                     ": ", plan.status().message());
+    LogEvent(LogLevel::kWarn, "round_not_configured",
+             {{"round", absl::StrCat(round->round)},
+              {"reason", why},
+              {"retry_in", absl::FormatDuration(retry_in)}});
+    AuditRecord rec;
+    rec.at_ms = ToMs(round->started);
+    rec.event = "round_not_configured";
+    rec.detail = why;
+    rec.run_id = run_id_;
+    rec.round = round->round;
+    (void)store_->Audit(rec);
+    return;
+  }
+  k = static_cast<int32_t>(plan->sites.size());
+  std::vector<std::string> online = std::move(plan->sites);
+  round->fit_config = std::move(plan->config);
+  round->site_config = std::move(plan->site_config);
+  if (!options_.secure_aggregation.enabled && strategy_->update_norm_bound() > 0) {
+    round->clip_global = global_;  // the strategy bounds each change's norm (central DP, ...)
+    round->clip_norm = strategy_->update_norm_bound();
+  }
   if (accountant_.has_value()) {
     const PrivacyOptions& p = options_.privacy;
     const double q = static_cast<double>(k) / n;
@@ -163,10 +233,6 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
           "privacy budget spent: round ", round->round, " would bring epsilon to ", after->epsilon,
           ", over epsilon_budget ", p.epsilon_budget, " (delta ", p.delta, ")"));
       return;
-    }
-    if (p.enabled()) {  // central: the server clips
-      round->dp_global = global_;
-      round->dp_clip_norm = p.clip_norm;
     }
     round->dp_sampling_rate = q;
   }
@@ -223,6 +289,7 @@ void EngineImpl::CutOffUploadsLocked(RoundState& round, const std::string& reaso
   for (auto& [id, up] : round.uploads) {
     if (up->phase != Phase::kStreaming) continue;
     up->reason = reason;
+    up->failure = aggregation::SiteFailure::Kind::kMissing;
     up->phase = Phase::kAborted;
     up->RemoveSpill();
   }
@@ -233,6 +300,7 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
   current_ = nullptr;
   const absl::Time now = clock_->Now();
   std::vector<ParticipationRecord> participations;
+  std::vector<aggregation::SiteFailure> failures;  // for the strategy (RoundAggregator::Failed)
   // Each training metric is the example-weighted mean over the sites that reported it, as the
   // federated evaluation's: a site without it neither counts as 0 nor adds its examples.
   std::map<std::string, double> metric_sums;
@@ -252,12 +320,16 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
         p.task_id = round->task_of[id];
         p.status = ParticipationStatus::kDropped;
         p.reason = absl::StrCat("no update before the round closed (", why, ")");
+        failures.push_back(
+            {.site = id, .kind = aggregation::SiteFailure::Kind::kMissing, .reason = p.reason});
         participations.push_back(std::move(p));
         continue;
       }
       const UploadState& up = *it->second;
       participations.push_back(ParticipationFor(*round, up));
-      if (up.phase == Phase::kAccepted) {
+      if (up.phase != Phase::kAccepted) {
+        failures.push_back({.site = id, .kind = up.failure, .reason = up.reason});
+      } else {
         for (const auto& [k, v] : up.metrics) {
           metric_sums[k] += v * static_cast<double>(up.num_examples);
           metric_weights[k] += static_cast<double>(up.num_examples);
@@ -284,8 +356,8 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
                      CommitInputs{absl::AbortedError(failure)}, now);
     return;
   }
-  ScheduleCommitLocked(
-      PendingCommit{std::move(round), std::move(participations), std::move(summary)});
+  ScheduleCommitLocked(PendingCommit{std::move(round), std::move(participations),
+                                     std::move(summary), std::move(failures)});
 }
 
 void EngineImpl::LogWaitingLocked(absl::Time now, int64_t online, int64_t eligible, int64_t least) {

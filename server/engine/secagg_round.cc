@@ -344,13 +344,25 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
   std::shared_ptr<RoundState> round = std::move(current_);
   current_ = nullptr;
   std::vector<ParticipationRecord> participations = SecAggParticipationsLocked(*round);
+  // The sites whose input is not in the sum, for the strategy (RoundAggregator::Failed).
+  std::vector<aggregation::SiteFailure> failures;
+  for (const ParticipationRecord& p : participations) {
+    if (p.status == ParticipationStatus::kAccepted) continue;
+    failures.push_back({.site = p.client_id,
+                        .kind = p.status == ParticipationStatus::kRefused
+                                    ? aggregation::SiteFailure::Kind::kRefused
+                                    : aggregation::SiteFailure::Kind::kDropped,
+                        .reason = p.reason});
+  }
   RoundSummary summary;
   summary.num_accepted = s.u3;
-  ScheduleCommitLocked(
-      PendingCommit{std::move(round), std::move(participations), std::move(summary)});
+  ScheduleCommitLocked(PendingCommit{std::move(round), std::move(participations),
+                                     std::move(summary), std::move(failures)});
 }
 
-absl::StatusOr<Model> EngineImpl::UnmaskedModel(RoundState& round, std::optional<Model>& state) {
+absl::StatusOr<Model> EngineImpl::UnmaskedModel(RoundState& round,
+                                                std::span<const aggregation::SiteFailure> failures,
+                                                std::optional<Model>& state) {
   // Remove the masks, hand the mean change to the strategy as one update.
   SecAggRound& s = *round.secagg;
   CrashPoint("secagg_unmask");
@@ -366,6 +378,7 @@ absl::StatusOr<Model> EngineImpl::UnmaskedModel(RoundState& round, std::optional
   std::span<float> c = candidate.data();
   for (size_t i = 0; i < c.size(); ++i) c[i] = g[i] + result->mean[i];
   std::unique_ptr<aggregation::RoundAggregator> agg = strategy_->BeginRound(*round.global);
+  for (const aggregation::SiteFailure& f : failures) agg->Failed(f);
   agg->Fold(0, c, 1.0);
   agg->Accept(1.0);
   CrashPoint("aggregate");

@@ -39,7 +39,10 @@ struct UploadState {
   // holding it exclusively; atomic because the engine also reads it holding the gate shared.
   // `reason` is written before `phase` leaves kStreaming and read only after.
   std::atomic<Phase> phase{Phase::kStreaming};
-  std::string reason;          // why refused or aborted
+  std::string reason;  // why refused or aborted
+  // What the strategy is told when the update does not count (RoundAggregator::Failed): set
+  // with `reason` where the phase leaves kStreaming for anything but kAccepted.
+  aggregation::SiteFailure::Kind failure = aggregation::SiteFailure::Kind::kRefused;
   int64_t bytes_received = 0;  // on the wire (encoded)
   // Bytes in the spill: float32 weights (float16 / int8 updates are staged decoded, with the
   // round's global model added back), or a secure round's masked words.
@@ -48,15 +51,17 @@ struct UploadState {
   std::string spill_path;
 
   ~UploadState();
-  // Folds the staged payload into `aggregator` with this update's weight. With `dp_global` set
-  // (differential privacy), the update's delta from it is first measured (a first pass over the
-  // spill) and the update folded as dp_global + delta * min(1, dp_clip_norm / ||delta||). Once
+  // Folds the staged payload into `aggregator` with this update's weight. With `clip_global` set
+  // (the strategy's update_norm_bound: central DP, a norm bound), the update's change from it is
+  // first measured (a first pass over the spill) and folded clipped to norm `clip_norm`
+  // (aggregation/dp/clipping.h's StreamingClip). Once
   // written whole it is accepted (UpdateSink::Accept). An error (the spill could not be read,
   // the aggregator's own spill not written) leaves a streaming aggregate partly folded.
   // `touched` (may be null) tells whether any piece reached the aggregator (a refusal at
   // BeginUpdate, e.g. a missing metric, touches nothing).
-  absl::Status FoldInto(aggregation::RoundAggregator& aggregator, const Model* dp_global = nullptr,
-                        double dp_clip_norm = 0, bool* touched = nullptr) const;
+  absl::Status FoldInto(aggregation::RoundAggregator& aggregator,
+                        const Model* clip_global = nullptr, double clip_norm = 0,
+                        bool* touched = nullptr) const;
   void RemoveSpill();
 };
 
@@ -73,6 +78,9 @@ struct RoundState {
   absl::Time checked_silence_at = absl::InfinitePast();
   std::vector<std::string> sampled;
   std::map<std::string, std::string> task_of;  // client id -> task id
+  // What the strategy's ConfigureFit added to the fit tasks: for every site, and per site.
+  std::map<std::string, double> fit_config;
+  std::map<std::string, std::map<std::string, double>> site_config;
   std::unique_ptr<aggregation::RoundAggregator> aggregator;
   std::shared_mutex gate;
   // Set before the close takes the gate, so that streaming uploads stop asking for it (glibc's
@@ -80,14 +88,15 @@ struct RoundState {
   std::atomic<bool> closing{false};
   // One upload per sampled client at most; guarded by the engine's mutex.
   std::map<std::string, std::shared_ptr<UploadState>> uploads;
-  // Differential privacy (null / 0 without): the round's global model, the updates' clip norm
-  // and the round's sampling rate q (sampled / online clients). Set before the round opens.
-  std::shared_ptr<const Model> dp_global;
+  // The strategy's bound on each update's change (null / 0 without: see
+  // Strategy::update_norm_bound): the round's global model and the norm; and differential
+  // privacy's sampling rate q (sampled / online clients). Set before the round opens.
+  std::shared_ptr<const Model> clip_global;
+  double clip_norm = 0;
   // The run's update encoding, and the round's global model (float16 / int8 updates are changes
   // from it). Set before the round opens.
   UpdateEncoding encoding = UpdateEncoding::kFloat32;
   std::shared_ptr<const Model> global;
-  double dp_clip_norm = 0;
   double dp_sampling_rate = 0;
   // Set when the aggregate became unusable (a spill could not be read back mid-fold). Guarded by
   // the gate like the phases.

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "fl/aggregation/dp/clipping.h"
 #include "fl/common/chunking.h"
 #include "fl/common/crash_point.h"
 #include "fl/common/crypto.h"
@@ -204,6 +205,7 @@ absl::Status EngineImpl::Decline(const std::string& client_id, const UpdateMeta&
   auto state = std::make_shared<UploadState>();
   state->client_id = client_id;
   state->task_id = meta.task_id;
+  state->failure = aggregation::SiteFailure::Kind::kDeclined;
   state->phase = Phase::kRefused;
   state->reason = absl::StrCat("the client declined the task: ", CapClientText(reason));
   absl::Status refusal;
@@ -445,7 +447,7 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
     } else if (why.ok()) {
       // Verified whole: only now does it touch the aggregate (and is accepted there).
       bool touched = false;
-      why = state_->FoldInto(*round_->aggregator, round_->dp_global.get(), round_->dp_clip_norm,
+      why = state_->FoldInto(*round_->aggregator, round_->clip_global.get(), round_->clip_norm,
                              &touched);
       // A streaming aggregate that took part of it is spoiled; one that keeps updates apart
       // forgets it, and one it was refused by (BeginUpdate) never saw it.
@@ -473,8 +475,9 @@ void UploadState::RemoveSpill() {
   spill_path.clear();
 }
 
-absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, const Model* dp_global,
-                                   double dp_clip_norm, bool* touched) const {
+absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator,
+                                   const Model* clip_global, double clip_norm,
+                                   bool* touched) const {
   std::vector<float> buf(static_cast<size_t>(kMaxChunkBytes / sizeof(float)));
   // Calls `visit(first float, values)` for each piece of the staged payload.
   auto for_each_piece = [&](auto visit) -> absl::Status {
@@ -505,25 +508,14 @@ absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator, con
     if (!written.ok()) return written;
     return (*sink)->Accept();
   };
-  if (dp_global == nullptr) return accept(for_each_piece(write));
-  std::span<const float> g = dp_global->data();
-  double sum_sq = 0;
-  absl::Status measured = for_each_piece([&](int64_t first, std::span<float> v) {
-    for (size_t i = 0; i < v.size(); ++i) {
-      const double d = static_cast<double>(v[i]) - g[first + i];
-      sum_sq += d * d;
-    }
-  });
+  if (clip_global == nullptr) return accept(for_each_piece(write));
+  // The strategy bounds each change's norm (central DP, a norm bound): measure, then clip.
+  aggregation::dp::StreamingClip clip(clip_global->data(), clip_norm);
+  absl::Status measured =
+      for_each_piece([&](int64_t first, std::span<float> v) { clip.Measure(first, v); });
   if (!measured.ok()) return measured;
-  const double norm = std::sqrt(sum_sq);
-  const double scale = norm > dp_clip_norm ? dp_clip_norm / norm : 1.0;
   return accept(for_each_piece([&](int64_t first, std::span<float> v) {
-    if (scale < 1.0) {
-      for (size_t i = 0; i < v.size(); ++i) {
-        const double gi = g[first + i];
-        v[i] = static_cast<float>(gi + (static_cast<double>(v[i]) - gi) * scale);
-      }
-    }
+    clip.Apply(first, v);
     write(first, v);
   }));
 }

@@ -263,7 +263,8 @@ TEST(ControlApiResumeTest, ARestartedServerAppliesTheValuesGivenOrRefusesToStart
   ASSERT_EQ(runs->size(), 1u) << "the run resumed; no new run";
   EXPECT_EQ((*runs)[0].status, server::RunStatus::kFinished);
   // ... nor its strategy: the run kept FedAvg, and its sites were never sent a proximal term.
-  EXPECT_THAT((*runs)[0].config_json, HasSubstr("\"strategy\":{\"beta_1\":0.9,"));
+  EXPECT_THAT((*runs)[0].config_json,
+              HasSubstr("\"strategy\":{\"accept_failures\":true,\"beta_1\":0.9,"));
   EXPECT_THAT((*runs)[0].config_json, HasSubstr("\"name\":\"fedavg\""));
   EXPECT_THAT((*runs)[0].config_json, Not(HasSubstr("\"proximal_mu\":0.5")));
 }

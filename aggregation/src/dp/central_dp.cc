@@ -1,29 +1,35 @@
 #include "fl/aggregation/dp/central_dp.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "fl/aggregation/server_optimizers.h"
+#include "fl/aggregation/strategy_wrapper.h"
 
 namespace fl::aggregation::dp {
 namespace {
 
-class CentralDpAggregator final : public RoundAggregator {
+class CentralDpAggregator final : public RoundAggregatorWrapper {
  public:
   CentralDpAggregator(std::unique_ptr<RoundAggregator> inner, const CentralDpOptions& options)
-      : inner_(std::move(inner)), options_(options) {}
+      : RoundAggregatorWrapper(std::move(inner)), options_(options) {}
 
   // Every update counts alike (see the header): the inner mean is unweighted.
-  void Fold(int64_t offset, std::span<const float> values, double weight) override {
-    inner_->Fold(offset, values, 1.0);
+  absl::StatusOr<std::unique_ptr<UpdateSink>> BeginUpdate(const UpdateInfo& info) override {
+    UpdateInfo alike = info;
+    alike.weight = 1.0;
+    return inner().BeginUpdate(alike);
   }
-  void Accept(double weight) override { inner_->Accept(1.0); }
-  int num_accepted() const override { return inner_->num_accepted(); }
+  void Fold(int64_t offset, std::span<const float> values, double weight) override {
+    inner().Fold(offset, values, 1.0);
+  }
+  void Accept(double weight) override { inner().Accept(1.0); }
 
   absl::StatusOr<Model> Finish() override {
-    absl::StatusOr<Model> mean = inner_->Finish();
+    absl::StatusOr<Model> mean = inner().Finish();
     if (!mean.ok()) return mean.status();
-    const int n = inner_->num_accepted();
+    const int n = inner().num_accepted();
     const double stddev = options_.noise_multiplier * options_.clip_norm / n;
     std::unique_ptr<BitSource> source =
         options_.make_source ? options_.make_source() : MakeSecureBitSource();
@@ -36,23 +42,27 @@ class CentralDpAggregator final : public RoundAggregator {
   }
 
  private:
-  std::unique_ptr<RoundAggregator> inner_;
   const CentralDpOptions options_;  // a copy: an aggregator may outlive its strategy
 };
 
-class CentralDpStrategy final : public Strategy {
+class CentralDpStrategy final : public StrategyWrapper {
  public:
   CentralDpStrategy(Strategy& inner, CentralDpOptions options)
-      : inner_(inner), options_(std::move(options)) {}
+      : StrategyWrapper(inner), options_(std::move(options)) {}
 
-  std::string name() const override { return inner_.name() + "+central_dp"; }
-  absl::Status CheckModel(const ModelSpec& spec) const override { return inner_.CheckModel(spec); }
+  std::string name() const override { return inner().name() + "+central_dp"; }
+  // The engine clips every update's change to C before the mean sees it.
+  // (A tighter bound of the inner strategy's, a norm bound, holds too: clipping further keeps
+  // every change within C.)
+  double update_norm_bound() const override {
+    const double inner_bound = inner().update_norm_bound();
+    return inner_bound > 0 ? std::min(inner_bound, options_.clip_norm) : options_.clip_norm;
+  }
   std::unique_ptr<RoundAggregator> BeginRound(const Model& global) override {
-    return std::make_unique<CentralDpAggregator>(inner_.BeginRound(global), options_);
+    return std::make_unique<CentralDpAggregator>(inner().BeginRound(global), options_);
   }
 
  private:
-  Strategy& inner_;
   CentralDpOptions options_;
 };
 

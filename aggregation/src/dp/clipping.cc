@@ -65,4 +65,29 @@ absl::StatusOr<double> ClipModelUpdate(const Model& global, Model& local, double
   return norm;
 }
 
+void StreamingClip::Measure(int64_t first, std::span<const float> values) {
+  const float* g = global_.data() + first;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double d = static_cast<double>(values[i]) - g[i];
+    sum_squares_ += d * d;
+  }
+}
+
+double StreamingClip::norm() const { return std::sqrt(sum_squares_); }
+
+double StreamingClip::scale() const {
+  const double n = norm();
+  return n > clip_norm_ ? clip_norm_ / n : 1.0;
+}
+
+void StreamingClip::Apply(int64_t first, std::span<float> values) const {
+  const double factor = scale();
+  if (factor >= 1.0) return;
+  const float* g = global_.data() + first;
+  for (size_t i = 0; i < values.size(); ++i) {
+    const double gi = g[i];
+    values[i] = static_cast<float>(gi + (static_cast<double>(values[i]) - gi) * factor);
+  }
+}
+
 }  // namespace fl::aggregation::dp

@@ -12,6 +12,9 @@
 //   "qfedavg"  q-FedAvg's fair weighting by each site's loss (qfedavg.h).
 //   "fltrust"  FLTrust's trust in each site's change by its agreement with the server's own,
 //              trained on a root dataset (fltrust.h); needs a RootTrainer.
+//
+// Any of them may be wrapped (wrappers.h): norm_bound > 0 clips each update's change first;
+// accept_failures = false fails a round in which a sampled site failed.
 #ifndef FL_AGGREGATION_STRATEGIES_H_
 #define FL_AGGREGATION_STRATEGIES_H_
 
@@ -63,6 +66,11 @@ struct StrategyOptions {
   // FLTrust in simulation: the training rows (drawn by the seed) the server keeps as its root
   // dataset (the paper's 100).
   int32_t root_examples = 100;
+  // Wrappers (wrappers.h) around the strategy named: the L2 norm each update's change is clipped
+  // to before it is aggregated (0: none), and whether a round commits although some sampled sites
+  // failed (Flower's accept_failures; false fails the attempt, naming them).
+  double norm_bound = 0;
+  bool accept_failures = true;
 
   // OK, or INVALID_ARGUMENT naming the value and its bound, e.g. "proximal_mu must be > 0 for
   // strategy 'fedprox', got 0".

@@ -1,9 +1,18 @@
-// Strategy: how the server turns the clients' updates of a round into the next global model.
+// Strategy: how the server runs a round with the sites, after Flower's interface. Per round:
+//
+//   ConfigureFit        which of the available sites train, and what each is told (RoundPlan)
+//   BeginRound ...      aggregate fit: the round's RoundAggregator takes each update as it
+//   ... Finish          streams in (BeginUpdate/Write/Accept), is told of each sampled site
+//                       that failed (Failed), and gives the next global model (Finish)
+//   ConfigureEvaluate   which sites evaluate the new model
+//   AggregateEvaluate   the federation's loss and metrics from their reports and failures
 //
 // Strategies aggregate by streaming: a round's aggregator receives each update one chunk at a
 // time, so the server holds one accumulator per round, never every update. The server folds an
 // update only once its whole payload checked out (size, finiteness, SHA-256), so a refused update
-// never touches the aggregate.
+// never touches the aggregate. Wrappers (differential privacy, norm bounding: wrappers.h, and
+// dp/central_dp.h) wrap another strategy and pass on what they do not change
+// (strategy_wrapper.h).
 #ifndef FL_AGGREGATION_STRATEGY_H_
 #define FL_AGGREGATION_STRATEGY_H_
 
@@ -13,6 +22,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +61,65 @@ struct RunPlan {
   bool central_dp = false;          // the server clips the updates and noises their mean
 };
 
+// What the engine offers a strategy to configure a round of training or evaluation from.
+struct RoundContext {
+  int32_t round = 0;    // the round to train, or the committed round to evaluate
+  int32_t attempt = 0;  // of the round (0 for an evaluation)
+  // The sites it may ask: online and not left out of the run, in the order the default draw
+  // starts from (by name, then id). Valid while the call lasts.
+  std::span<const std::string_view> available;
+  // How many the run's settings ask for: sample_fraction (eval_fraction) of the available, at
+  // least min_fit_clients (3 with secure aggregation), at most all of them.
+  int32_t num_to_sample = 0;
+  // The fewest sites a plan may choose (min_fit_clients, 3 with secure aggregation; 1 for an
+  // evaluation).
+  int32_t min_sites = 1;
+  uint64_t seed = 0;  // the run's seed mixed with the round and attempt; SampleSites draws by it
+};
+
+// Which sites take part in a round, and what each is told beside the run's fit settings (Flower's
+// FitIns, without the parameters: every site gets the round's global model).
+struct RoundPlan {
+  std::vector<std::string> sites;  // ids from RoundContext::available, each once
+  // Values every fit task of the round carries in FitTask.config, over the run's own (a round's
+  // learning-rate schedule, say).
+  std::map<std::string, double> config;
+  // Values for single sites, over `config`.
+  std::map<std::string, std::map<std::string, double>> site_config;
+};
+
+// The default draw: num_to_sample of `available` by a Fisher-Yates shuffle seeded with
+// ctx.seed, returned sorted. The same context gives the same sites.
+std::vector<std::string> SampleSites(const RoundContext& ctx);
+
+// A sampled site that gave the round nothing (Flower's failures): why, as the engine saw it.
+struct SiteFailure {
+  enum class Kind {
+    kDropped,   // went silent (no poll or heartbeat for client_timeout)
+    kDeclined,  // said it would not do the task, with its reason
+    kRefused,   // its update was refused (shape, SHA-256, a strategy's check, ...)
+    kMissing,   // nothing by the round's close (its deadline)
+  };
+  std::string site;
+  Kind kind = Kind::kMissing;
+  std::string reason;
+};
+// "dropped", "declined", "refused", "missing".
+const char* SiteFailureKindName(SiteFailure::Kind kind);
+
+// One site's evaluation of a committed model, and the federation's (AggregateEvaluate).
+struct SiteEvaluation {
+  std::string site;
+  int64_t num_examples = 0;
+  double loss = 0;
+  std::map<std::string, double> metrics;
+};
+struct EvaluationSummary {
+  double loss = 0;
+  int64_t num_examples = 0;  // behind the loss
+  std::map<std::string, double> metrics;
+};
+
 // The aggregation state of one round. Fold, Accept and BeginUpdate are thread-safe (clients
 // upload at once); Finish is called once, after every fold has returned.
 class RoundAggregator {
@@ -77,6 +147,10 @@ class RoundAggregator {
   // engine checkpoints it with the round and, once the round is committed, hands it to
   // Strategy::AdoptState; a round that fails leaves the strategy's state as it was.
   virtual std::optional<Model> TakeState() { return std::nullopt; }
+  // A sampled site whose update will not count (see SiteFailure), told once per site before
+  // Finish: a strategy may fail the round for it (wrappers.h, RequireEverySite) or weigh the
+  // others otherwise. Ignored by default, as Flower's accept_failures = True. Thread-safe.
+  virtual void Failed(const SiteFailure& failure) {}
 };
 
 class Strategy {
@@ -91,6 +165,26 @@ class Strategy {
   // enough of them); INVALID_ARGUMENT with the reason and what to change. Asked before a run
   // starts or resumes.
   virtual absl::Status CheckPlan(const RunPlan& plan) const { return absl::OkStatus(); }
+  // Which sites train in round ctx.round and what each is told. The default: SampleSites, and no
+  // values beyond the run's. An error (or a plan naming a site not available, a site twice, or
+  // fewer than ctx.min_sites) keeps the round from starting: the engine logs it and tries again
+  // after retry_backoff.
+  virtual absl::StatusOr<RoundPlan> ConfigureFit(const RoundContext& ctx) const;
+  // Which sites evaluate the model committed in round ctx.round (only `sites` is used). The
+  // default: SampleSites.
+  virtual absl::StatusOr<RoundPlan> ConfigureEvaluate(const RoundContext& ctx) const;
+  // The federation's evaluation from the sites' `results` (finite losses) and `failures`
+  // (declined, silent). The default: the example-weighted mean of the losses, and of each metric
+  // over the sites that reported it (a metric only some sites compute, e.g. "auc", is neither
+  // dragged towards 0 nor divided by the others' examples). FAILED_PRECONDITION when no result
+  // holds an example.
+  virtual absl::StatusOr<EvaluationSummary> AggregateEvaluate(
+      int32_t round, std::span<const SiteEvaluation> results,
+      std::span<const SiteFailure> failures) const;
+  // The L2 norm the engine clips each update's change from the round's global model to before
+  // this strategy sees it (central DP's C, a norm bound's M; dp/clipping.h's StreamingClip); 0:
+  // none. A secure round cannot clip what it cannot read: CheckPlan refuses the combination.
+  virtual double update_norm_bound() const { return 0; }
   // Starts aggregating a round whose global model is `global`, which outlives the aggregator's
   // Finish (the engine keeps a round's global model until its commit).
   virtual std::unique_ptr<RoundAggregator> BeginRound(const Model& global) = 0;

@@ -6,8 +6,9 @@
 // Equal weights: an example-weighted mean lets one client with many examples move the mean by up
 // to C, not C / n, so the noise would have to grow with the largest weight; DP-FedAvg weighs every
 // client alike, and so does this wrapper (the inner strategy sees weight 1 for every update).
-// The wrapper does not clip: the updates it folds must already be clipped, by the clients
-// (dp/clipping.h, ClipModelUpdate) or, as the server's engine does, by the server before folding.
+// The wrapper does not clip the pieces it is given: its update_norm_bound() is C, and the server's
+// engine clips each update's change to it (dp/clipping.h's StreamingClip) before folding; a
+// caller that folds directly must clip first (ClipModelUpdate).
 // Noise comes from a BitSource per round, OpenSSL's CSPRNG by default.
 #ifndef FL_AGGREGATION_DP_CENTRAL_DP_H_
 #define FL_AGGREGATION_DP_CENTRAL_DP_H_
