@@ -1,6 +1,6 @@
 // What the `fl` commands share: the error line and exit code of a failed command, flags read
-// before parsing (a configuration file, a preset), and the [secure_aggregation] flags that
-// `fl server` and `fl sim` both take, and the data directory a path names.
+// before parsing (a configuration file, a preset), and the data directory a path names. (The
+// flags of configuration keys are cli/key_flags.h's.)
 #ifndef FL_CLI_COMMAND_UTIL_H_
 #define FL_CLI_COMMAND_UTIL_H_
 
@@ -10,7 +10,6 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "fl/server/engine.h"
 
 namespace fl::cli {
 
@@ -26,9 +25,6 @@ std::string FlagValueBeforeParsing(int argc, char** argv, std::string_view subco
 // federation.db file it names (what `fl sim` and `fl report` print). NOT_FOUND when nothing is
 // there; FAILED_PRECONDITION for another file. Both say what to give instead.
 absl::StatusOr<std::string> DataDirOf(const std::string& path);
-
-// The [secure_aggregation] keys as flags; any value flag turns secure aggregation on.
-void AddSecAggFlags(CLI::App* cmd, server::SecureAggregationOptions& sa);
 
 }  // namespace fl::cli
 

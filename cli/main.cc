@@ -25,6 +25,7 @@
 #include "cli/client_site.h"
 #include "cli/command_util.h"
 #include "cli/exit_codes.h"
+#include "cli/key_flags.h"
 #include "cli/preflight.h"
 #include "cli/report_command.h"
 #include "cli/run_command.h"
@@ -210,64 +211,21 @@ int RunServer(fl::server::ServerConfig config) {
   return 0;
 }
 
-// The run-table keys that `fl server`'s flags set, for the ones given at this start (a resumed
-// run takes them: ServerOptions::resume_toml). The [secure_aggregation] flags are
-// AddSecAggFlags'.
-constexpr std::pair<const char*, const char*> kRunFlagKeys[] = {
-    {"--rounds", "run.rounds"},
-    {"--min-clients", "run.min_clients"},
-    {"--min-fit-clients", "run.min_fit_clients"},
-    {"--sample-fraction", "run.sample_fraction"},
-    {"--round-timeout", "run.round_timeout_s"},
-    {"--max-round-retries", "run.max_round_retries"},
-    {"--seed", "run.seed"},
-    {"--eval-every", "run.eval_every"},
-    {"--federated-standardization", "run.federated_standardization"},
-    {"--stop-metric", "run.stop_metric"},
-    {"--stop-threshold", "run.stop_threshold"},
-    {"--update-encoding", "run.update_encoding"},
-    {"--local-epochs", "fit.local_epochs"},
-    {"--batch-size", "fit.batch_size"},
-    {"--lr", "fit.learning_rate"},
-    {"--strategy", "strategy.name"},
-    {"--proximal-mu", "strategy.proximal_mu"},
-    {"--momentum", "strategy.momentum"},
-    {"--weight-decay", "strategy.weight_decay"},
-    {"--clip-norm", "strategy.clip_norm"},
-    {"--server-lr", "strategy.server_learning_rate"},
-    {"--num-parties", "strategy.num_parties"},
-    {"--server-momentum", "strategy.server_momentum"},
-    {"--beta-1", "strategy.beta_1"},
-    {"--beta-2", "strategy.beta_2"},
-    {"--tau", "strategy.tau"},
-    {"--trim-beta", "strategy.trim_beta"},
-    {"--num-malicious", "strategy.num_malicious"},
-    {"--num-to-keep", "strategy.num_to_keep"},
-    {"--q", "strategy.q"},
-    {"--qffl-lr", "strategy.qffl_learning_rate"},
-    {"--norm-bound", "strategy.norm_bound"},
-    {"--no-accept-failures", "strategy.accept_failures"},
-    {"--dp-mode", "privacy.mode"},
-    {"--dp-noise-multiplier", "privacy.noise_multiplier"},
-    {"--dp-clip-norm", "privacy.clip_norm"},
-    {"--dp-delta", "privacy.delta"},
-    {"--dp-epsilon-budget", "privacy.epsilon_budget"},
-    {"--secagg", "secure_aggregation.enabled"},
-    {"--secagg-neighbors", "secure_aggregation.num_neighbors"},
-    {"--secagg-threshold", "secure_aggregation.threshold"},
-    {"--secagg-clip-range", "secure_aggregation.clip_range"},
-    {"--secagg-bits", "secure_aggregation.quantization_bits"},
-    {"--secagg-modulus-bits", "secure_aggregation.modulus_bits"},
-    {"--secagg-stage-timeout", "secure_aggregation.stage_timeout_s"},
-};
-
-// What this start of `fl server` gave for a run's tables: the flags given, with their values,
-// as a run file. The --config file is not: a service restarts with the same file every time,
-// which would undo every `fl run update` at each restart.
-std::string GivenRunToml(const CLI::App& server_cmd, const fl::server::ServerConfig& config) {
+// What this start of `fl server` gave for a run's tables ([run], [fit], [strategy], [privacy],
+// [secure_aggregation]): the flags given, with their values, as a run file. The --config file is
+// not: a service restarts with the same file every time, which would undo every `fl run update`
+// at each restart.
+std::string GivenRunToml(const std::map<std::string, CLI::Option*>& flags,
+                         const fl::server::ServerConfig& config) {
+  static constexpr std::string_view kRunTables[] = {"run.", "fit.", "strategy.", "privacy.",
+                                                    "secure_aggregation."};
   std::set<std::string> keys;
-  for (const auto& [flag, key] : kRunFlagKeys) {
-    if (server_cmd.count(flag) > 0) keys.insert(key);
+  for (const auto& [key, option] : flags) {
+    if (option->count() == 0) continue;
+    for (std::string_view table : kRunTables) {
+      if (key.starts_with(table)) keys.insert(key);
+    }
+    if (key.starts_with("secure_aggregation.")) keys.insert("secure_aggregation.enabled");
   }
   return fl::server::RunTomlOfKeys(config, keys);
 }
@@ -439,9 +397,6 @@ int main(int argc, char** argv) {
     }
   }
   fl::server::ServerOptions& server = server_config.server;
-  fl::server::ServerModelOptions& server_model = server_config.model;
-  double round_timeout_s = absl::ToDoubleSeconds(server.engine.round_timeout);
-  double grace_s = absl::ToDoubleSeconds(server_config.grace);
   std::string server_config_path;
   bool print_config_reference = false, print_effective_config = false;
   CLI::App* server_cmd = app.add_subcommand("server", "Run the aggregation server");
@@ -451,162 +406,16 @@ int main(int argc, char** argv) {
                        "Print every configuration key with its default and meaning, and exit");
   server_cmd->add_flag("--print-effective-config", print_effective_config,
                        "Print the configuration from --config and the flags as TOML, and exit");
-  server_cmd->add_option("--listen", server.listen_address, "host:port to listen on")
-      ->capture_default_str();
-  server_cmd->add_option("--data-dir", server.data_dir, "SQLite file and checkpoints go here")
-      ->capture_default_str();
-  server_cmd->add_option("--ca", server.ca_cert_path, "Federation CA certificate (PEM)");
-  server_cmd->add_option("--cert", server.cert_path, "Server certificate (PEM)");
-  server_cmd->add_option("--key", server.key_path, "Server private key (PEM)");
-  server_cmd->add_option("--enroll", server.enroll_cert_paths,
-                         "Client certificate to enroll (repeatable)");
-  server_cmd->add_flag("--stay-up", server.stay_up,
-                       "A daemon: take runs submitted with `fl run submit`, one after another, and "
-                       "stay up between them (no run of its own configuration)");
-  server_cmd->add_flag("--insecure-plaintext", server.insecure_plaintext,
-                       "No TLS; loopback addresses only; for tests");
-  server_cmd->add_option("--rounds", server.engine.num_rounds)->capture_default_str();
-  server_cmd
-      ->add_option("--min-clients", server.engine.min_clients,
-                   "Clients online before a round starts")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--min-fit-clients", server.engine.min_fit_clients,
-                   "Accepted updates needed to commit a round")
-      ->capture_default_str();
-  server_cmd->add_option("--sample-fraction", server.engine.sample_fraction)->capture_default_str();
-  server_cmd->add_option("--round-timeout", round_timeout_s, "Round deadline in seconds")
-      ->capture_default_str();
-  server_cmd->add_option("--max-round-retries", server.engine.max_round_retries)
-      ->capture_default_str();
-  server_cmd->add_option("--seed", server.engine.seed)->capture_default_str();
-  server_cmd
-      ->add_option("--metrics-listen", server.metrics_address,
-                   "host:port of the /metrics and /healthz HTTP endpoint (empty: off)")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--eval-every", server.engine.eval_every,
-                   "Federated evaluation after every N committed rounds (0: never)")
-      ->capture_default_str();
-  server_cmd->add_flag("--federated-standardization", server.engine.federated_standardization,
-                       "Before round 1, aggregate the sites' feature statistics; every site "
-                       "standardises its features with them");
-  server_cmd
-      ->add_option("--stop-metric", server.engine.stop_metric,
-                   "Stopping rule: end the run when this round metric reaches "
-                   "--stop-threshold")
-      ->capture_default_str();
-  server_cmd->add_option("--stop-threshold", server.engine.stop_threshold)->capture_default_str();
-  server_cmd
-      ->add_option("--update-encoding", server.engine.update_encoding,
-                   "How clients encode updates: float32 (weights), float16 or int8 (changes)")
-      ->check(CLI::IsMember({"float32", "float16", "int8"}))
-      ->capture_default_str();
-  server_cmd->add_option("--local-epochs", server.engine.fit.local_epochs)->capture_default_str();
-  server_cmd->add_option("--batch-size", server.engine.fit.batch_size)->capture_default_str();
-  server_cmd->add_option("--lr", server.engine.fit.learning_rate)->capture_default_str();
-  server_cmd->add_option("--initial-model", server_model.initial,
-                         "Start a new run from this safetensors file (the sites' own model); "
-                         "instead of --model");
-  server_cmd->add_option("--model", server_model.kind, "softmax, mlp or simple_cnn")
-      ->capture_default_str();
-  server_cmd->add_option("--features", server_model.features, "Model: input features")
-      ->capture_default_str();
-  server_cmd->add_option("--classes", server_model.classes, "Model: classes")
-      ->capture_default_str();
-  server_cmd->add_option("--hidden", server_model.hidden, "mlp: hidden layer widths")
-      ->capture_default_str();
-  server_cmd->add_option("--image-height", server_model.image_height)->capture_default_str();
-  server_cmd->add_option("--image-width", server_model.image_width)->capture_default_str();
-  server_cmd->add_option("--image-channels", server_model.image_channels)->capture_default_str();
-  server_cmd->add_option("--init-seed", server_model.init_seed, "Seed of the initial weights")
-      ->capture_default_str();
-  fl::aggregation::StrategyOptions& server_strategy = server.strategy;
-  server_cmd
-      ->add_option("--strategy", server_strategy.name,
-                   "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, "
-                   "fedmedian, fedtrimmedavg, krum, multikrum, bulyan, qfedavg or fltrust (with "
-                   "--root-images/--root-labels)")
-      ->capture_default_str();
-  server_cmd->add_option("--proximal-mu", server_strategy.proximal_mu, "FedProx: mu (> 0)")
-      ->capture_default_str();
-  server_cmd->add_option("--momentum", server_strategy.momentum, "Clients' SGD momentum")
-      ->capture_default_str();
-  server_cmd->add_option("--weight-decay", server_strategy.weight_decay, "Clients' weight decay")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--clip-norm", server_strategy.clip_norm,
-                   "Clients' gradient clipping norm (0: off)")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--server-lr", server_strategy.server_learning_rate,
-                   "Server step size: SCAFFOLD's eta_g, a server optimizer's eta (0: the "
-                   "strategy's default)")
-      ->capture_default_str();
-  server_cmd->add_option("--server-momentum", server_strategy.server_momentum, "fedavgm: momentum")
-      ->capture_default_str();
-  server_cmd->add_option("--beta-1", server_strategy.beta_1, "fedadagrad/adam/yogi: beta_1")
-      ->capture_default_str();
-  server_cmd->add_option("--beta-2", server_strategy.beta_2, "fedadam/yogi: beta_2")
-      ->capture_default_str();
-  server_cmd->add_option("--tau", server_strategy.tau, "fedadagrad/adam/yogi: adaptivity tau")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--trim-beta", server_strategy.trim_beta,
-                   "fedtrimmedavg: fraction cut at each end, in [0, 0.5)")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--num-malicious", server_strategy.num_malicious,
-                   "krum/multikrum/bulyan: attacking sites f to withstand")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--num-to-keep", server_strategy.num_to_keep,
-                   "multikrum: models averaged (0: updates - f)")
-      ->capture_default_str();
-  server_cmd->add_option("--q", server_strategy.q, "qfedavg: fairness exponent q (>= 0)")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--qffl-lr", server_strategy.qffl_learning_rate,
-                   "qfedavg: 1 / its Lipschitz estimate (the clients' learning rate)")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--norm-bound", server_strategy.norm_bound,
-                   "clip each update's change to this L2 norm before aggregating (0: off)")
-      ->capture_default_str();
-  server_cmd->add_flag("!--no-accept-failures", server_strategy.accept_failures,
-                       "fail a round in which any sampled site failed");
-  server_cmd
-      ->add_option("--num-parties", server_strategy.num_parties,
-                   "SCAFFOLD: parties N in the control variate's update (0: the enrolled clients)")
-      ->capture_default_str();
-  fl::server::PrivacyOptions& server_privacy = server.engine.privacy;
-  server_cmd
-      ->add_option("--dp-mode", server_privacy.mode,
-                   "Differential privacy: off, central, or distributed (with --secagg)")
-      ->capture_default_str();
-  server_cmd->add_option("--dp-noise-multiplier", server_privacy.noise_multiplier, "DP: z (> 0)")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--dp-clip-norm", server_privacy.clip_norm,
-                   "DP: L2 norm each update's change is clipped to")
-      ->capture_default_str();
-  server_cmd->add_option("--dp-delta", server_privacy.delta, "DP: delta, in (0, 1)")
-      ->capture_default_str();
-  server_cmd
-      ->add_option("--dp-epsilon-budget", server_privacy.epsilon_budget,
-                   "DP: the run stops before exceeding this epsilon (0: no budget)")
-      ->capture_default_str();
-  fl::cli::AddSecAggFlags(server_cmd, server.engine.secure_aggregation);
-  server_cmd->add_option("--eval-images", server_model.eval_images,
-                         "Server-side evaluation of each new model: IDX images");
-  server_cmd->add_option("--eval-labels", server_model.eval_labels,
-                         "Server-side evaluation: IDX labels");
-  server_cmd->add_option("--root-images", server_model.root_images,
-                         "fltrust: IDX images of the server's root dataset");
-  server_cmd->add_option("--root-labels", server_model.root_labels,
-                         "fltrust: IDX labels of the root dataset");
-  server_cmd->add_option("--grace", grace_s, "Seconds to keep serving DONE after the run ends")
-      ->capture_default_str();
+  // Every key's flag (the file's keys and the flags are one table: server/daemon/config.cc).
+  const std::map<std::string, CLI::Option*> server_flags =
+      fl::cli::AddKeyFlags(*server_cmd, fl::server::ServerConfigKeys(), server_config);
+  // A secure-aggregation setting given turns secure aggregation on.
+  for (const auto& [key, option] : server_flags) {
+    if (key.starts_with("secure_aggregation.") && key != "secure_aggregation.enabled") {
+      option->each(
+          [&server](const std::string&) { server.engine.secure_aggregation.enabled = true; });
+    }
+  }
 
   ClientArgs client;
   if (const std::string path = ConfigPath(argc, argv, "client"); !path.empty()) {
@@ -638,8 +447,6 @@ int main(int argc, char** argv) {
 
   if (certs_cmd->parsed()) return fl::cli::RunCerts(certs);
   if (server_cmd->parsed()) {
-    server.engine.round_timeout = absl::Seconds(round_timeout_s);
-    server_config.grace = absl::Seconds(grace_s);
     if (print_config_reference) {
       std::fputs(fl::server::ServerConfigReference().c_str(), stdout);
       return 0;
@@ -648,7 +455,7 @@ int main(int argc, char** argv) {
       std::fputs(fl::server::ServerConfigToToml(server_config).c_str(), stdout);
       return 0;
     }
-    server.resume_toml = GivenRunToml(*server_cmd, server_config);
+    server.resume_toml = GivenRunToml(server_flags, server_config);
     return RunServer(server_config);
   }
   if (client_cmd->parsed()) return RunClient(client);

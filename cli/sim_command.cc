@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cli/command_util.h"
+#include "cli/key_flags.h"
 #include "cli/sim_progress.h"
 #include "fl/client/builtin_models.h"
 #include "fl/common/logging.h"
@@ -113,33 +114,11 @@ void AddDataFlags(CLI::App* cmd, SimConfig& config) {
       ->capture_default_str();
 }
 
+// What the sites train and who attacks; the [fit] and [strategy] keys' flags come from the key
+// table (AddKeyFlags in AddSimCommand).
 void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
-  cmd->add_option("--local-epochs", sim.fit.local_epochs)->capture_default_str();
-  cmd->add_option("--batch-size", sim.fit.batch_size)->capture_default_str();
-  cmd->add_option("--lr", sim.fit.learning_rate)->capture_default_str();
   cmd->add_option("--model", sim.model, "softmax, mlp or simple_cnn")->capture_default_str();
   cmd->add_option("--hidden", sim.hidden, "mlp: hidden layer widths")->capture_default_str();
-  cmd->add_option("--strategy", sim.strategy.name,
-                  "fedavg, fedprox, scaffold, fedavgm, fedadagrad, fedadam, fedyogi, "
-                  "fedmedian, fedtrimmedavg, krum, multikrum, bulyan, fltrust or qfedavg")
-      ->capture_default_str();
-  cmd->add_option("--proximal-mu", sim.strategy.proximal_mu, "FedProx: mu (> 0)")
-      ->capture_default_str();
-  cmd->add_option("--momentum", sim.strategy.momentum, "Sites' SGD momentum")
-      ->capture_default_str();
-  cmd->add_option("--weight-decay", sim.strategy.weight_decay, "Sites' weight decay")
-      ->capture_default_str();
-  cmd->add_option("--server-lr", sim.strategy.server_learning_rate,
-                  "Server step size: SCAFFOLD's eta_g, a server optimizer's eta (0: the "
-                  "strategy's default)")
-      ->capture_default_str();
-  cmd->add_option("--server-momentum", sim.strategy.server_momentum, "fedavgm: momentum")
-      ->capture_default_str();
-  cmd->add_option("--beta-1", sim.strategy.beta_1, "fedadagrad/adam/yogi: beta_1")
-      ->capture_default_str();
-  cmd->add_option("--beta-2", sim.strategy.beta_2, "fedadam/yogi: beta_2")->capture_default_str();
-  cmd->add_option("--tau", sim.strategy.tau, "fedadagrad/adam/yogi: adaptivity tau")
-      ->capture_default_str();
   cmd->add_option("--attack", sim.attack.kind,
                   "Attacking sites: none, sign_flip, scale, gaussian, label_flip or alie")
       ->check(CLI::IsMember({"none", "sign_flip", "scale", "gaussian", "label_flip", "alie"}))
@@ -149,28 +128,6 @@ void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
       ->capture_default_str();
   cmd->add_option("--attack-scale", sim.attack.scale, "The attack's strength (0: its default)")
       ->capture_default_str();
-  cmd->add_option("--trim-beta", sim.strategy.trim_beta,
-                  "fedtrimmedavg: fraction cut at each end, in [0, 0.5)")
-      ->capture_default_str();
-  cmd->add_option("--num-malicious", sim.strategy.num_malicious,
-                  "krum/multikrum/bulyan: attacking sites f to withstand")
-      ->capture_default_str();
-  cmd->add_option("--num-to-keep", sim.strategy.num_to_keep,
-                  "multikrum: models averaged (0: updates - f)")
-      ->capture_default_str();
-  cmd->add_option("--root-examples", sim.strategy.root_examples,
-                  "fltrust: training rows the server keeps as its root dataset")
-      ->capture_default_str();
-  cmd->add_option("--q", sim.strategy.q, "qfedavg: fairness exponent q (>= 0)")
-      ->capture_default_str();
-  cmd->add_option("--qffl-lr", sim.strategy.qffl_learning_rate,
-                  "qfedavg: 1 / its Lipschitz estimate (the clients' learning rate)")
-      ->capture_default_str();
-  cmd->add_option("--norm-bound", sim.strategy.norm_bound,
-                  "clip each update's change to this L2 norm before aggregating (0: off)")
-      ->capture_default_str();
-  cmd->add_flag("!--no-accept-failures", sim.strategy.accept_failures,
-                "fail a round in which any sampled site failed");
   cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--update-encoding", sim.update_encoding,
                   "How sites encode updates: float32 (weights), float16 or int8 (changes)")
@@ -209,29 +166,20 @@ void AddSiteFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
       ->capture_default_str();
 }
 
-// The server's differential-privacy flags; any numeric one turns DP on unless --dp-mode is given
-// (in the mode that --secagg allows, decided after parsing: see RunSimCommand).
-void AddPrivacyFlags(CLI::App* cmd, SimArgs& a) {
-  simulation::SimulationOptions& sim = a.config.sim;
-  auto on = [&a](const auto&) { a.dp_value_given = true; };
-  cmd->add_option("--dp-mode", sim.privacy.mode,
-                  "Differential privacy: off, central, or distributed (with --secagg)")
-      ->capture_default_str();
-  cmd->add_option("--dp-noise-multiplier", sim.privacy.noise_multiplier, "DP: z (> 0)")
-      ->capture_default_str()
-      ->each(on);
-  cmd->add_option("--dp-clip-norm", sim.privacy.clip_norm,
-                  "DP: L2 norm each update's change is clipped to")
-      ->capture_default_str()
-      ->each(on);
-  cmd->add_option("--dp-delta", sim.privacy.delta, "DP: delta, in (0, 1)")
-      ->capture_default_str()
-      ->each(on);
-  cmd->add_option("--dp-epsilon-budget", sim.privacy.epsilon_budget,
-                  "DP: the run stops before exceeding this epsilon (0: no budget)")
-      ->capture_default_str()
-      ->each(on);
-  AddSecAggFlags(cmd, sim.secure_aggregation);
+// The flags of every key that has one (the shared [fit], [strategy], [privacy] and
+// [secure_aggregation] keys, declared once with `fl server`'s). A numeric DP value turns DP on
+// unless --dp-mode is given (in the mode that --secagg allows, decided after parsing: see
+// RunSimCommand); a secure-aggregation value turns secure aggregation on.
+void AddKeyTableFlags(CLI::App* cmd, SimArgs& a) {
+  const std::map<std::string, CLI::Option*> options = AddKeyFlags(*cmd, SimConfigKeys(), a.config);
+  for (const auto& [key, option] : options) {
+    if (key.starts_with("privacy.") && key != "privacy.mode") {
+      option->each([&a](const std::string&) { a.dp_value_given = true; });
+    }
+    if (key.starts_with("secure_aggregation.") && key != "secure_aggregation.enabled") {
+      option->each([&a](const std::string&) { a.config.sim.secure_aggregation.enabled = true; });
+    }
+  }
 }
 
 std::string PresetHelp() {
@@ -268,7 +216,7 @@ absl::Status AddSimCommand(CLI::App& app, int argc, char** argv, SimArgs& a) {
   AddDataFlags(cmd, a.config);
   AddTrainingFlags(cmd, a.config.sim);
   AddSiteFlags(cmd, a.config.sim);
-  AddPrivacyFlags(cmd, a);
+  AddKeyTableFlags(cmd, a);
   cmd->add_flag("--mpi", a.config.sim.mpi,
                 "Spread the sites over the ranks of an MPI job (run under mpirun or srun): rank "
                 "0 runs the server, the others the sites, over gRPC");

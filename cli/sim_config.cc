@@ -264,10 +264,13 @@ const std::vector<Key>& Keys() {
     append(ModelAndSiteKeys());
     append(server::config_keys::FitKeys<C>([](auto& c) -> auto& { return c.sim.fit; }));
     append(server::config_keys::StrategyKeys<C>([](auto& c) -> auto& { return c.sim.strategy; }));
-    append({tk::IntKey<C, int32_t>(
-        "strategy", "root_examples",
-        "fltrust: the training rows (drawn by the seed) the server keeps as its root dataset.", 1,
-        [](auto& c) -> auto& { return c.sim.strategy.root_examples; })});
+    append(
+        {tk::IntKey<C, int32_t>(
+             "strategy", "root_examples",
+             "fltrust: the training rows (drawn by the seed) the server keeps as its root dataset.",
+             1, [](auto& c) -> auto& { return c.sim.strategy.root_examples; })
+             .Flag("--root-examples",
+                   "fltrust: training rows the server keeps as its root dataset")});
     append(server::config_keys::PrivacyKeys<C>(
         [](auto& c) -> auto& { return c.sim.privacy; },
         [](auto& c) -> auto& { return c.sim.secure_aggregation; }));
@@ -324,6 +327,8 @@ absl::Status ApplyToml(const std::string& where, const std::string& text, SimCon
 }
 
 }  // namespace
+
+const std::vector<toml_keys::KeySpec<SimConfig>>& SimConfigKeys() { return Keys(); }
 
 std::vector<std::string> SimPresetNames() {
   std::vector<std::string> names;
@@ -385,7 +390,7 @@ std::string SimConfigReference() {
       "# command line. Durations are in seconds. Printed by `fl sim --print-config-reference`;\n"
       "# `fl sim --print-effective-config` prints the configuration a run would use.\n"
       "\n",
-      SimConfigToToml(defaults));
+      tk::TomlFromConfig(Tables(), Keys(), defaults, /*with_flags=*/true));
 }
 
 }  // namespace fl::cli

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "cli/client_config.h"
+#include "common/internal/toml_keys.h"
 #include "fl/simulation/simulation.h"
 
 namespace fl::cli {
@@ -60,6 +61,10 @@ std::string SimConfigToToml(const SimConfig& config);
 
 // Every key with its default value and meaning (`fl sim --print-config-reference`).
 std::string SimConfigReference();
+
+// Every key of the file, in reference order; those with a flag are `fl sim`'s flags too
+// (cli/key_flags.h).
+const std::vector<toml_keys::KeySpec<SimConfig>>& SimConfigKeys();
 
 }  // namespace fl::cli
 

@@ -95,6 +95,11 @@ absl::StatusOr<std::unique_ptr<Strategy>> MakeNormBound(std::unique_ptr<Strategy
     return absl::InvalidArgumentError(
         absl::StrCat("norm_bound must be a finite number > 0, got ", max_norm));
   }
+  if (inner->name() == "scaffold") {
+    return absl::InvalidArgumentError(
+        "norm_bound cannot wrap strategy 'scaffold': its updates carry control variates, which "
+        "are no change of the model to bound; use fedavg, fedprox or a robust strategy");
+  }
   return std::make_unique<NormBoundStrategy>(std::move(inner), max_norm);
 }
 

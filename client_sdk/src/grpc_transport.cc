@@ -87,21 +87,9 @@ ClientTask internal::TaskFromProto(const fl::v1::Task& in) {
   t.spec = FromProto(fit.model_spec());
   t.model_bytes = fit.model_bytes();
   t.model_sha256 = fit.model_sha256();
-  switch (fit.update_encoding()) {  // a fit task asks for float32 (or nothing), float16 or int8
-    case fl::v1::UpdateMetadata::ENCODING_UNSPECIFIED:
-    case fl::v1::UpdateMetadata::FLOAT32:
-      t.update_encoding = UpdateEncoding::kFloat32;
-      break;
-    case fl::v1::UpdateMetadata::FLOAT16:
-      t.update_encoding = UpdateEncoding::kFloat16;
-      break;
-    case fl::v1::UpdateMetadata::INT8:
-      t.update_encoding = UpdateEncoding::kInt8;
-      break;
-    default:
-      t.update_encoding = std::nullopt;
-      t.encoding_name = fl::v1::UpdateMetadata::Encoding_Name(fit.update_encoding());
-      break;
+  t.update_encoding = FitEncodingFromProto(fit.update_encoding());
+  if (!t.update_encoding.has_value()) {
+    t.encoding_name = fl::v1::UpdateMetadata::Encoding_Name(fit.update_encoding());
   }
   if (in.has_feature_statistics()) {
     const fl::v1::FeatureStatistics& stats = in.feature_statistics();

@@ -42,7 +42,12 @@
 
 namespace fl::toml_keys {
 
-// One key of a file: where it lives, what it means, how it is read and written.
+// What kind of value a key holds (for a flag: how its text becomes the key's TOML value).
+enum class ValueKind { kInt, kNumber, kString, kBool, kStrings, kInts };
+
+// One key of a file: where it lives, what it means, how it is read and written, and the
+// command-line flag that sets it too (cli/key_flags.h), so that the flag, the key and the
+// reference are declared once.
 template <typename Config>
 struct KeySpec {
   std::string table;
@@ -54,7 +59,31 @@ struct KeySpec {
       apply;
   // The key's value in `config`, as TOML.
   std::function<std::string(const Config& config)> format;
+  ValueKind kind = ValueKind::kString;
+  // The flag that sets this key ("--norm-bound"; for a boolean key "--x" sets true and "--no-x"
+  // false), and what --help says of it (empty: `doc`); no flag: the key is file-only.
+  std::string flag;
+  std::string flag_help;
+
+  // This key, set by `name` on the command line too.
+  KeySpec Flag(std::string name, std::string help = "") && {
+    flag = std::move(name);
+    flag_help = std::move(help);
+    return std::move(*this);
+  }
+  std::string full_name() const { return table + "." + name; }
 };
+
+// A key without its reader and writer yet (the builders below add them).
+template <typename Config>
+KeySpec<Config> NewKey(std::string table, std::string name, std::string doc, ValueKind kind) {
+  KeySpec<Config> k;
+  k.table = std::move(table);
+  k.name = std::move(name);
+  k.doc = std::move(doc);
+  k.kind = kind;
+  return k;
+}
 
 struct TableSpec {
   std::string name;
@@ -156,7 +185,8 @@ KeySpec<Config> IntKey(std::string table, std::string name, std::string doc, int
           ? static_cast<int64_t>(std::numeric_limits<Int>::max())
           : std::numeric_limits<int64_t>::max();
   max = std::min(max, kTypeMax);
-  KeySpec<Config> k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  KeySpec<Config> k =
+      NewKey<Config>(std::move(table), std::move(name), std::move(doc), ValueKind::kInt);
   k.apply = [field, min, max](const toml::node& node, const std::string& file,
                               const std::string& full_key, Config& config) {
     const toml::value<int64_t>* v = node.as_integer();
@@ -216,7 +246,8 @@ inline absl::StatusOr<double> ReadNumber(const toml::node& node, const std::stri
 template <typename Config, typename Field>
 KeySpec<Config> FloatKey(std::string table, std::string name, std::string doc, Range range,
                          Field field) {
-  KeySpec<Config> k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  KeySpec<Config> k =
+      NewKey<Config>(std::move(table), std::move(name), std::move(doc), ValueKind::kNumber);
   k.apply = [field, range](const toml::node& node, const std::string& file,
                            const std::string& full_key, Config& config) -> absl::Status {
     absl::StatusOr<double> x = ReadNumber(node, file, full_key, range);
@@ -233,7 +264,8 @@ KeySpec<Config> FloatKey(std::string table, std::string name, std::string doc, R
 template <typename Config, typename Field>
 KeySpec<Config> SecondsKey(std::string table, std::string name, std::string doc, Range range,
                            Field field) {
-  KeySpec<Config> k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  KeySpec<Config> k =
+      NewKey<Config>(std::move(table), std::move(name), std::move(doc), ValueKind::kNumber);
   k.apply = [field, range](const toml::node& node, const std::string& file,
                            const std::string& full_key, Config& config) -> absl::Status {
     absl::StatusOr<double> x = ReadNumber(node, file, full_key, range);
@@ -251,7 +283,8 @@ KeySpec<Config> SecondsKey(std::string table, std::string name, std::string doc,
 template <typename Config, typename Field>
 KeySpec<Config> StringKey(std::string table, std::string name, std::string doc, bool may_be_empty,
                           Field field, std::vector<std::string> choices = {}) {
-  KeySpec<Config> k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  KeySpec<Config> k =
+      NewKey<Config>(std::move(table), std::move(name), std::move(doc), ValueKind::kString);
   k.apply = [field, may_be_empty, choices](const toml::node& node, const std::string& file,
                                            const std::string& full_key, Config& config) {
     const toml::value<std::string>* v = node.as_string();
@@ -273,7 +306,8 @@ KeySpec<Config> StringKey(std::string table, std::string name, std::string doc, 
 
 template <typename Config, typename Field>
 KeySpec<Config> BoolKey(std::string table, std::string name, std::string doc, Field field) {
-  KeySpec<Config> k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  KeySpec<Config> k =
+      NewKey<Config>(std::move(table), std::move(name), std::move(doc), ValueKind::kBool);
   k.apply = [field](const toml::node& node, const std::string& file, const std::string& full_key,
                     Config& config) {
     const toml::value<bool>* v = node.as_boolean();
@@ -289,7 +323,8 @@ KeySpec<Config> BoolKey(std::string table, std::string name, std::string doc, Fi
 
 template <typename Config, typename Field>
 KeySpec<Config> StringArrayKey(std::string table, std::string name, std::string doc, Field field) {
-  KeySpec<Config> k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  KeySpec<Config> k =
+      NewKey<Config>(std::move(table), std::move(name), std::move(doc), ValueKind::kStrings);
   k.apply = [field](const toml::node& node, const std::string& file, const std::string& full_key,
                     Config& config) {
     const toml::array* array = node.as_array();
@@ -318,7 +353,8 @@ KeySpec<Config> StringArrayKey(std::string table, std::string name, std::string 
 template <typename Config, typename Field>
 KeySpec<Config> IntArrayKey(std::string table, std::string name, std::string doc, int64_t min,
                             Field field, bool may_be_empty = true) {
-  KeySpec<Config> k{std::move(table), std::move(name), std::move(doc), nullptr, nullptr};
+  KeySpec<Config> k =
+      NewKey<Config>(std::move(table), std::move(name), std::move(doc), ValueKind::kInts);
   k.apply = [field, min, may_be_empty](const toml::node& node, const std::string& file,
                                        const std::string& full_key, Config& config) {
     const toml::array* array = node.as_array();
@@ -431,17 +467,21 @@ absl::Status ApplyTomlFile(const std::string& path, const std::vector<TableSpec>
 }
 
 // `config` as a TOML file that ApplyTomlFile reads back to the same values: every table with its
-// comment, every key with a one-line comment.
+// comment, every key with a one-line comment (naming its flag too when `with_flags`: the
+// reference).
 template <typename Config>
 std::string TomlFromConfig(const std::vector<TableSpec>& tables,
-                           const std::vector<KeySpec<Config>>& keys, const Config& config) {
+                           const std::vector<KeySpec<Config>>& keys, const Config& config,
+                           bool with_flags = false) {
   std::string out;
   for (const TableSpec& table : tables) {
     if (!out.empty()) out += "\n";
     absl::StrAppend(&out, "# ", table.doc, "\n[", table.name, "]\n");
     for (const KeySpec<Config>& k : keys) {
       if (k.table != table.name) continue;
-      absl::StrAppend(&out, "# ", k.doc, "\n", k.name, " = ", k.format(config), "\n");
+      const bool flag = with_flags && !k.flag.empty();
+      absl::StrAppend(&out, "# ", k.doc, flag ? absl::StrCat(" Flag: ", k.flag, ".") : "", "\n",
+                      k.name, " = ", k.format(config), "\n");
     }
   }
   return out;

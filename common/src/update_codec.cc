@@ -19,6 +19,22 @@ absl::Status NotFinite(float v, int64_t index) {
 
 }  // namespace
 
+const char* PayloadEncodingName(PayloadEncoding encoding) {
+  switch (encoding) {
+    case PayloadEncoding::kFloat32:
+      return "FLOAT32";
+    case PayloadEncoding::kMaskedUint32:
+      return "MASKED_UINT32";
+    case PayloadEncoding::kMaskedUint64:
+      return "MASKED_UINT64";
+    case PayloadEncoding::kFloat16:
+      return "FLOAT16";
+    case PayloadEncoding::kInt8:
+      return "INT8";
+  }
+  return "?";
+}
+
 const char* UpdateEncodingName(UpdateEncoding encoding) {
   switch (encoding) {
     case UpdateEncoding::kFloat32:
@@ -109,8 +125,7 @@ absl::Status CheckEncodable(UpdateEncoding encoding, std::span<const float> valu
   const int64_t n = static_cast<int64_t>(values.size());
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(values[i])) return NotFinite(values[i], first_index + i);
-    if (encoding == UpdateEncoding::kFloat16 &&
-        (FloatToHalf(values[i]) & 0x7c00u) == 0x7c00u) {
+    if (encoding == UpdateEncoding::kFloat16 && (FloatToHalf(values[i]) & 0x7c00u) == 0x7c00u) {
       return absl::InvalidArgumentError(
           absl::StrCat("update value ", values[i], " at parameter ", first_index + i,
                        " is not finite in float16 (|v| must stay below 65520)"));

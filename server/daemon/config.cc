@@ -49,29 +49,36 @@ const std::vector<Key>& Keys() {
     auto* keys = new std::vector<Key>{
         tk::StringKey<C>(
             "server", "listen", "host:port to listen on; port 0 picks a free port.", false,
-            [](auto& c) -> auto& { return c.server.listen_address; }),
+            [](auto& c) -> auto& { return c.server.listen_address; })
+            .Flag("--listen", "host:port to listen on"),
         tk::StringKey<C>(
             "server", "data_dir",
             "Directory of the SQLite file, the checkpoints and the spill files.", false,
-            [](auto& c) -> auto& { return c.server.data_dir; }),
+            [](auto& c) -> auto& { return c.server.data_dir; })
+            .Flag("--data-dir", "SQLite file and checkpoints go here"),
         tk::StringKey<C>(
             "server", "ca", "Federation CA certificate (PEM file); needed for TLS.", true,
-            [](auto& c) -> auto& { return c.server.ca_cert_path; }),
+            [](auto& c) -> auto& { return c.server.ca_cert_path; })
+            .Flag("--ca", "Federation CA certificate (PEM)"),
         tk::StringKey<C>(
             "server", "cert", "This server's certificate (PEM file); needed for TLS.", true,
-            [](auto& c) -> auto& { return c.server.cert_path; }),
+            [](auto& c) -> auto& { return c.server.cert_path; })
+            .Flag("--cert", "Server certificate (PEM)"),
         tk::StringKey<C>(
             "server", "key", "This server's private key (PEM file); needed for TLS.", true,
-            [](auto& c) -> auto& { return c.server.key_path; }),
+            [](auto& c) -> auto& { return c.server.key_path; })
+            .Flag("--key", "Server private key (PEM)"),
         tk::StringArrayKey<C>(
             "server", "enroll",
             "Client certificates (PEM files) to enroll at start, besides those "
             "enrolled before.",
-            [](auto& c) -> auto& { return c.server.enroll_cert_paths; }),
+            [](auto& c) -> auto& { return c.server.enroll_cert_paths; })
+            .Flag("--enroll", "Client certificate to enroll (repeatable)"),
         tk::BoolKey<C>(
             "server", "insecure_plaintext",
             "No TLS, loopback addresses only, clients named by what they send: for tests.",
-            [](auto& c) -> auto& { return c.server.insecure_plaintext; }),
+            [](auto& c) -> auto& { return c.server.insecure_plaintext; })
+            .Flag("--insecure-plaintext", "No TLS; loopback addresses only; for tests"),
         tk::SecondsKey<C>(
             "server", "max_poll_wait_s",
             "Longest a client's poll is held open while there is no task (seconds).",
@@ -84,7 +91,9 @@ const std::vector<Key>& Keys() {
         tk::StringKey<C>(
             "server", "metrics_listen",
             "host:port of the Prometheus /metrics and /healthz endpoint; empty: off.", true,
-            [](auto& c) -> auto& { return c.server.metrics_address; }),
+            [](auto& c) -> auto& { return c.server.metrics_address; })
+            .Flag("--metrics-listen",
+                  "host:port of the /metrics and /healthz HTTP endpoint (empty: off)"),
         tk::IntKey<C, int32_t>(
             "server", "cert_warn_days",
             "Warn (log certificate_expiring at start and daily; metric fl_site_certificates_"
@@ -109,41 +118,51 @@ const std::vector<Key>& Keys() {
         tk::SecondsKey<C>(
             "server", "grace_s",
             "After the run ends, keep serving this long so clients hear DONE (seconds).",
-            Range::kNonNegative, [](auto& c) -> auto& { return c.grace; }),
+            Range::kNonNegative, [](auto& c) -> auto& { return c.grace; })
+            .Flag("--grace", "Seconds to keep serving DONE after the run ends"),
         tk::BoolKey<C>(
             "server", "stay_up",
             "Run as a daemon: start no run of this file's own, resume the unfinished run, take "
             "runs submitted with `fl run submit` one after another, and stay up between them. "
             "false: serve this file's run (and any submitted meanwhile), then exit.",
-            [](auto& c) -> auto& { return c.server.stay_up; }),
+            [](auto& c) -> auto& { return c.server.stay_up; })
+            .Flag("--stay-up",
+                  "A daemon: take runs submitted with `fl run submit`, one after another, and stay "
+                  "up between them (no run of its own configuration)"),
 
         tk::StringKey<C>(
             "run", "name", "The run's name, recorded with it.", false,
             [](auto& c) -> auto& { return c.server.engine.run_name; }),
         tk::IntKey<C, int32_t>(
             "run", "rounds", "Rounds to commit.", 1,
-            [](auto& c) -> auto& { return c.server.engine.num_rounds; }),
+            [](auto& c) -> auto& { return c.server.engine.num_rounds; })
+            .Flag("--rounds"),
         tk::IntKey<C, int32_t>(
             "run", "min_clients", "Clients online before a round starts.", 1,
-            [](auto& c) -> auto& { return c.server.engine.min_clients; }),
+            [](auto& c) -> auto& { return c.server.engine.min_clients; })
+            .Flag("--min-clients", "Clients online before a round starts"),
         tk::IntKey<C, int32_t>(
             "run", "min_fit_clients",
             "Accepted updates needed to commit a round (at most min_clients).", 1,
-            [](auto& c) -> auto& { return c.server.engine.min_fit_clients; }),
+            [](auto& c) -> auto& { return c.server.engine.min_fit_clients; })
+            .Flag("--min-fit-clients", "Accepted updates needed to commit a round"),
         tk::FloatKey<C>(
             "run", "sample_fraction",
             "Fraction of the online clients sampled per round (at least min_fit_clients).",
-            Range::kFraction, [](auto& c) -> auto& { return c.server.engine.sample_fraction; }),
+            Range::kFraction, [](auto& c) -> auto& { return c.server.engine.sample_fraction; })
+            .Flag("--sample-fraction"),
         tk::SecondsKey<C>(
             "run", "round_timeout_s", "A round's deadline (seconds).", Range::kPositive,
-            [](auto& c) -> auto& { return c.server.engine.round_timeout; }),
+            [](auto& c) -> auto& { return c.server.engine.round_timeout; })
+            .Flag("--round-timeout", "Round deadline in seconds"),
         tk::SecondsKey<C>(
             "run", "client_timeout_s",
             "A client silent this long is offline; rounds stop waiting for it (seconds).",
             Range::kPositive, [](auto& c) -> auto& { return c.server.engine.client_timeout; }),
         tk::IntKey<C, int32_t>(
             "run", "max_round_retries", "Failed attempts of a round retried before the run fails.",
-            0, [](auto& c) -> auto& { return c.server.engine.max_round_retries; }),
+            0, [](auto& c) -> auto& { return c.server.engine.max_round_retries; })
+            .Flag("--max-round-retries"),
         tk::SecondsKey<C>(
             "run", "retry_backoff_s",
             "Delay before a failed round's next attempt, doubled for each further failure, at "
@@ -151,7 +170,8 @@ const std::vector<Key>& Keys() {
             Range::kNonNegative, [](auto& c) -> auto& { return c.server.engine.retry_backoff; }),
         tk::IntKey<C, uint64_t>(
             "run", "seed", "Seed of the client sampling.", 0,
-            [](auto& c) -> auto& { return c.server.engine.seed; }),
+            [](auto& c) -> auto& { return c.server.engine.seed; })
+            .Flag("--seed"),
         tk::SecondsKey<C>(
             "run", "wait_timeout_s",
             "Longest wait for min_clients to be online; then the run fails (seconds).",
@@ -160,10 +180,13 @@ const std::vector<Key>& Keys() {
             "run", "stop_metric",
             "Stopping rule: the metric that ends the run early (train_loss, test_*, eval_loss, "
             "eval_*, e.g. eval_auc); empty: none.",
-            true, [](auto& c) -> auto& { return c.server.engine.stop_metric; }),
+            true, [](auto& c) -> auto& { return c.server.engine.stop_metric; })
+            .Flag("--stop-metric",
+                  "Stopping rule: end the run when this round metric reaches --stop-threshold"),
         tk::FloatKey<C>(
             "run", "stop_threshold", "Stopping rule: the value stop_metric must reach.",
-            Range::kAny, [](auto& c) -> auto& { return c.server.engine.stop_threshold; }),
+            Range::kAny, [](auto& c) -> auto& { return c.server.engine.stop_threshold; })
+            .Flag("--stop-threshold"),
         tk::BoolKey<C>(
             "run", "stop_when_below",
             "Stopping rule: stop when stop_metric falls to the threshold (a loss) instead of "
@@ -175,11 +198,14 @@ const std::vector<Key>& Keys() {
             "from the global model, int8 with a scale per 1 MiB chunk); secure aggregation needs "
             "float32.",
             false, [](auto& c) -> auto& { return c.server.engine.update_encoding; },
-            {"float32", "float16", "int8"}),
+            {"float32", "float16", "int8"})
+            .Flag("--update-encoding",
+                  "How clients encode updates: float32 (weights), float16 or int8 (changes)"),
         tk::IntKey<C, int32_t>(
             "run", "eval_every",
             "Federated evaluation after every this many committed rounds; 0: never.", 0,
-            [](auto& c) -> auto& { return c.server.engine.eval_every; }),
+            [](auto& c) -> auto& { return c.server.engine.eval_every; })
+            .Flag("--eval-every", "Federated evaluation after every N committed rounds (0: never)"),
         tk::FloatKey<C>(
             "run", "eval_fraction", "Fraction of the online clients that evaluate.",
             Range::kFraction, [](auto& c) -> auto& { return c.server.engine.eval_fraction; }),
@@ -190,54 +216,72 @@ const std::vector<Key>& Keys() {
             "run", "federated_standardization",
             "Before round 1, add up the sites' per-feature sums into the federation's means and "
             "standard deviations, which every site then standardises its features with.",
-            [](auto& c) -> auto& { return c.server.engine.federated_standardization; }),
+            [](auto& c) -> auto& { return c.server.engine.federated_standardization; })
+            .Flag("--federated-standardization",
+                  "Before round 1, aggregate the sites' feature statistics; every site "
+                  "standardises its features with them"),
 
         tk::StringKey<C>(
             "model", "initial",
             "A safetensors file the run starts from (tensor names, shapes and values; sites bring "
             "their own model code); empty: the built-in kind below.",
-            true, [](auto& c) -> auto& { return c.model.initial; }),
+            true, [](auto& c) -> auto& { return c.model.initial; })
+            .Flag("--initial-model",
+                  "Start a new run from this safetensors file (the sites' own model); instead of "
+                  "--model"),
         tk::StringKey<C>("model", "kind",
                          "softmax (regression; \"logistic\" is the same), mlp or simple_cnn.", true,
                          [](auto& c) -> auto& { return c.model.kind; },
-                         {"softmax", "logistic", "mlp", "simple_cnn"}),
+                         {"softmax", "logistic", "mlp", "simple_cnn"})
+            .Flag("--model", "softmax, mlp or simple_cnn"),
         tk::IntKey<C, int64_t>(
             "model", "features",
             "Input features (784 for 28x28 images; simple_cnn: height * width * channels).", 1,
-            [](auto& c) -> auto& { return c.model.features; }),
+            [](auto& c) -> auto& { return c.model.features; })
+            .Flag("--features", "Model: input features"),
         tk::IntKey<C, int32_t>(
             "model", "classes", "Output classes.", 2,
-            [](auto& c) -> auto& { return c.model.classes; }),
+            [](auto& c) -> auto& { return c.model.classes; })
+            .Flag("--classes", "Model: classes"),
         tk::IntArrayKey<C>(
             "model", "hidden", "mlp: the widths of the hidden layers.", 1,
-            [](auto& c) -> auto& { return c.model.hidden; }, /*may_be_empty=*/false),
+            [](auto& c) -> auto& { return c.model.hidden; }, /*may_be_empty=*/false)
+            .Flag("--hidden", "mlp: hidden layer widths"),
         tk::IntKey<C, int64_t>(
             "model", "image_height", "simple_cnn: the input images' height.", 1,
-            [](auto& c) -> auto& { return c.model.image_height; }),
+            [](auto& c) -> auto& { return c.model.image_height; })
+            .Flag("--image-height"),
         tk::IntKey<C, int64_t>(
             "model", "image_width", "simple_cnn: the input images' width.", 1,
-            [](auto& c) -> auto& { return c.model.image_width; }),
+            [](auto& c) -> auto& { return c.model.image_width; })
+            .Flag("--image-width"),
         tk::IntKey<C, int64_t>(
             "model", "image_channels", "simple_cnn: the input images' channels.", 1,
-            [](auto& c) -> auto& { return c.model.image_channels; }),
+            [](auto& c) -> auto& { return c.model.image_channels; })
+            .Flag("--image-channels"),
         tk::IntKey<C, uint64_t>(
             "model", "init_seed", "Seed of the initial weights (the same seed, the same model).", 0,
-            [](auto& c) -> auto& { return c.model.init_seed; }),
+            [](auto& c) -> auto& { return c.model.init_seed; })
+            .Flag("--init-seed", "Seed of the initial weights"),
         tk::StringKey<C>(
             "model", "eval_images",
             "Server-side evaluation: IDX images the server scores each new model on; empty: none.",
-            true, [](auto& c) -> auto& { return c.model.eval_images; }),
+            true, [](auto& c) -> auto& { return c.model.eval_images; })
+            .Flag("--eval-images", "Server-side evaluation of each new model: IDX images"),
         tk::StringKey<C>(
             "model", "eval_labels", "Server-side evaluation: the IDX labels of eval_images.", true,
-            [](auto& c) -> auto& { return c.model.eval_labels; }),
+            [](auto& c) -> auto& { return c.model.eval_labels; })
+            .Flag("--eval-labels", "Server-side evaluation: IDX labels"),
         tk::StringKey<C>(
             "model", "root_images",
             "fltrust: IDX images of the server's root dataset, which it trains the built-in "
             "model on every round (the paper uses 100 rows).",
-            true, [](auto& c) -> auto& { return c.model.root_images; }),
+            true, [](auto& c) -> auto& { return c.model.root_images; })
+            .Flag("--root-images", "fltrust: IDX images of the server's root dataset"),
         tk::StringKey<C>(
             "model", "root_labels", "fltrust: the IDX labels of root_images.", true,
-            [](auto& c) -> auto& { return c.model.root_labels; }),
+            [](auto& c) -> auto& { return c.model.root_labels; })
+            .Flag("--root-labels", "fltrust: IDX labels of the root dataset"),
 
     };
     auto append = [keys](std::vector<Key> more) {
@@ -334,6 +378,13 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
                      "remove them)"),
         {{"model", "root_images"}, {"model", "root_labels"}}};
   }
+  if (strategy.norm_bound > 0 && strategy.name == "scaffold") {
+    return CrossKeyProblem{
+        "strategy.norm_bound cannot wrap strategy 'scaffold': its updates carry control "
+        "variates, which are no change of the model to bound; use fedavg, fedprox or a robust "
+        "strategy, or set norm_bound = 0",
+        {{"strategy", "norm_bound"}, {"strategy", "name"}}};
+  }
   if (aggregation::IsRobustStrategy(strategy.name) || strategy.name == "qfedavg" ||
       strategy.name == "fltrust" || strategy.norm_bound > 0) {
     // The strategy's own refusal (robust.h), pointed at the keys that cause it. (FLTrust's root
@@ -403,6 +454,8 @@ std::optional<CrossKeyProblem> FindCrossKeyProblem(const ServerConfig& c) {
 }
 
 }  // namespace
+
+const std::vector<toml_keys::KeySpec<ServerConfig>>& ServerConfigKeys() { return Keys(); }
 
 absl::Status ApplyServerConfig(const std::string& path, ServerConfig& config) {
   absl::StatusOr<toml::table> root = tk::ParseTomlFile(path);
@@ -476,13 +529,14 @@ std::string ServerConfigReference() {
       "# Configuration of `fl server --config FILE`.\n"
       "#\n"
       "# Every key is optional and is shown here with its default value. A flag given on the\n"
-      "# command line overrides the file. Durations are in seconds and, like every number that\n"
+      "# command line (named beside its key) overrides the file. Durations are in seconds and, "
+      "like every number that\n"
       "# is not a count, may be written as integers or decimals. Relative paths are taken from\n"
       "# the working directory, as for flags.\n"
       "# Printed by `fl server --print-config-reference`; `--print-effective-config` prints\n"
       "# the configuration a server would run with.\n"
       "\n",
-      ServerConfigToToml(defaults));
+      tk::TomlFromConfig(Tables(), Keys(), defaults, /*with_flags=*/true));
 }
 
 std::vector<std::pair<std::string, int>> UploadWindowChannelArgs(int32_t stream_window_mib) {

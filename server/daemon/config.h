@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/internal/toml_keys.h"
 #include "fl/server/server.h"
 
 namespace fl::server {
@@ -98,6 +99,10 @@ std::string ServerConfigToToml(const ServerConfig& config);
 // A commented example file listing every key with its default value and meaning: a header, then
 // ServerConfigToToml(ServerConfig{}). `fl server --print-config-reference` prints it.
 std::string ServerConfigReference();
+
+// Every key of the file, in reference order; those with a flag (KeySpec::flag) are `fl server`'s
+// flags too (cli/key_flags.h).
+const std::vector<toml_keys::KeySpec<ServerConfig>>& ServerConfigKeys();
 
 // The gRPC channel arguments behind ServerOptions::stream_window_mib: for a window of N MiB
 // (N >= 1; negative values count as 1, more than 1024 as 1024) the bandwidth-delay probe off and

@@ -284,7 +284,7 @@ void EngineImpl::DropFromRoundLocked(const std::string& client_id, const std::st
                                      const std::string& reason, absl::Time now) {
   std::string where;
   if (current_->secagg != nullptr) {
-    DropFromSecAggLocked(client_id, false, reason);
+    DropFromSecAggLocked(client_id, aggregation::SiteFailure::Kind::kDropped, reason);
     where = absl::StrCat(" at stage ", SecAggStageName(current_->secagg->stage));
   } else {
     auto state = std::make_shared<UploadState>();

@@ -256,7 +256,8 @@ class EngineImpl final : public RoundEngine {
 
   // Called by uploads, without the gate held, after they reached a final phase.
   void OnUploadEnded(const std::shared_ptr<RoundState>& round, const UploadState& up,
-                     const absl::Status& refusal, const std::string& event = "update_refused");
+                     const absl::Status& refusal, const std::string& event = "update_refused")
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct ClientState {
@@ -383,10 +384,10 @@ class EngineImpl final : public RoundEngine {
   // `state`: the strategy's server state after the round, when it keeps one.
   absl::StatusOr<Model> NextModel(RoundState& round,
                                   std::span<const aggregation::SiteFailure> failures,
-                                  std::optional<Model>& state);
+                                  std::optional<Model>& state) ABSL_LOCKS_EXCLUDED(mu_);
   absl::StatusOr<Model> UnmaskedModel(RoundState& round,
                                       std::span<const aggregation::SiteFailure> failures,
-                                      std::optional<Model>& state);
+                                      std::optional<Model>& state) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops a round's model-sized parts (the aggregate, the round's global model).
   static void DropRoundModels(RoundState& round);
   // The end of an attempt, shared by plain and secure rounds: commits `in.next` with the
@@ -420,8 +421,8 @@ class EngineImpl final : public RoundEngine {
   absl::Status CheckSecAggUploadLocked(const std::string& client_id, const UpdateMeta& meta) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Records the client dropped at the open stage of the current secure round.
-  void DropFromSecAggLocked(const std::string& client_id, bool refused, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropFromSecAggLocked(const std::string& client_id, aggregation::SiteFailure::Kind kind,
+                            const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailRunLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the evaluation and the round in flight, the round recorded as aborted with `reason`.
   void AbortInFlightLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -489,6 +490,9 @@ class EngineImpl final : public RoundEngine {
   absl::Time last_progress_
       ABSL_GUARDED_BY(mu_);  // set by BumpLocked and by heartbeats of open tasks
   absl::Time last_waiting_log_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  // Why the strategy last could not configure a round (empty since it last could): each reason
+  // is logged and audited once.
+  std::string configure_failure_ ABSL_GUARDED_BY(mu_);
   // A federated evaluation in progress (between rounds), if any.
   struct EvalState {
     int32_t round = 0;
@@ -547,7 +551,7 @@ class EngineImpl final : public RoundEngine {
   std::vector<RoundSummary> pending_summaries_ ABSL_GUARDED_BY(mu_);
   int summaries_in_delivery_ ABSL_GUARDED_BY(mu_) =
       0;  // batches FlushSummaries took and has not delivered yet
-  absl::Mutex deliver_mu_;
+  absl::Mutex deliver_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // FlushSummaries takes mu_ under it
   // Differential privacy (see PrivacyOptions): the wrapper strategy_ points to, and the RDP of
   // the committed rounds.
   std::unique_ptr<aggregation::Strategy> dp_strategy_;

@@ -152,7 +152,7 @@ absl::Status CheckRoundPlan(const aggregation::RoundPlan& plan,
   if (static_cast<int32_t>(plan.sites.size()) < ctx.min_sites) {
     return absl::InvalidArgumentError(absl::StrCat("it chose ", plan.sites.size(),
                                                    plan.sites.size() == 1 ? " site" : " sites",
-                                                   "; a round needs at least ", ctx.min_sites));
+                                                   "; at least ", ctx.min_sites, " are needed"));
   }
   for (const auto& [site, config] : plan.site_config) {
     if (!chosen.contains(site)) {
@@ -192,16 +192,10 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   if (plan.ok()) {
     if (absl::Status s = CheckRoundPlan(*plan, ctx); !s.ok()) plan = s;
   }
-  if (!plan.ok()) {
-    const absl::Duration retry_in = std::max(options_.retry_backoff, absl::Seconds(1));
-    retry_not_before_ = round->started + retry_in;
-    const std::string why =
-        absl::StrCat("strategy '", strategy_->name(), "' could not configure round ", round->round,
-                     ": ", plan.status().message());
-    LogEvent(LogLevel::kWarn, "round_not_configured",
-             {{"round", absl::StrCat(round->round)},
-              {"reason", why},
-              {"retry_in", absl::FormatDuration(retry_in)}});
+  // A plan the engine will not run: logged (at `level`) and audited with why.
+  auto not_configured = [&](LogLevel level, const std::string& why) {
+    LogEvent(level, "round_not_configured",
+             {{"round", absl::StrCat(round->round)}, {"reason", why}});
     AuditRecord rec;
     rec.at_ms = ToMs(round->started);
     rec.event = "round_not_configured";
@@ -209,6 +203,36 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
     rec.run_id = run_id_;
     rec.round = round->round;
     (void)store_->Audit(rec);
+  };
+  if (!plan.ok()) {
+    const absl::Duration retry_in = std::max(options_.retry_backoff, absl::Seconds(1));
+    retry_not_before_ = round->started + retry_in;
+    const std::string why =
+        absl::StrCat("strategy '", strategy_->name(), "' could not configure round ", round->round,
+                     ": ", plan.status().message());
+    if (why != configure_failure_) {  // logged and audited once per reason, not every retry
+      configure_failure_ = why;
+      not_configured(LogLevel::kWarn,
+                     absl::StrCat(why, "; asked again every ", absl::FormatDuration(retry_in)));
+    }
+    // As long as the run would wait for its sites, and no longer.
+    if (round->started - waiting_since_ > options_.wait_timeout) {
+      FailRunLocked(absl::StrCat(why, " (for longer than wait_timeout, ",
+                                 absl::FormatDuration(options_.wait_timeout), ")"));
+    }
+    return;
+  }
+  configure_failure_.clear();
+  // Under differential privacy the accountant's amplification by sampling holds only for the
+  // seeded uniform draw: a plan must take those sites (its values per site may differ).
+  std::sort(plan->sites.begin(), plan->sites.end());
+  if (accountant_.has_value() && plan->sites != aggregation::SampleSites(ctx)) {
+    const std::string why = absl::StrCat(
+        "strategy '", strategy_->name(), "' chose other sites than the uniform draw in round ",
+        round->round, ", which differential privacy's accounting needs (privacy.mode ",
+        options_.privacy.mode, "): use the default ConfigureFit, or turn DP off");
+    not_configured(LogLevel::kError, why);
+    FailRunLocked(why);
     return;
   }
   k = static_cast<int32_t>(plan->sites.size());

@@ -192,6 +192,13 @@ absl::Status EngineImpl::SetUpPrivacy() {
       !s.ok()) {
     return s;
   }
+  if (options_.secure_aggregation.enabled && strategy_->update_norm_bound() > 0) {
+    // A wrapper's CheckPlan refuses this itself; a strategy that does not must not lose its bound.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "strategy '", strategy_->name(), "' bounds each update's norm (",
+        strategy_->update_norm_bound(),
+        "), which the server cannot do under secure aggregation: it sees only masked updates"));
+  }
   // Distributed DP: the clients clip and add the noise (their secure-aggregation task says how);
   // the server only accounts.
   options_.fit.differential_privacy = p.accounted();

@@ -199,11 +199,17 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
                  (s.stage == SecAggStage::kMaskedInput && current_->uploads.count(client_id))) {
         refusal = absl::AlreadyExistsError(
             absl::StrCat("this client already answered stage ", stage, " of round ", m.round));
+      } else if (!m.malformed.empty()) {
+        DropFromSecAggLocked(client_id, aggregation::SiteFailure::Kind::kRefused,
+                             absl::StrCat("its ", stage, " message could not be read: ",
+                                          CapClientText(m.malformed)));
+        refusal = absl::InvalidArgumentError(m.malformed);
       } else if (!m.decline_reason.empty()) {
         const std::string reason = CapClientText(m.decline_reason);
         // As a plain round's decline: a reason the run will not change leaves the site out.
         if (PermanentDecline(reason)) ExcludeFromRunLocked(client_id, m.round, reason);
-        DropFromSecAggLocked(client_id, true, absl::StrCat("the client declined: ", reason));
+        DropFromSecAggLocked(client_id, aggregation::SiteFailure::Kind::kDeclined,
+                             absl::StrCat("the client declined: ", reason));
         refusal = absl::FailedPreconditionError(reason);
         event = "task_declined";
       } else {
@@ -252,7 +258,8 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
           s.answered.insert(sid);
         } else if (!keep) {
           // What the library refuses (or a message without its body) drops the client.
-          DropFromSecAggLocked(client_id, true, std::string(refusal.message()));
+          DropFromSecAggLocked(client_id, aggregation::SiteFailure::Kind::kRefused,
+                               std::string(refusal.message()));
         }
       }
     }

@@ -60,7 +60,7 @@ std::string SecAggJson(const SecAggRound& s) {
     dropped.push_back({{"client", s.client_of[id].substr(0, 16)},
                        {"secagg_id", id},
                        {"stage", SecAggStageName(d.stage)},
-                       {"refused", d.refused},
+                       {"refused", d.refused()},
                        {"reason", d.reason}});
   }
   nlohmann::json j = {
@@ -178,12 +178,13 @@ absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
   return absl::OkStatus();
 }
 
-void EngineImpl::DropFromSecAggLocked(const std::string& client_id, bool refused,
+void EngineImpl::DropFromSecAggLocked(const std::string& client_id,
+                                      aggregation::SiteFailure::Kind kind,
                                       const std::string& reason) {
   SecAggRound& s = *current_->secagg;
   const int id = s.id_of.at(client_id);
   if (s.dropped.count(id) != 0) return;
-  s.dropped[id] = SecAggDrop{.stage = s.stage, .refused = refused, .reason = reason};
+  s.dropped[id] = SecAggDrop{.stage = s.stage, .kind = kind, .reason = reason};
 }
 
 void EngineImpl::AdvanceSecAggLocked(absl::Time now) {
@@ -232,17 +233,17 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
       if (s.dropped.count(s.id_of[id]) != 0) continue;
       auto up = r.uploads.find(id);
       if (up == r.uploads.end()) {
-        DropFromSecAggLocked(id, false,
+        DropFromSecAggLocked(id, aggregation::SiteFailure::Kind::kMissing,
                              absl::StrCat("no masked input before the stage closed (", why, ")"));
       } else if (up->second->phase != Phase::kAccepted) {
-        DropFromSecAggLocked(id, up->second->phase == Phase::kRefused, up->second->reason);
+        DropFromSecAggLocked(id, up->second->failure, up->second->reason);
       }
     }
   } else {
     for (const std::string& id : r.sampled) {
       const int sid = s.id_of[id];
       if (s.dropped.count(sid) != 0 || s.answered.count(sid) != 0) continue;
-      DropFromSecAggLocked(id, false,
+      DropFromSecAggLocked(id, aggregation::SiteFailure::Kind::kMissing,
                            absl::StrCat("no answer before the stage closed (", why, ")"));
     }
   }
@@ -348,11 +349,11 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
   std::vector<aggregation::SiteFailure> failures;
   for (const ParticipationRecord& p : participations) {
     if (p.status == ParticipationStatus::kAccepted) continue;
-    failures.push_back({.site = p.client_id,
-                        .kind = p.status == ParticipationStatus::kRefused
-                                    ? aggregation::SiteFailure::Kind::kRefused
-                                    : aggregation::SiteFailure::Kind::kDropped,
-                        .reason = p.reason});
+    auto d = s.dropped.find(s.id_of.at(p.client_id));
+    failures.push_back(
+        {.site = p.client_id,
+         .kind = d != s.dropped.end() ? d->second.kind : aggregation::SiteFailure::Kind::kMissing,
+         .reason = p.reason});
   }
   RoundSummary summary;
   summary.num_accepted = s.u3;
@@ -419,7 +420,8 @@ std::vector<ParticipationRecord> EngineImpl::SecAggParticipationsLocked(
     if (up != round.uploads.end()) p.bytes_received = up->second->bytes_received;
     auto d = s.dropped.find(s.id_of.at(id));
     if (d != s.dropped.end()) {
-      p.status = d->second.refused ? ParticipationStatus::kRefused : ParticipationStatus::kDropped;
+      p.status =
+          d->second.refused() ? ParticipationStatus::kRefused : ParticipationStatus::kDropped;
       p.reason = absl::StrCat("dropped at stage ", SecAggStageName(d->second.stage), ": ",
                               d->second.reason);
     } else {

@@ -25,6 +25,7 @@
 #include "fl/aggregation/secagg/graph.h"
 #include "fl/aggregation/secagg/params.h"
 #include "fl/aggregation/secagg/protocol.h"
+#include "fl/aggregation/strategy.h"
 #include "fl/server/engine.h"
 
 namespace fl::server::internal {
@@ -39,8 +40,14 @@ Task::Kind SecAggTaskKind(SecAggStage stage);
 
 struct SecAggDrop {
   SecAggStage stage = SecAggStage::kAdvertise;
-  bool refused = false;  // refused by the server or declined (else silent, offline or removed)
+  // Declined, refused by the server, silent (offline, removed) or missing at the stage's close:
+  // what the strategy is told (RoundAggregator::Failed).
+  aggregation::SiteFailure::Kind kind = aggregation::SiteFailure::Kind::kDropped;
   std::string reason;
+  bool refused() const {
+    return kind == aggregation::SiteFailure::Kind::kRefused ||
+           kind == aggregation::SiteFailure::Kind::kDeclined;
+  }
 };
 
 struct SecAggRound {

@@ -50,34 +50,6 @@ std::string SpecMismatch(const ModelSpec& got, const ModelSpec& want) {
                       want.tensors().size());
 }
 
-const char* ProtoName(UpdateMeta::Encoding e) {
-  switch (e) {
-    case UpdateMeta::Encoding::kFloat32:
-      return "FLOAT32";
-    case UpdateMeta::Encoding::kFloat16:
-      return "FLOAT16";
-    case UpdateMeta::Encoding::kInt8:
-      return "INT8";
-    case UpdateMeta::Encoding::kMaskedUint32:
-      return "MASKED_UINT32";
-    case UpdateMeta::Encoding::kMaskedUint64:
-      return "MASKED_UINT64";
-  }
-  return "?";
-}
-
-UpdateMeta::Encoding WireEncoding(UpdateEncoding e) {
-  switch (e) {
-    case UpdateEncoding::kFloat16:
-      return UpdateMeta::Encoding::kFloat16;
-    case UpdateEncoding::kInt8:
-      return UpdateMeta::Encoding::kInt8;
-    case UpdateEncoding::kFloat32:
-      break;
-  }
-  return UpdateMeta::Encoding::kFloat32;
-}
-
 }  // namespace
 
 std::string CapClientText(std::string_view text) {
@@ -124,11 +96,11 @@ absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
       !s.ok() || secagg != nullptr) {
     return s;
   }
-  if (meta.encoding != WireEncoding(update_encoding_)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("update encoding ", ProtoName(meta.encoding), " is not the run's: round ",
-                     meta.round, " takes ", ProtoName(WireEncoding(update_encoding_)),
-                     " (update_encoding \"", UpdateEncodingName(update_encoding_), "\")"));
+  if (meta.encoding != ToPayloadEncoding(update_encoding_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "update encoding ", PayloadEncodingName(meta.encoding), " is not the run's: round ",
+        meta.round, " takes ", PayloadEncodingName(ToPayloadEncoding(update_encoding_)),
+        " (update_encoding \"", UpdateEncodingName(update_encoding_), "\")"));
   }
   if (meta.payload_bytes != expected) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -66,7 +66,10 @@ absl::StatusOr<SecAggMessage> SecAggMessageFromProto(const fl::v1::SecAggSubmiss
     case fl::v1::SecAggSubmission::kKeys: {
       absl::StatusOr<secagg::KeyAdvertisement> keys =
           wire::KeysFromProto(in.keys(), "SecAggSubmission.keys");
-      if (!keys.ok()) return keys.status();
+      if (!keys.ok()) {
+        m.malformed = std::string(keys.status().message());
+        break;
+      }
       m.keys = *keys;
       m.keys->client = -1;  // the engine sets it from its own map
       break;
@@ -74,14 +77,20 @@ absl::StatusOr<SecAggMessage> SecAggMessageFromProto(const fl::v1::SecAggSubmiss
     case fl::v1::SecAggSubmission::kShares: {
       absl::StatusOr<secagg::EncryptedShares> shares =
           wire::SharesFromProto(in.shares(), "SecAggSubmission.shares");
-      if (!shares.ok()) return shares.status();
+      if (!shares.ok()) {
+        m.malformed = std::string(shares.status().message());
+        break;
+      }
       m.shares = *std::move(shares);
       break;
     }
     case fl::v1::SecAggSubmission::kUnmask: {
       absl::StatusOr<secagg::UnmaskResponse> unmask =
           wire::UnmaskFromProto(in.unmask(), /*client=*/-1, "SecAggSubmission.unmask");
-      if (!unmask.ok()) return unmask.status();
+      if (!unmask.ok()) {
+        m.malformed = std::string(unmask.status().message());
+        break;
+      }
       m.unmask = *std::move(unmask);
       break;
     }
@@ -90,8 +99,8 @@ absl::StatusOr<SecAggMessage> SecAggMessageFromProto(const fl::v1::SecAggSubmiss
       if (m.decline_reason.empty()) m.decline_reason = "no reason given";
       break;
     case fl::v1::SecAggSubmission::BODY_NOT_SET:
-      return absl::InvalidArgumentError(
-          "SecAggSubmission carries no body (keys, shares, unmask or decline_reason)");
+      m.malformed = "SecAggSubmission carries no body (keys, shares, unmask or decline_reason)";
+      break;
   }
   return m;
 }

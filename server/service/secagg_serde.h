@@ -15,9 +15,12 @@ fl::v1::Task::Kind ToProtoKind(Task::Kind kind);
 
 void SecAggTaskToProto(const SecAggTaskInfo& info, fl::v1::SecAggTask* out);
 
-// INVALID_ARGUMENT naming the field: a stage that is no SECAGG_* kind, a missing body, a key that
-// is not exactly 32 bytes, a share without exactly kShamirPieces y values, a peer or owner listed
-// twice. The library structs' `client` fields are left -1 (the engine sets them).
+// INVALID_ARGUMENT for a stage that is no SECAGG_* kind. A body that cannot be read (missing, a
+// key that is not exactly 32 bytes, a share outside the field or without kShamirPieces y values,
+// a peer or owner listed twice) is kept, named, in SecAggMessage::malformed: the engine drops
+// the client from the round with it (as it does a message the library refuses) rather than wait
+// for the stage's deadline. The library structs' `client` fields are left -1 (the engine sets
+// them).
 absl::StatusOr<SecAggMessage> SecAggMessageFromProto(const fl::v1::SecAggSubmission& in);
 
 }  // namespace fl::server

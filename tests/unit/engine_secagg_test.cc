@@ -718,6 +718,27 @@ TEST_F(EngineSecAggTest, RefusesMessagesAndUpdatesByCodeAndMessage) {
 }
 
 // A plain round refuses masked words, naming the encoding.
+// A message whose body the transport could not read (SecAggMessage::malformed) drops its client
+// from the round at once, naming why, instead of leaving the stage to wait for its deadline.
+TEST_F(EngineSecAggTest, AMalformedMessageDropsItsClientAtOnce) {
+  StartSecure();
+  JoinAll();
+  Site& a = sites_[0];
+  Task t = engine_->Poll(a.id);
+  ASSERT_EQ(t.kind, Task::Kind::kSecAggAdvertise);
+  SecAggMessage bad = MessageFor(t);
+  bad.malformed = "SecAggSubmission.keys.cipher_public has 3 bytes, expected 32";
+  absl::Status s = engine_->SubmitSecAgg(a.id, bad);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), ::testing::HasSubstr("cipher_public has 3 bytes"));
+  Task after = engine_->Poll(a.id);
+  EXPECT_EQ(after.kind, Task::Kind::kWait);
+  EXPECT_THAT(after.message,
+              ::testing::HasSubstr("dropped from round 1 at stage advertise keys: its advertise "
+                                   "keys message could not be read: SecAggSubmission.keys."
+                                   "cipher_public has 3 bytes"));
+}
+
 TEST_F(EngineSecAggTest, PlainRoundRefusesAMaskedUpdate) {
   options_.secure_aggregation.enabled = false;
   StartSecure();
@@ -1157,8 +1178,9 @@ TEST(SecAggSerdeTest, TranslatesTasksAndRefusesMalformedSubmissions) {
   sub.mutable_keys()->set_cipher_public(std::string(32, 'c'));
   sub.mutable_keys()->set_mask_public(std::string(31, 'm'));
   absl::StatusOr<SecAggMessage> m = SecAggMessageFromProto(sub);
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(m.status().message(),
+  ASSERT_TRUE(m.ok()) << m.status();  // kept for the engine, which drops the client with it
+  EXPECT_FALSE(m->keys.has_value());
+  EXPECT_THAT(m->malformed,
               ::testing::HasSubstr("SecAggSubmission.keys.mask_public has 31 bytes, expected 32"));
   sub.mutable_keys()->set_mask_public(std::string(32, 'm'));
   m = SecAggMessageFromProto(sub);
@@ -1173,15 +1195,15 @@ TEST(SecAggSerdeTest, TranslatesTasksAndRefusesMalformedSubmissions) {
   share->set_x(3);
   for (int i = 0; i < secagg::kShamirPieces - 1; ++i) share->add_y(i);
   m = SecAggMessageFromProto(sub);
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(m.status().message(),
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(m->malformed,
               ::testing::HasSubstr("SecAggSubmission.unmask.self_seed_shares[0].y holds 4 values"));
   share->add_y(secagg::kShamirPrime);  // outside the field: refused, naming the field
   m = SecAggMessageFromProto(sub);
-  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(m.status().message(),
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_THAT(m->malformed,
               ::testing::HasSubstr("SecAggSubmission.unmask.self_seed_shares[0].y[4]"));
-  EXPECT_THAT(m.status().message(), ::testing::HasSubstr("outside the field"));
+  EXPECT_THAT(m->malformed, ::testing::HasSubstr("= 2305843009213693951 is outside the field"));
   share->set_y(secagg::kShamirPieces - 1, 9);
   m = SecAggMessageFromProto(sub);
   ASSERT_TRUE(m.ok()) << m.status();
@@ -1191,7 +1213,7 @@ TEST(SecAggSerdeTest, TranslatesTasksAndRefusesMalformedSubmissions) {
   EXPECT_EQ(SecAggMessageFromProto(sub).status().code(), absl::StatusCode::kInvalidArgument);
   sub.set_stage(fl::v1::Task::SECAGG_SHARE_KEYS);
   sub.clear_body();
-  EXPECT_EQ(SecAggMessageFromProto(sub).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(SecAggMessageFromProto(sub)->malformed, ::testing::HasSubstr("carries no body"));
 }
 
 }  // namespace

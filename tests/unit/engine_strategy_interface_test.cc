@@ -32,6 +32,8 @@ struct Script {
   std::vector<SiteFailure> failures;       // told to the aggregators
   std::function<absl::StatusOr<RoundPlan>(const RoundContext&)> fit;
   std::function<absl::StatusOr<RoundPlan>(const RoundContext&)> evaluate;
+  bool broken = true;  // for the scripts' own use
+  int calls = 0;
 };
 
 class RecordingAggregator final : public aggregation::RoundAggregatorWrapper {
@@ -67,6 +69,7 @@ class ScriptedStrategy final : public aggregation::StrategyWrapper {
   absl::StatusOr<aggregation::EvaluationSummary> AggregateEvaluate(
       int32_t round, std::span<const aggregation::SiteEvaluation> results,
       std::span<const SiteFailure> failures) const override {
+    if (results.empty()) return absl::FailedPreconditionError("no results");
     aggregation::EvaluationSummary out;
     out.loss = results.front().loss;
     for (const aggregation::SiteEvaluation& r : results) out.loss = std::min(out.loss, r.loss);
@@ -82,6 +85,17 @@ class ScriptedStrategy final : public aggregation::StrategyWrapper {
   Script* script_;
 };
 
+// The engine tests' fixture with a Script that outlives the engine (TearDown ends the engine,
+// whose last commit may still reach the strategy, before the script goes).
+class EngineStrategyTest : public EngineTest {
+ protected:
+  void TearDown() override {
+    engine_.reset();
+    EngineTest::TearDown();
+  }
+  Script script_;
+};
+
 std::vector<AuditRecord> AuditEvents(Store& store, const std::string& event) {
   std::vector<AuditRecord> out;
   absl::StatusOr<std::vector<AuditRecord>> log = store.AuditLog(1000);
@@ -92,16 +106,15 @@ std::vector<AuditRecord> AuditEvents(Store& store, const std::string& event) {
   return out;
 }
 
-TEST_F(EngineTest, TheStrategyChoosesTheRoundsSitesAndWhatEachIsTold) {
-  Script script;
-  script.fit = [](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
+TEST_F(EngineStrategyTest, TheStrategyChoosesTheRoundsSitesAndWhatEachIsTold) {
+  script_.fit = [](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
     RoundPlan plan;
     plan.sites = {"client-a", "client-c"};
     plan.config = {{"lr_scale", 0.5}};
     plan.site_config["client-a"] = {{"role", 1}, {"lr_scale", 0.25}};
     return plan;
   };
-  strategy_ = std::make_unique<ScriptedStrategy>(&script);
+  strategy_ = std::make_unique<ScriptedStrategy>(&script_);
   options_.num_rounds = 1;
   StartEngine();
   JoinAll();
@@ -109,14 +122,14 @@ TEST_F(EngineTest, TheStrategyChoosesTheRoundsSitesAndWhatEachIsTold) {
   const Task b = engine_->Poll("client-b");
   const Task c = engine_->Poll("client-c");
   {
-    absl::MutexLock lock(&script.mu);
-    ASSERT_EQ(script.fit_contexts.size(), 1u);
-    const RoundContext& ctx = script.fit_contexts[0];
+    absl::MutexLock lock(&script_.mu);
+    ASSERT_EQ(script_.fit_contexts.size(), 1u);
+    const RoundContext& ctx = script_.fit_contexts[0];
     EXPECT_EQ(ctx.round, 1);
     EXPECT_EQ(ctx.attempt, 0);
     EXPECT_EQ(ctx.num_to_sample, 3);  // sample_fraction 1 of 3
     EXPECT_EQ(ctx.min_sites, 2);      // min_fit_clients
-    EXPECT_THAT(script.fit_available, ElementsAre("client-a", "client-b", "client-c"));
+    EXPECT_THAT(script_.fit_available, ElementsAre("client-a", "client-b", "client-c"));
   }
   ASSERT_EQ(a.kind, Task::Kind::kFit);
   EXPECT_EQ(b.kind, Task::Kind::kWait);  // not chosen
@@ -131,15 +144,13 @@ TEST_F(EngineTest, TheStrategyChoosesTheRoundsSitesAndWhatEachIsTold) {
   EXPECT_EQ(engine_->committed_round(), 1);  // the two chosen sites make the round
 }
 
-TEST_F(EngineTest, APlanThatCannotRunKeepsTheRoundFromStartingAndSaysWhy) {
-  Script script;
-  bool broken = true;
-  script.fit = [&broken](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
+TEST_F(EngineStrategyTest, APlanThatCannotRunKeepsTheRoundFromStartingAndSaysWhy) {
+  script_.fit = [this](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
     RoundPlan plan;
-    plan.sites = {"client-a", broken ? "client-z" : "client-b"};
+    plan.sites = {"client-a", script_.broken ? "client-z" : "client-b"};
     return plan;
   };
-  strategy_ = std::make_unique<ScriptedStrategy>(&script);
+  strategy_ = std::make_unique<ScriptedStrategy>(&script_);
   options_.num_rounds = 1;
   options_.retry_backoff = absl::Seconds(10);
   StartEngine();
@@ -149,9 +160,9 @@ TEST_F(EngineTest, APlanThatCannotRunKeepsTheRoundFromStartingAndSaysWhy) {
   ASSERT_EQ(refused.size(), 1u);
   EXPECT_EQ(refused[0].detail,
             "strategy 'fedavg' could not configure round 1: it chose site client-z, which is not "
-            "available");
+            "available; asked again every 10s");
   // Not asked again before the backoff, then asked again: the fixed plan runs.
-  broken = false;
+  script_.broken = false;
   clock_.Advance(absl::Seconds(5));
   EXPECT_EQ(engine_->Poll("client-a").kind, Task::Kind::kWait);
   clock_.Advance(absl::Seconds(6));
@@ -160,12 +171,10 @@ TEST_F(EngineTest, APlanThatCannotRunKeepsTheRoundFromStartingAndSaysWhy) {
   EXPECT_EQ(AuditEvents(*store_, "round_not_configured").size(), 1u);
 }
 
-TEST_F(EngineTest, PlansWithTooFewSitesOrASiteTwiceAreRefusedByName) {
-  Script script;
-  int attempt = 0;
-  script.fit = [&attempt](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
+TEST_F(EngineStrategyTest, PlansWithTooFewSitesOrASiteTwiceAreRefusedByName) {
+  script_.fit = [this](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
     RoundPlan plan;
-    switch (attempt++) {
+    switch (script_.calls++) {
       case 0:
         plan.sites = {"client-a"};
         break;
@@ -181,7 +190,7 @@ TEST_F(EngineTest, PlansWithTooFewSitesOrASiteTwiceAreRefusedByName) {
     }
     return plan;
   };
-  strategy_ = std::make_unique<ScriptedStrategy>(&script);
+  strategy_ = std::make_unique<ScriptedStrategy>(&script_);
   options_.retry_backoff = absl::Seconds(1);
   StartEngine();
   JoinAll();
@@ -194,16 +203,61 @@ TEST_F(EngineTest, PlansWithTooFewSitesOrASiteTwiceAreRefusedByName) {
   for (const AuditRecord& r : refused) details.push_back(r.detail);
   EXPECT_THAT(details,
               ::testing::UnorderedElementsAre(
-                  HasSubstr("it chose 1 site; a round needs at least 2"),
+                  HasSubstr("it chose 1 site; at least 2 are needed"),
                   HasSubstr("it chose site client-a twice"),
                   HasSubstr("its site_config names site client-c, which it did not choose"),
                   HasSubstr("no GPU site online")));
   EXPECT_EQ(engine_->committed_round(), 0);
 }
 
-TEST_F(EngineTest, TheStrategyIsToldOfEverySampledSiteThatFailed) {
-  Script script;
-  strategy_ = std::make_unique<ScriptedStrategy>(&script);
+TEST_F(EngineStrategyTest, AStrategyThatNeverCanFailsTheRunAfterWaitTimeoutSayingWhyOnce) {
+  script_.fit = [](const RoundContext&) -> absl::StatusOr<RoundPlan> {
+    return absl::UnavailableError("no GPU site online");
+  };
+  strategy_ = std::make_unique<ScriptedStrategy>(&script_);
+  options_.retry_backoff = absl::Seconds(1);
+  options_.wait_timeout = absl::Seconds(30);
+  StartEngine();
+  JoinAll();
+  for (int i = 0; i < 25; ++i) {
+    for (const std::string& id : clients_) engine_->Poll(id);
+    clock_.Advance(absl::Seconds(2));
+  }
+  {
+    absl::MutexLock lock(&script_.mu);
+    EXPECT_GT(script_.fit_contexts.size(), 10u);  // asked again after each backoff
+  }
+  EXPECT_EQ(AuditEvents(*store_, "round_not_configured").size(), 1u);  // not once per retry
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, RunStatus::kFailed);
+  EXPECT_THAT(run->reason, HasSubstr("strategy 'fedavg' could not configure round 1: no GPU site "
+                                     "online (for longer than wait_timeout, 30s)"));
+}
+
+TEST_F(EngineStrategyTest, UnderDifferentialPrivacyThePlanMustBeTheUniformDraw) {
+  script_.fit = [](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
+    RoundPlan plan;
+    plan.sites = {"client-a", "client-b"};  // the draw takes all three
+    return plan;
+  };
+  strategy_ = std::make_unique<ScriptedStrategy>(&script_);
+  options_.privacy.mode = "central";
+  options_.privacy.noise_multiplier = 1.0;
+  options_.privacy.clip_norm = 1.0;
+  options_.privacy.delta = 1e-5;
+  StartEngine();
+  JoinAll();
+  engine_->Tick();
+  absl::StatusOr<RunRecord> run = store_->GetRun(engine_->run_id());
+  ASSERT_TRUE(run.ok());
+  EXPECT_EQ(run->status, RunStatus::kFailed);
+  EXPECT_THAT(run->reason, HasSubstr("chose other sites than the uniform draw in round 1, which "
+                                     "differential privacy's accounting needs"));
+}
+
+TEST_F(EngineStrategyTest, TheStrategyIsToldOfEverySampledSiteThatFailed) {
+  strategy_ = std::make_unique<ScriptedStrategy>(&script_);
   clients_ = {"client-a", "client-b", "client-c", "client-d"};
   options_.num_rounds = 1;
   options_.min_clients = 4;
@@ -224,10 +278,10 @@ TEST_F(EngineTest, TheStrategyIsToldOfEverySampledSiteThatFailed) {
   clock_.Advance(options_.round_timeout + absl::Seconds(1));
   engine_->Tick();  // client-d never answered
   ASSERT_EQ(engine_->committed_round(), 1);
-  absl::MutexLock lock(&script.mu);
-  ASSERT_EQ(script.failures.size(), 3u);
+  absl::MutexLock lock(&script_.mu);
+  ASSERT_EQ(script_.failures.size(), 3u);
   std::map<std::string, SiteFailure> by_site;
-  for (const SiteFailure& f : script.failures) by_site[f.site] = f;
+  for (const SiteFailure& f : script_.failures) by_site[f.site] = f;
   EXPECT_EQ(by_site.at("client-b").kind, SiteFailure::Kind::kDeclined);
   EXPECT_THAT(by_site.at("client-b").reason, HasSubstr("UNAVAILABLE: the GPU is busy"));
   EXPECT_EQ(by_site.at("client-c").kind, SiteFailure::Kind::kRefused);
@@ -235,7 +289,7 @@ TEST_F(EngineTest, TheStrategyIsToldOfEverySampledSiteThatFailed) {
   EXPECT_THAT(by_site.at("client-d").reason, HasSubstr("deadline"));
 }
 
-TEST_F(EngineTest, WithoutAcceptFailuresALostSiteFailsTheAttemptNamingIt) {
+TEST_F(EngineStrategyTest, WithoutAcceptFailuresALostSiteFailsTheAttemptNamingIt) {
   strategy_ = aggregation::MakeRequireEverySite(aggregation::MakeFedAvg());
   options_.num_rounds = 1;
   std::vector<RoundSummary> ends;
@@ -266,7 +320,7 @@ TEST_F(EngineTest, WithoutAcceptFailuresALostSiteFailsTheAttemptNamingIt) {
   EXPECT_EQ(engine_->committed_round(), 1);
 }
 
-TEST_F(EngineTest, ANormBoundClipsEachUpdatesChangeBeforeTheMean) {
+TEST_F(EngineStrategyTest, ANormBoundClipsEachUpdatesChangeBeforeTheMean) {
   absl::StatusOr<std::unique_ptr<aggregation::Strategy>> bounded =
       aggregation::MakeNormBound(aggregation::MakeFedAvg(), 2.0);
   ASSERT_TRUE(bounded.ok()) << bounded.status();
@@ -293,14 +347,13 @@ TEST_F(EngineTest, ANormBoundClipsEachUpdatesChangeBeforeTheMean) {
   EXPECT_EQ(others, 0);
 }
 
-TEST_F(EngineTest, TheStrategyChoosesTheEvaluatorsAndAggregatesTheirReports) {
-  Script script;
-  script.evaluate = [](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
+TEST_F(EngineStrategyTest, TheStrategyChoosesTheEvaluatorsAndAggregatesTheirReports) {
+  script_.evaluate = [](const RoundContext& ctx) -> absl::StatusOr<RoundPlan> {
     RoundPlan plan;
     plan.sites = {"client-b", "client-c"};
     return plan;
   };
-  strategy_ = std::make_unique<ScriptedStrategy>(&script);
+  strategy_ = std::make_unique<ScriptedStrategy>(&script_);
   options_.num_rounds = 1;
   options_.eval_every = 1;
   StartEngine();

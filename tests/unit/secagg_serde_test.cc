@@ -179,7 +179,8 @@ TEST(SecAggSerdeTest, UnmaskRoundTripAndShareLengthsAreChecked) {
   v1::SecAggUnmask out_of_field = proto;
   out_of_field.mutable_mask_key_shares(0)->set_y(4, secagg::kShamirPrime);
   EXPECT_EQ(UnmaskFromProto(out_of_field, 2).status().message(),
-            "unmask.mask_key_shares[0].y[4] is outside the field");
+            "unmask.mask_key_shares[0].y[4] = 2305843009213693951 is outside the field (must be "
+            "< 2^61 - 1)");
 
   v1::SecAggUnmask twice = proto;
   twice.mutable_self_seed_shares(1)->set_owner(0);

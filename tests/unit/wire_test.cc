@@ -102,6 +102,12 @@ TEST(ProtoSerdeTest, PayloadEncodingsRoundTripAndUnknownOnesAreNone) {
   EXPECT_EQ(ToProto(UpdateEncoding::kFloat16), v1::UpdateMetadata::FLOAT16);
   EXPECT_EQ(ToProto(UpdateEncoding::kInt8), v1::UpdateMetadata::INT8);
   EXPECT_EQ(ToProto(UpdateEncoding::kFloat32), v1::UpdateMetadata::FLOAT32);
+  // And back, as a site reads its task: unspecified is float32, masked ones are no fit encoding.
+  EXPECT_EQ(FitEncodingFromProto(v1::UpdateMetadata::ENCODING_UNSPECIFIED),
+            UpdateEncoding::kFloat32);
+  EXPECT_EQ(FitEncodingFromProto(v1::UpdateMetadata::INT8), UpdateEncoding::kInt8);
+  EXPECT_EQ(FitEncodingFromProto(v1::UpdateMetadata::MASKED_UINT32), std::nullopt);
+  EXPECT_EQ(PayloadEncodingName(PayloadEncoding::kMaskedUint64), std::string("MASKED_UINT64"));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ namespace fl::aggregation {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::vector<std::string_view> Views(const std::vector<std::string>& ids) {
   return std::vector<std::string_view>(ids.begin(), ids.end());
@@ -36,6 +37,13 @@ TEST(StrategyInterfaceTest, TheDefaultDrawIsSeededSortedAndTakesWhatIsAskedFor) 
   EXPECT_EQ(SampleSites(ctx), a);  // same context, same sites
   ctx.seed = 43;
   EXPECT_NE(SampleSites(ctx), a);
+  // Pinned: the engine drew exactly these before strategies configured rounds (the same
+  // seeded Fisher-Yates over the same order), so a run's sites do not change with the interface.
+  ctx.seed = 7 * 1000003u + 3 * 7919u;
+  EXPECT_THAT(
+      SampleSites(ctx),
+      ::testing::ElementsAre("site-1000", "site-1003", "site-1007", "site-1027", "site-1028",
+                             "site-1030", "site-1062", "site-1072", "site-1075", "site-1081"));
   ctx.num_to_sample = 500;  // more than there are: all of them
   EXPECT_EQ(SampleSites(ctx).size(), 100u);
   absl::StatusOr<RoundPlan> plan = MakeFedAvg()->ConfigureFit(ctx);
@@ -114,7 +122,7 @@ TEST(WrappersTest, RequireEverySiteFailsTheRoundNamingTheSitesAndCommitsAWholeOn
   partial->Fold(0, update.data(), 1.0);
   partial->Accept(1.0);
   for (int i = 0; i < 7; ++i) {
-    partial->Failed({.site = "0123456789abcdef0123-site-" + std::to_string(i),
+    partial->Failed({.site = std::to_string(i) + "123456789abcdef-site",
                      .kind = i == 0 ? SiteFailure::Kind::kDropped : SiteFailure::Kind::kMissing,
                      .reason = i == 0 ? "offline: no poll for 2m" : "no update before the close"});
   }
@@ -122,9 +130,11 @@ TEST(WrappersTest, RequireEverySiteFailsTheRoundNamingTheSitesAndCommitsAWholeOn
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(failed.status().message(),
               HasSubstr("accept_failures is false and 7 of the sampled sites failed: "
-                        "0123456789abcdef dropped (offline: no poll for 2m); 0123456789abcdef "
+                        "0123456789abcdef dropped (offline: no poll for 2m); 1123456789abcdef "
                         "missing (no update before the close)"));
-  EXPECT_THAT(failed.status().message(), HasSubstr("; ..."));  // five shown, not seven
+  EXPECT_THAT(failed.status().message(), HasSubstr("4123456789abcdef missing"));
+  EXPECT_THAT(failed.status().message(), Not(HasSubstr("5123456789abcdef")));  // five shown
+  EXPECT_THAT(failed.status().message(), HasSubstr("; ..."));
 }
 
 TEST(WrappersTest, MakeStrategyWrapsAsTheOptionsSay) {
@@ -138,6 +148,20 @@ TEST(WrappersTest, MakeStrategyWrapsAsTheOptionsSay) {
   EXPECT_EQ((*s)->update_norm_bound(), 1.5);
   // Still the median underneath: it keeps updates apart, and refuses central DP.
   EXPECT_EQ((*s)->CheckPlan({.central_dp = true}).code(), absl::StatusCode::kInvalidArgument);
+  // accept_failures = false took: a round that lost a site fails.
+  Model global(ModelSpec({{"w", {3}}}));
+  std::unique_ptr<RoundAggregator> round = (*s)->BeginRound(global);
+  round->Failed({.site = "site-x", .kind = SiteFailure::Kind::kDeclined, .reason = "busy"});
+  EXPECT_THAT(round->Finish().status().message(), HasSubstr("accept_failures is false"));
+  options.accept_failures = true;
+  options.norm_bound = 0;
+  absl::StatusOr<std::unique_ptr<Strategy>> plain = MakeStrategy(options, {});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ((*plain)->update_norm_bound(), 0);
+  options.name = "scaffold";
+  options.norm_bound = 1;
+  EXPECT_THAT(MakeStrategy(options, {}).status().message(),
+              HasSubstr("norm_bound cannot wrap strategy 'scaffold'"));
   options.norm_bound = -2;
   EXPECT_THAT(MakeStrategy(options, {}).status().message(),
               HasSubstr("norm_bound must be >= 0 (0: off), got -2"));

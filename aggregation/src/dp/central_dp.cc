@@ -15,7 +15,8 @@ class CentralDpAggregator final : public RoundAggregatorWrapper {
   CentralDpAggregator(std::unique_ptr<RoundAggregator> inner, const CentralDpOptions& options)
       : RoundAggregatorWrapper(std::move(inner)), options_(options) {}
 
-  // Every update counts alike (see the header): the inner mean is unweighted.
+  // Every update counts alike (see the header): the inner mean is unweighted, whether the update
+  // streams in (BeginUpdate) or is folded directly.
   absl::StatusOr<std::unique_ptr<UpdateSink>> BeginUpdate(const UpdateInfo& info) override {
     UpdateInfo alike = info;
     alike.weight = 1.0;

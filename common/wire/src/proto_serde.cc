@@ -54,6 +54,20 @@ std::optional<PayloadEncoding> FromProto(v1::UpdateMetadata::Encoding encoding) 
   }
 }
 
+std::optional<UpdateEncoding> FitEncodingFromProto(v1::UpdateMetadata::Encoding encoding) {
+  switch (encoding) {
+    case v1::UpdateMetadata::ENCODING_UNSPECIFIED:
+    case v1::UpdateMetadata::FLOAT32:
+      return UpdateEncoding::kFloat32;
+    case v1::UpdateMetadata::FLOAT16:
+      return UpdateEncoding::kFloat16;
+    case v1::UpdateMetadata::INT8:
+      return UpdateEncoding::kInt8;
+    default:
+      return std::nullopt;
+  }
+}
+
 grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));

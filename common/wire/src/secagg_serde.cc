@@ -48,7 +48,8 @@ absl::StatusOr<secagg::ShamirShare> ShareFromProto(const v1::SecAggShare& in,
   share.x = in.x();
   for (int i = 0; i < secagg::kShamirPieces; ++i) {
     if (in.y(i) >= secagg::kShamirPrime) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ".y[", i, "] is outside the field"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ".y[", i, "] = ", in.y(i),
+                                                     " is outside the field (must be < 2^61 - 1)"));
     }
     share.y[i] = in.y(i);
   }

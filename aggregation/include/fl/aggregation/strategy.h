@@ -7,6 +7,10 @@
 //   ConfigureEvaluate   which sites evaluate the new model
 //   AggregateEvaluate   the federation's loss and metrics from their reports and failures
 //
+// ConfigureFit, ConfigureEvaluate and AggregateEvaluate run under the engine's lock, while
+// every site waits: they must be quick (choose from what they are given) and must not call back
+// into the engine.
+//
 // Strategies aggregate by streaming: a round's aggregator receives each update one chunk at a
 // time, so the server holds one accumulator per round, never every update. The server folds an
 // update only once its whole payload checked out (size, finiteness, SHA-256), so a refused update

@@ -51,8 +51,11 @@ class StrategyWrapper : public Strategy {
   Strategy* inner_;
 };
 
-// The inner aggregator's sinks write into it directly: a wrapper that changes what an update
-// counts for overrides BeginUpdate (and Fold/Accept, for callers that fold directly).
+// BeginUpdate hands out the inner aggregator's sink (a robust one keeps the update in its spill,
+// which only it can do), and that sink writes into the inner aggregator directly: an override of
+// Fold or Accept alone is bypassed by every update the engine streams. A wrapper that changes
+// what an update counts for overrides BeginUpdate, and Fold and Accept too for callers that fold
+// directly (dp/central_dp.cc does both).
 class RoundAggregatorWrapper : public RoundAggregator {
  public:
   explicit RoundAggregatorWrapper(std::unique_ptr<RoundAggregator> inner)

@@ -19,8 +19,9 @@
 
 namespace fl::aggregation {
 
-// INVALID_ARGUMENT unless `max_norm` is a finite number > 0. The wrapper's CheckPlan refuses
-// secure aggregation (the server cannot clip updates it cannot read).
+// INVALID_ARGUMENT unless `max_norm` is a finite number > 0, and for SCAFFOLD (whose updates
+// carry control variates beside the weights). The wrapper's CheckPlan refuses secure aggregation
+// (the server cannot clip updates it cannot read).
 absl::StatusOr<std::unique_ptr<Strategy>> MakeNormBound(std::unique_ptr<Strategy> inner,
                                                         double max_norm);
 

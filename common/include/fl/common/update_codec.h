@@ -35,6 +35,9 @@ enum class UpdateEncoding { kFloat32, kFloat16, kInt8 };
 // 32 or 64 bits. The engine's UpdateMeta and the SDK's UpdateHeader both carry it; fl::wire
 // converts it to the protocol's enum.
 enum class PayloadEncoding { kFloat32, kMaskedUint32, kMaskedUint64, kFloat16, kInt8 };
+// The protocol's name of `encoding`: "FLOAT32", "MASKED_UINT32", "MASKED_UINT64", "FLOAT16",
+// "INT8" (what a site's refusal names).
+const char* PayloadEncodingName(PayloadEncoding encoding);
 constexpr PayloadEncoding ToPayloadEncoding(UpdateEncoding encoding) {
   switch (encoding) {
     case UpdateEncoding::kFloat32:

@@ -27,10 +27,12 @@ absl::StatusOr<ModelSpec> FromProto(const v1::ModelSpec& spec);
 // know (the caller names the value, Encoding_Name, in its refusal).
 v1::UpdateMetadata::Encoding ToProto(PayloadEncoding encoding);
 std::optional<PayloadEncoding> FromProto(v1::UpdateMetadata::Encoding encoding);
-// The encoding a fit task asks for (a lossy one or float32; never masked).
+// The encoding a fit task asks for (a lossy one or float32; never masked), and back: an
+// unspecified one is float32 (servers before update encodings), a masked or unknown one nothing.
 inline v1::UpdateMetadata::Encoding ToProto(UpdateEncoding encoding) {
   return ToProto(ToPayloadEncoding(encoding));
 }
+std::optional<UpdateEncoding> FitEncodingFromProto(v1::UpdateMetadata::Encoding encoding);
 
 // absl and gRPC status codes share their numbering; messages carry over unchanged.
 grpc::Status ToGrpcStatus(const absl::Status& status);

@@ -264,6 +264,9 @@ struct SecAggMessage {
   std::optional<secagg::EncryptedShares> shares;
   std::optional<secagg::UnmaskResponse> unmask;
   std::string decline_reason;  // non-empty: the client leaves the round
+  // Non-empty: the message's body could not be read (the transport says why); the client is
+  // dropped from the round with it and the message refused (INVALID_ARGUMENT).
+  std::string malformed;
 };
 
 struct EvaluationReport {
