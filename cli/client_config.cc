@@ -23,9 +23,10 @@ const std::vector<std::string>& MissingValueChoices() {
 // data.delimiter: a string key that ParseDelimiter must take; written back as given.
 Key DelimiterKey() {
   Key k = tk::StringKey<ClientConfig>(
-      "data", "delimiter",
-      "CSV field separator: one character such as \",\", \";\", \"|\" or \"\\t\" (a tab).", false,
-      [](auto& c) -> auto& { return c.data.delimiter; });
+              "data", "delimiter",
+              "CSV field separator: one character such as \",\", \";\", \"|\" or \"\\t\" (a tab).",
+              false, [](auto& c) -> auto& { return c.data.delimiter; })
+              .Flag("--delimiter", "CSV field separator: one character; \\t or tab for a tab");
   k.apply = [read = k.apply](const toml::node& node, const std::string& file,
                              const std::string& full_key, ClientConfig& config) -> absl::Status {
     if (const toml::value<std::string>* v = node.as_string()) {
@@ -59,98 +60,131 @@ const std::vector<Key>& Keys() {
   static const auto* const kKeys = new std::vector<Key>{
       tk::StringKey<C>(
           "server", "address", "host:port of the server.", false,
-          [](auto& c) -> auto& { return c.client.server_address; }),
+          [](auto& c) -> auto& { return c.client.server_address; })
+          .Flag("--server", "host:port of the server"),
       tk::StringKey<C>(
           "server", "ca", "Federation CA certificate (PEM file); needed for TLS.", true,
-          [](auto& c) -> auto& { return c.client.ca_cert_path; }),
+          [](auto& c) -> auto& { return c.client.ca_cert_path; })
+          .Flag("--ca", "Federation CA certificate (PEM)"),
       tk::StringKey<C>(
           "server", "cert", "This site's certificate (PEM file); needed for TLS.", true,
-          [](auto& c) -> auto& { return c.client.cert_path; }),
+          [](auto& c) -> auto& { return c.client.cert_path; })
+          .Flag("--cert", "This site's certificate (PEM)"),
       tk::StringKey<C>(
           "server", "key", "This site's private key (PEM file); needed for TLS.", true,
-          [](auto& c) -> auto& { return c.client.key_path; }),
+          [](auto& c) -> auto& { return c.client.key_path; })
+          .Flag("--key", "This site's private key (PEM)"),
       tk::StringKey<C>(
           "server", "name",
           "Site name in logs; empty: the certificate's common name (the identity in plaintext).",
-          true, [](auto& c) -> auto& { return c.client.name; }),
+          true, [](auto& c) -> auto& { return c.client.name; })
+          .Flag(
+              "--name",
+              "Site name for logs (default: the certificate's CN; the identity in plaintext mode)"),
       tk::BoolKey<C>(
           "server", "insecure_plaintext", "No TLS, to a loopback address only: for tests.",
-          [](auto& c) -> auto& { return c.client.insecure_plaintext; }),
+          [](auto& c) -> auto& { return c.client.insecure_plaintext; })
+          .Flag("--insecure-plaintext", "No TLS; loopback only; for tests"),
 
       tk::StringKey<C>("data", "format",
                        "\"csv\" (path, label_column) or \"idx\" (images, labels).", false,
-                       [](auto& c) -> auto& { return c.data.format; }, {"csv", "idx"}),
+                       [](auto& c) -> auto& { return c.data.format; }, {"csv", "idx"})
+          .Flag("--format", "csv or idx (default: idx when --images is given)"),
       tk::StringKey<C>(
           "data", "path",
           "Training CSV file with a header row; features: feature_columns, else every column "
           "but the label and drop_columns.",
-          true, [](auto& c) -> auto& { return c.data.path; }),
+          true, [](auto& c) -> auto& { return c.data.path; })
+          .Flag("--csv", "Training CSV file with a header row"),
       tk::StringKey<C>(
           "data", "label_column", "The CSV column of integer class labels 0..classes-1.", false,
-          [](auto& c) -> auto& { return c.data.label_column; }),
+          [](auto& c) -> auto& { return c.data.label_column; })
+          .Flag("--label-column"),
       DelimiterKey(),
       tk::StringArrayKey<C>(
           "data", "drop_columns",
           "CSV columns never used as features (patient ids, dates, free text); not read.",
-          [](auto& c) -> auto& { return c.data.drop_columns; }),
+          [](auto& c) -> auto& { return c.data.drop_columns; })
+          .Flag("--drop-column",
+                "CSV column never used as a feature, e.g. a patient id (repeatable)"),
       tk::StringArrayKey<C>(
           "data", "feature_columns",
           "Not empty: exactly these CSV columns, in this order, are the features; others are "
           "ignored.",
-          [](auto& c) -> auto& { return c.data.feature_columns; }),
+          [](auto& c) -> auto& { return c.data.feature_columns; })
+          .Flag("--feature-column",
+                "Exactly these CSV columns, in this order, are the features (repeatable)"),
       tk::StringKey<C>(
           "data", "missing_values",
           "A value that is empty or NA, N/A, NaN, null, ? (any case): \"refuse\" the file, "
           "\"drop_row\" or \"impute\".",
-          false, [](auto& c) -> auto& { return c.data.missing_values; }, MissingValueChoices()),
+          false, [](auto& c) -> auto& { return c.data.missing_values; }, MissingValueChoices())
+          .Flag("--missing-values",
+                "A missing CSV value (empty, NA, N/A, NaN, null, ?): refuse, drop_row or impute"),
       tk::FloatKey<C>(
           "data", "impute_value", "missing_values = \"impute\": what a missing feature becomes.",
-          Range::kAny, [](auto& c) -> auto& { return c.data.impute_value; }),
+          Range::kAny, [](auto& c) -> auto& { return c.data.impute_value; })
+          .Flag("--impute-value",
+                "With --missing-values impute: what a missing feature value becomes"),
       tk::StringKey<C>(
           "data", "images", "Training IDX image file (optionally .gz).", true,
-          [](auto& c) -> auto& { return c.data.images; }),
+          [](auto& c) -> auto& { return c.data.images; })
+          .Flag("--images", "Training IDX images (optionally .gz)"),
       tk::StringKey<C>(
           "data", "labels", "Training IDX label file (optionally .gz).", true,
-          [](auto& c) -> auto& { return c.data.labels; }),
+          [](auto& c) -> auto& { return c.data.labels; })
+          .Flag("--labels", "Training IDX labels (optionally .gz)"),
       tk::StringKey<C>(
           "data", "test_path", "Test CSV file (same columns); empty: none.", true,
-          [](auto& c) -> auto& { return c.data.test_path; }),
+          [](auto& c) -> auto& { return c.data.test_path; })
+          .Flag("--test-csv", "Test CSV file"),
       tk::StringKey<C>(
           "data", "test_images", "Test IDX image file; empty: none.", true,
-          [](auto& c) -> auto& { return c.data.test_images; }),
+          [](auto& c) -> auto& { return c.data.test_images; })
+          .Flag("--test-images", "Test IDX images"),
       tk::StringKey<C>(
           "data", "test_labels", "Test IDX label file; empty: none.", true,
-          [](auto& c) -> auto& { return c.data.test_labels; }),
+          [](auto& c) -> auto& { return c.data.test_labels; })
+          .Flag("--test-labels", "Test IDX labels"),
       tk::FloatKey<C>(
           "data", "test_fraction",
           "Without test files: hold out this fraction of the training rows for evaluation.",
-          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.data.test_fraction; }),
+          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.data.test_fraction; })
+          .Flag("--test-fraction",
+                "Without test files: hold out this fraction of the training rows"),
       tk::IntKey<C, uint64_t>(
           "data", "split_seed", "Seed of the shuffle behind test_fraction and the shards.", 0,
-          [](auto& c) -> auto& { return c.data.split_seed; }),
+          [](auto& c) -> auto& { return c.data.split_seed; })
+          .Flag("--split-seed", "Seed of the shards and the test split (default: --seed)"),
       tk::IntKey<C, int32_t>(
           "data", "shard", "Train on IID shard `shard` of num_shards (for demos).", 0,
-          [](auto& c) -> auto& { return c.data.shard; }),
+          [](auto& c) -> auto& { return c.data.shard; })
+          .Flag("--shard", "Train on IID shard K of --num-shards"),
       tk::IntKey<C, int32_t>(
           "data", "num_shards", "Number of IID shards of the training rows; 0: no sharding.", 0,
-          [](auto& c) -> auto& { return c.data.num_shards; }),
+          [](auto& c) -> auto& { return c.data.num_shards; })
+          .Flag("--num-shards"),
 
       tk::StringKey<C>("model", "kind", "\"softmax\" (or \"logistic\"), \"mlp\" or \"simple_cnn\".",
                        false, [](auto& c) -> auto& { return c.model.kind; },
-                       {"softmax", "logistic", "mlp", "simple_cnn"}),
+                       {"softmax", "logistic", "mlp", "simple_cnn"})
+          .Flag("--model", "softmax, mlp or simple_cnn"),
       tk::IntKey<C, int64_t>(
           "model", "features",
           "Input features the model expects; 0: the training data's (simple_cnn: "
           "height*width*channels).",
-          0, [](auto& c) -> auto& { return c.model.features; }),
+          0, [](auto& c) -> auto& { return c.model.features; })
+          .Flag("--features", "Features the model expects (0: the data's)"),
       tk::IntKey<C, int32_t>(
           "model", "classes",
           "Output classes; labels must be in [0, classes). 0: 1 + the largest training label "
           "(set it when a site may lack the highest classes).",
-          0, [](auto& c) -> auto& { return c.model.classes; }),
+          0, [](auto& c) -> auto& { return c.model.classes; })
+          .Flag("--classes", "Classes (0: 1 + the largest training label)"),
       tk::IntArrayKey<C>(
           "model", "hidden", "mlp: widths of the hidden layers.", 1,
-          [](auto& c) -> auto& { return c.model.hidden; }),
+          [](auto& c) -> auto& { return c.model.hidden; })
+          .Flag("--hidden", "mlp hidden layer widths"),
       tk::IntKey<C, int64_t>(
           "model", "image_height", "simple_cnn: image height in pixels.", 1,
           [](auto& c) -> auto& { return c.model.image_height; }),
@@ -161,12 +195,14 @@ const std::vector<Key>& Keys() {
           "model", "image_channels", "simple_cnn: channels per pixel.", 1,
           [](auto& c) -> auto& { return c.model.image_channels; }),
 
-      tk::StringKey<C>(
-          "training", "backend", "\"auto\" (CUDA when a device is present), \"cpu\" or \"cuda\".",
-          false, [](auto& c) -> auto& { return c.training.backend; }, {"auto", "cpu", "cuda"}),
+      tk::StringKey<C>("training", "backend",
+                       "\"auto\" (CUDA when a device is present), \"cpu\" or \"cuda\".", false,
+                       [](auto& c) -> auto& { return c.training.backend; }, {"auto", "cpu", "cuda"})
+          .Flag("--backend", "auto, cpu or cuda"),
       tk::IntKey<C, int>(
           "training", "cpu_threads", "Threads of the CPU backend; 0: every core.", 0,
-          [](auto& c) -> auto& { return c.training.cpu_threads; }),
+          [](auto& c) -> auto& { return c.training.cpu_threads; })
+          .Flag("--cpu-threads", "0: every core"),
       tk::FloatKey<C>(
           "training", "momentum", "SGD heavy-ball momentum.", Range::kNonNegative,
           [](auto& c) -> auto& { return c.training.momentum; }),
@@ -184,23 +220,30 @@ const std::vector<Key>& Keys() {
           [](auto& c) -> auto& { return c.training.scaffold; }),
       tk::IntKey<C, uint64_t>(
           "training", "seed", "Seed of the batch order.", 0,
-          [](auto& c) -> auto& { return c.training.seed; }),
+          [](auto& c) -> auto& { return c.training.seed; })
+          .Flag("--seed", "Seed of the batch order"),
 
       tk::IntKey<C, int32_t>(
           "limits", "max_local_epochs", "Most local epochs a task may ask for; 0: no limit.", 0,
-          [](auto& c) -> auto& { return c.client.limits.max_local_epochs; }),
+          [](auto& c) -> auto& { return c.client.limits.max_local_epochs; })
+          .Flag("--max-local-epochs", "Decline tasks asking for more local epochs (0: no limit)"),
       tk::StringArrayKey<C>(
           "limits", "allowed_models",
           "Models a task may train (softmax, mlp, simple_cnn); empty: any.",
-          [](auto& c) -> auto& { return c.client.limits.allowed_models; }),
+          [](auto& c) -> auto& { return c.client.limits.allowed_models; })
+          .Flag("--allowed-model", "Decline tasks for any other model (repeatable; default: any)"),
       tk::BoolKey<C>(
           "limits", "require_differential_privacy",
           "Decline tasks of runs without differential privacy.",
-          [](auto& c) -> auto& { return c.client.limits.require_differential_privacy; }),
+          [](auto& c) -> auto& { return c.client.limits.require_differential_privacy; })
+          .Flag("--require-differential-privacy",
+                "Decline tasks of runs without differential privacy"),
       tk::BoolKey<C>(
           "limits", "require_secure_aggregation",
           "Decline tasks of runs without secure aggregation (the server would see this update).",
-          [](auto& c) -> auto& { return c.client.limits.require_secure_aggregation; }),
+          [](auto& c) -> auto& { return c.client.limits.require_secure_aggregation; })
+          .Flag("--require-secure-aggregation",
+                "Decline tasks of rounds without secure aggregation"),
       tk::BoolKey<C>(
           "limits", "share_site_evaluation",
           "In runs with secure aggregation, let the server record this site's own evaluation "
@@ -212,12 +255,16 @@ const std::vector<Key>& Keys() {
           "client", "heartbeat_s",
           "Heartbeat period while working on a task (seconds); well under the server's "
           "client_timeout_s.",
-          Range::kPositive, [](auto& c) -> auto& { return c.client.heartbeat_interval; }),
+          Range::kPositive, [](auto& c) -> auto& { return c.client.heartbeat_interval; })
+          .Flag("--heartbeat", "Heartbeat period while working (seconds)"),
       tk::SecondsKey<C>(
           "client", "reconnect_timeout_s",
           "Retry an unreachable server this long (seconds); then once exits 5, serving "
           "logs it and goes on.",
-          Range::kPositive, [](auto& c) -> auto& { return c.client.reconnect_timeout; }),
+          Range::kPositive, [](auto& c) -> auto& { return c.client.reconnect_timeout; })
+          .Flag("--reconnect-timeout",
+                "Seconds the server may stay unreachable: then --once exits 5; serving, the client "
+                "logs server_unreachable and keeps retrying"),
       tk::SecondsKey<C>(
           "client", "poll_wait_s", "How long one poll for a task waits (seconds).",
           Range::kPositive, [](auto& c) -> auto& { return c.client.poll_wait; }),
@@ -225,16 +272,21 @@ const std::vector<Key>& Keys() {
           "client", "once",
           "One run, then exit (0 finished, 4 failed); false: serve run after run until "
           "stopped.",
-          [](auto& c) -> auto& { return c.service.once; }),
+          [](auto& c) -> auto& { return c.service.once; })
+          .Flag("--once",
+                "Take part in one run, then exit: 0 finished, 4 failed, 5 server unreachable"),
       tk::SecondsKey<C>(
           "client", "next_run_poll_s",
           "Between runs: how often to ask the server whether a new run started (seconds).",
-          Range::kPositive, [](auto& c) -> auto& { return c.service.next_run_poll; }),
+          Range::kPositive, [](auto& c) -> auto& { return c.service.next_run_poll; })
+          .Flag("--next-run-poll", "Between runs: seconds between asking the server for a new run"),
   };
   return *kKeys;
 }
 
 }  // namespace
+
+const std::vector<toml_keys::KeySpec<ClientConfig>>& ClientConfigKeys() { return Keys(); }
 
 absl::Status ApplyClientConfig(const std::string& path, ClientConfig& config) {
   return tk::ApplyTomlFile(path, Tables(), Keys(), config);
@@ -383,13 +435,13 @@ std::string ClientConfigReference() {
       "# Configuration of `fl client --config FILE`: a site of the federation.\n"
       "#\n"
       "# Every key is optional and is shown here with its default value. A flag given on the\n"
-      "# command line overrides the file. Durations are in seconds and, like every number that\n"
-      "# is not a count, may be written as integers or decimals. Relative paths are taken from\n"
-      "# the working directory, as for flags.\n"
+      "# command line (named beside its key) overrides the file. Durations are in seconds and,\n"
+      "# like every number that is not a count, may be written as integers or decimals.\n"
+      "# Relative paths are taken from the working directory, as for flags.\n"
       "# Printed by `fl client --print-config-reference`; `--print-effective-config` prints\n"
       "# the configuration a client would run with.\n"
       "\n",
-      ClientConfigToToml(ClientConfig{}));
+      tk::TomlFromConfig(Tables(), Keys(), ClientConfig{}, /*with_flags=*/true));
 }
 
 }  // namespace fl::cli

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/internal/toml_keys.h"
 #include "fl/client/builtin_models.h"
 #include "fl/client/client.h"
 #include "fl/client/dataset.h"
@@ -45,9 +46,9 @@ struct ClientDataConfig {
   std::vector<std::string> feature_columns;  // not empty: exactly these, in order, are features
   std::string missing_values = "refuse";     // "refuse", "drop_row" or "impute"
   float impute_value = 0;                    // "impute": what a missing feature value becomes
-  std::string images;     // IDX training images (optionally .gz)
-  std::string labels;     // IDX training labels
-  std::string test_path;  // test CSV, same columns
+  std::string images;                        // IDX training images (optionally .gz)
+  std::string labels;                        // IDX training labels
+  std::string test_path;                     // test CSV, same columns
   std::string test_images;
   std::string test_labels;
   double test_fraction = 0;  // in [0, 1)
@@ -120,6 +121,10 @@ std::string ClientConfigToToml(const ClientConfig& config);
 // A commented example file listing every key with its default value and meaning: a header, then
 // ClientConfigToToml(ClientConfig{}). `fl client --print-config-reference` prints it.
 std::string ClientConfigReference();
+
+// Every key of the file, in reference order; those with a flag are `fl client`'s flags too
+// (cli/key_flags.h).
+const std::vector<toml_keys::KeySpec<ClientConfig>>& ClientConfigKeys();
 
 }  // namespace fl::cli
 

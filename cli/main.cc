@@ -236,21 +236,11 @@ struct ClientArgs {
   std::string config_path;  // read before parsing, see ConfigPath
   bool print_config_reference = false;
   bool print_effective_config = false;
-  double heartbeat_s = 0, reconnect_timeout_s = 0;
-  double next_run_poll_s = 0;
   bool preflight = false;
-  CLI::Option* format = nullptr;
-  CLI::Option* csv = nullptr;
-  CLI::Option* images = nullptr;
-  CLI::Option* split_seed = nullptr;
-  CLI::Option* seed = nullptr;
+  std::map<std::string, CLI::Option*> flags;  // by key: which were given
 };
 
 CLI::App* AddClientCommand(CLI::App& app, ClientArgs& a) {
-  fl::cli::ClientConfig& c = a.config;
-  a.heartbeat_s = absl::ToDoubleSeconds(c.client.heartbeat_interval);
-  a.reconnect_timeout_s = absl::ToDoubleSeconds(c.client.reconnect_timeout);
-  a.next_run_poll_s = absl::ToDoubleSeconds(c.service.next_run_poll);
   CLI::App* cmd = app.add_subcommand(
       "client",
       "Run a site's client with a built-in model (softmax, mlp, simple_cnn): it serves run "
@@ -259,99 +249,26 @@ CLI::App* AddClientCommand(CLI::App& app, ClientArgs& a) {
   cmd->add_flag("--preflight", a.preflight,
                 "Check the certificates, the way to the server, the enrollment and the data, "
                 "print PASS/FAIL per check, and exit (0: all passed, 6: a check failed)");
-  cmd->add_flag("--once", c.service.once,
-                "Take part in one run, then exit: 0 finished, 4 failed, 5 server unreachable");
-  cmd->add_option("--next-run-poll", a.next_run_poll_s,
-                  "Between runs: seconds between asking the server for a new run")
-      ->check(CLI::Range(0.01, 86400.0))
-      ->capture_default_str();
   cmd->add_option("--config", a.config_path,
                   "TOML configuration file; flags given override its values");
   cmd->add_flag("--print-config-reference", a.print_config_reference,
                 "Print every configuration key with its default and meaning, and exit");
   cmd->add_flag("--print-effective-config", a.print_effective_config,
                 "Print the configuration from --config and the flags as TOML, and exit");
-  cmd->add_option("--server", c.client.server_address, "host:port of the server")
-      ->capture_default_str();
-  cmd->add_option("--ca", c.client.ca_cert_path, "Federation CA certificate (PEM)");
-  cmd->add_option("--cert", c.client.cert_path, "This site's certificate (PEM)");
-  cmd->add_option("--key", c.client.key_path, "This site's private key (PEM)");
-  cmd->add_option("--name", c.client.name,
-                  "Site name for logs (default: the certificate's CN; the identity in plaintext "
-                  "mode)")
-      ->capture_default_str();
-  cmd->add_flag("--insecure-plaintext", c.client.insecure_plaintext,
-                "No TLS; loopback only; for tests");
-  a.format =
-      cmd->add_option("--format", c.data.format, "csv or idx (default: idx when --images is given)")
-          ->capture_default_str();
-  a.csv = cmd->add_option("--csv", c.data.path, "Training CSV file with a header row");
-  cmd->add_option("--label-column", c.data.label_column)->capture_default_str();
-  cmd->add_option("--delimiter", c.data.delimiter,
-                  "CSV field separator: one character; \\t or tab for a tab")
-      ->capture_default_str();
-  cmd->add_option("--drop-column", c.data.drop_columns,
-                  "CSV column never used as a feature, e.g. a patient id (repeatable)");
-  cmd->add_option("--feature-column", c.data.feature_columns,
-                  "Exactly these CSV columns, in this order, are the features (repeatable)");
-  cmd->add_option("--missing-values", c.data.missing_values,
-                  "A missing CSV value (empty, NA, N/A, NaN, null, ?): refuse, drop_row or impute")
-      ->capture_default_str();
-  cmd->add_option("--impute-value", c.data.impute_value,
-                  "With --missing-values impute: what a missing feature value becomes")
-      ->capture_default_str();
-  a.images = cmd->add_option("--images", c.data.images, "Training IDX images (optionally .gz)");
-  cmd->add_option("--labels", c.data.labels, "Training IDX labels (optionally .gz)");
-  cmd->add_option("--test-csv", c.data.test_path, "Test CSV file");
-  cmd->add_option("--test-images", c.data.test_images, "Test IDX images");
-  cmd->add_option("--test-labels", c.data.test_labels, "Test IDX labels");
-  cmd->add_option("--test-fraction", c.data.test_fraction,
-                  "Without test files: hold out this fraction of the training rows")
-      ->capture_default_str();
-  a.split_seed = cmd->add_option("--split-seed", c.data.split_seed,
-                                 "Seed of the shards and the test split (default: --seed)")
-                     ->capture_default_str();
-  cmd->add_option("--shard", c.data.shard, "Train on IID shard K of --num-shards");
-  cmd->add_option("--num-shards", c.data.num_shards);
-  cmd->add_option("--model", c.model.kind, "softmax, mlp or simple_cnn")->capture_default_str();
-  cmd->add_option("--features", c.model.features, "Features the model expects (0: the data's)")
-      ->capture_default_str();
-  cmd->add_option("--classes", c.model.classes, "Classes (0: 1 + the largest training label)")
-      ->capture_default_str();
-  cmd->add_option("--hidden", c.model.hidden, "mlp hidden layer widths")->capture_default_str();
-  cmd->add_option("--backend", c.training.backend, "auto, cpu or cuda")->capture_default_str();
-  cmd->add_option("--cpu-threads", c.training.cpu_threads, "0: every core")->capture_default_str();
-  a.seed =
-      cmd->add_option("--seed", c.training.seed, "Seed of the batch order")->capture_default_str();
-  cmd->add_option("--max-local-epochs", c.client.limits.max_local_epochs,
-                  "Decline tasks asking for more local epochs (0: no limit)")
-      ->capture_default_str();
-  cmd->add_option("--allowed-model", c.client.limits.allowed_models,
-                  "Decline tasks for any other model (repeatable; default: any)");
-  cmd->add_flag("--require-differential-privacy", c.client.limits.require_differential_privacy,
-                "Decline tasks of runs without differential privacy");
-  cmd->add_flag("--require-secure-aggregation", c.client.limits.require_secure_aggregation,
-                "Decline tasks of rounds without secure aggregation");
-  cmd->add_option("--heartbeat", a.heartbeat_s, "Heartbeat period while working (seconds)")
-      ->capture_default_str();
-  cmd->add_option("--reconnect-timeout", a.reconnect_timeout_s,
-                  "Seconds the server may stay unreachable: then --once exits 5; serving, the "
-                  "client logs server_unreachable and keeps retrying")
-      ->capture_default_str();
+  // Every key's flag (the file's keys and the flags are one table: cli/client_config.cc).
+  a.flags = fl::cli::AddKeyFlags(*cmd, fl::cli::ClientConfigKeys(), a.config);
   return cmd;
 }
 
 int RunClient(ClientArgs& a) {
   BlockTerminationSignals();
   fl::cli::ClientConfig& config = a.config;
-  config.client.heartbeat_interval = absl::Seconds(a.heartbeat_s);
-  config.client.reconnect_timeout = absl::Seconds(a.reconnect_timeout_s);
-  config.service.next_run_poll = absl::Seconds(a.next_run_poll_s);
-  if (a.format->count() == 0) {
-    if (a.images->count() > 0) config.data.format = "idx";
-    if (a.csv->count() > 0) config.data.format = "csv";
+  auto given = [&a](const std::string& key) { return a.flags.at(key)->count() > 0; };
+  if (!given("data.format")) {
+    if (given("data.images")) config.data.format = "idx";
+    if (given("data.path")) config.data.format = "csv";
   }
-  if (a.split_seed->count() == 0 && a.seed->count() > 0) {
+  if (!given("data.split_seed") && given("training.seed")) {
     config.data.split_seed = config.training.seed;
   }
   if (a.print_config_reference) {

@@ -24,152 +24,18 @@
 namespace fl::cli {
 namespace {
 
-// A flag of seconds that sets an absl::Duration (its default shown as seconds).
-void AddSecondsFlag(CLI::App* cmd, const std::string& name, absl::Duration& d,
-                    const std::string& doc) {
-  cmd->add_option_function<double>(
-         name, [&d](double s) { d = absl::Seconds(s); }, doc)
-      ->default_str(absl::StrCat(absl::ToDoubleSeconds(d)))
-      ->check(CLI::PositiveNumber);
-}
-
+// What is no key of the file: the progress display.
 void AddRunFlags(CLI::App* cmd, SimArgs& a) {
-  simulation::SimulationOptions& sim = a.config.sim;
-  cmd->add_option("--work-dir", sim.work_dir, "Each run is written to WORK_DIR/run-<time>")
-      ->capture_default_str();
-  cmd->add_option("--clients", sim.num_clients,
-                  "Virtual sites (0: one per key or device with a natural split, else 10)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--rounds", sim.num_rounds)->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--sample-fraction", sim.sample_fraction, "Share of the sites sampled, in (0, 1]")
-      ->check(CLI::Range(1e-12, 1.0))
-      ->capture_default_str();
-  cmd->add_option("--min-fit-clients", sim.min_fit_clients,
-                  "Accepted updates a round needs (0: every sampled site; set it lower with "
-                  "--dropout-fraction or slow sites, or their rounds fail and are retried)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--seed", sim.seed)->capture_default_str();
-  AddSecondsFlag(cmd, "--round-timeout", sim.round_timeout, "Round deadline in seconds");
-  cmd->add_option("--export", a.config.export_path,
-                  "Write the final global model to this safetensors file");
-  cmd->add_flag("--no-report", a.no_report,
-                "Do not write report.html, .csv and .json next to the SQLite file");
   cmd->add_flag(
       "--no-progress", [&a](int64_t) { a.progress = false; },
       "No progress bar, even on a terminal");
 }
 
-void AddDataFlags(CLI::App* cmd, SimConfig& config) {
-  simulation::SimulationOptions& sim = config.sim;
-  ClientDataConfig& csv = config.csv;
-  cmd->add_option("--data", sim.data, "fashion-mnist, csv or synthetic")
-      ->check(CLI::IsMember({"fashion-mnist", "csv", "synthetic"}))
-      ->capture_default_str();
-  cmd->add_option("--dataset-dir", sim.dataset_dir, "fashion-mnist: the IDX files")
-      ->capture_default_str();
-  cmd->add_option("--csv", sim.csv_path, "csv: the file (implies --data csv)")
-      ->each([&sim](const std::string&) { sim.data = "csv"; });
-  cmd->add_option("--test-csv", sim.test_csv_path,
-                  "csv: the server's test file (default: --test-fraction of the rows)");
-  cmd->add_option("--label-column", csv.label_column, "csv: the label column")
-      ->capture_default_str();
-  cmd->add_option("--delimiter", csv.delimiter, "csv: the field separator (\"\\t\": a tab)")
-      ->capture_default_str();
-  cmd->add_option("--missing-values", csv.missing_values,
-                  "csv: what a missing value does: refuse the file, drop_row or impute")
-      ->check(CLI::IsMember({"refuse", "drop_row", "impute"}))
-      ->capture_default_str();
-  cmd->add_option("--impute-value", csv.impute_value,
-                  "csv, --missing-values impute: what a missing feature becomes")
-      ->capture_default_str();
-  cmd->add_option("--key-column", sim.csv.key_column,
-                  "csv: a column (e.g. hospital id) whose values are the natural split's sites");
-  cmd->add_option("--test-fraction", sim.test_fraction,
-                  "csv without --test-csv, synthetic: rows held out for the server's test set")
-      ->capture_default_str();
-  cmd->add_option("--synthetic-alpha", sim.synthetic.alpha,
-                  "synthetic: how much the devices' models differ")
-      ->capture_default_str();
-  cmd->add_option("--synthetic-beta", sim.synthetic.beta,
-                  "synthetic: how much the devices' features differ")
-      ->capture_default_str();
-  cmd->add_flag("--synthetic-iid", sim.synthetic.iid, "synthetic: the paper's Synthetic-IID");
-  cmd->add_option("--examples-per-client", sim.max_examples_per_client,
-                  "Each site keeps at most this many of its rows (0: all); for 'sampled', "
-                  "the rows each site draws")
-      ->capture_default_str();
-  cmd->add_option("--partition", sim.partition.name,
-                  "iid, dirichlet, label_k (#C=k), shards, quantity_skew, sampled, natural "
-                  "(default: natural when the data has a split of its own, else iid)")
-      ->check(CLI::IsMember({"", "iid", "dirichlet", "label_k", "pathological", "shards",
-                             "quantity_skew", "sampled", "natural", "column"}))
-      ->capture_default_str();
-  cmd->add_option("--beta", sim.partition.beta, "dirichlet, quantity_skew: concentration")
-      ->capture_default_str();
-  cmd->add_option("--classes-per-client", sim.partition.k, "label_k: k classes per site")
-      ->capture_default_str();
-  cmd->add_option("--shards-per-client", sim.partition.shards_per_client, "shards: per site")
-      ->capture_default_str();
-}
-
-// What the sites train and who attacks; the [fit] and [strategy] keys' flags come from the key
-// table (AddKeyFlags in AddSimCommand).
-void AddTrainingFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
-  cmd->add_option("--model", sim.model, "softmax, mlp or simple_cnn")->capture_default_str();
-  cmd->add_option("--hidden", sim.hidden, "mlp: hidden layer widths")->capture_default_str();
-  cmd->add_option("--attack", sim.attack.kind,
-                  "Attacking sites: none, sign_flip, scale, gaussian, label_flip or alie")
-      ->check(CLI::IsMember({"none", "sign_flip", "scale", "gaussian", "label_flip", "alie"}))
-      ->capture_default_str();
-  cmd->add_option("--attack-fraction", sim.attack.fraction,
-                  "Share of the sites that attack, in [0, 1)")
-      ->capture_default_str();
-  cmd->add_option("--attack-scale", sim.attack.scale, "The attack's strength (0: its default)")
-      ->capture_default_str();
-  cmd->add_option("--backend", sim.backend, "auto, cpu or cuda")->capture_default_str();
-  cmd->add_option("--update-encoding", sim.update_encoding,
-                  "How sites encode updates: float32 (weights), float16 or int8 (changes)")
-      ->check(CLI::IsMember({"float32", "float16", "int8"}))
-      ->capture_default_str();
-}
-
-void AddSiteFlags(CLI::App* cmd, simulation::SimulationOptions& sim) {
-  cmd->add_option("--transport", sim.transport,
-                  "inproc: the engine in this process, no network; grpc: the real server on "
-                  "loopback, working sites connect over mutual TLS. Both: virtual sites on a "
-                  "worker pool, a simulated clock, the same model for the same seed")
-      ->check(CLI::IsMember({"inproc", "grpc"}))
-      ->capture_default_str();
-  cmd->add_option("--workers", sim.workers,
-                  "Threads that run the sampled sites' tasks (0: every core); the result "
-                  "does not depend on it")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--slow-fraction", sim.heterogeneity.slow_fraction,
-                  "Share of the sites that are slower (simulated time)")
-      ->capture_default_str();
-  cmd->add_option("--slow-factor", sim.heterogeneity.slow_factor,
-                  "How much slower those sites compute and send")
-      ->capture_default_str();
-  cmd->add_option("--dropout-fraction", sim.heterogeneity.dropout_fraction,
-                  "Chance that a sampled site drops out of a round")
-      ->capture_default_str();
-  cmd->add_option("--availability", sim.heterogeneity.availability,
-                  "Chance that a site is there in a round (per site and round): a sampled site "
-                  "that is not is dropped by the client timeout")
-      ->check(CLI::Range(1e-12, 1.0))
-      ->capture_default_str();
-  cmd->add_option("--link-mbps", sim.heterogeneity.link_mbps,
-                  "Every site's simulated link speed, each direction")
-      ->capture_default_str();
-}
-
-// The flags of every key that has one (the shared [fit], [strategy], [privacy] and
-// [secure_aggregation] keys, declared once with `fl server`'s). A numeric DP value turns DP on
-// unless --dp-mode is given (in the mode that --secagg allows, decided after parsing: see
-// RunSimCommand); a secure-aggregation value turns secure aggregation on.
+// The flags of every key that has one (the file's keys and the flags are one table: the [fit],
+// [strategy], [privacy] and [secure_aggregation] keys are declared once with `fl server`'s). A
+// numeric DP value turns DP on unless --dp-mode is given (in the mode that --secagg allows,
+// decided after parsing: see RunSimCommand); a secure-aggregation value turns secure aggregation
+// on; --csv implies --data csv.
 void AddKeyTableFlags(CLI::App* cmd, SimArgs& a) {
   const std::map<std::string, CLI::Option*> options = AddKeyFlags(*cmd, SimConfigKeys(), a.config);
   for (const auto& [key, option] : options) {
@@ -179,6 +45,7 @@ void AddKeyTableFlags(CLI::App* cmd, SimArgs& a) {
     if (key.starts_with("secure_aggregation.") && key != "secure_aggregation.enabled") {
       option->each([&a](const std::string&) { a.config.sim.secure_aggregation.enabled = true; });
     }
+    if (key == "data.csv") option->each([&a](const std::string&) { a.config.sim.data = "csv"; });
   }
 }
 
@@ -213,13 +80,7 @@ absl::Status AddSimCommand(CLI::App& app, int argc, char** argv, SimArgs& a) {
   cmd->add_flag("--print-effective-config", a.print_effective_config,
                 "Print the configuration from the preset, --config and the flags, and exit");
   AddRunFlags(cmd, a);
-  AddDataFlags(cmd, a.config);
-  AddTrainingFlags(cmd, a.config.sim);
-  AddSiteFlags(cmd, a.config.sim);
   AddKeyTableFlags(cmd, a);
-  cmd->add_flag("--mpi", a.config.sim.mpi,
-                "Spread the sites over the ranks of an MPI job (run under mpirun or srun): rank "
-                "0 runs the server, the others the sites, over gRPC");
   cmd->add_flag("--insecure-plaintext", a.plaintext, "grpc: loopback plaintext instead of TLS");
   cmd->add_flag("--verbose", a.verbose, "Log every server and client event to stderr");
   return early;
@@ -302,7 +163,6 @@ int RunSimCommand(SimArgs& a) {
       options.privacy.mode == "off") {
     options.privacy.mode = options.secure_aggregation.enabled ? "distributed" : "central";
   }
-  if (a.no_report) config.report = false;
   if (a.print_config_reference) {
     std::fputs(SimConfigReference().c_str(), stdout);
     return 0;

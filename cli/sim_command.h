@@ -20,7 +20,6 @@ struct SimArgs {
   bool print_effective_config = false;
   bool plaintext = false;
   bool verbose = false;
-  bool no_report = false;
   bool progress = true;         // a progress bar when stdout is a terminal
   bool dp_value_given = false;  // a --dp-* value flag: DP on, in the mode secure aggregation allows
   CLI::App* command = nullptr;

@@ -53,42 +53,56 @@ std::vector<Key> RunKeys() {
           "run", "work_dir",
           "Each run is written to work_dir/run-<time>: its SQLite file, checkpoints "
           "and report.",
-          false, [](auto& c) -> auto& { return c.sim.work_dir; }),
+          false, [](auto& c) -> auto& { return c.sim.work_dir; })
+          .Flag("--work-dir", "Each run is written to WORK_DIR/run-<time>"),
       tk::IntKey<C, int32_t>(
           "run", "sites",
           "Virtual sites; 0: one per key (csv) or 30 devices (synthetic) with a natural split, "
           "else "
           "10.",
-          0, [](auto& c) -> auto& { return c.sim.num_clients; }),
+          0, [](auto& c) -> auto& { return c.sim.num_clients; })
+          .Flag("--clients",
+                "Virtual sites (0: one per key or device with a natural split, else 10)"),
       tk::IntKey<C, int32_t>(
           "run", "rounds", "Rounds to commit.", 1,
-          [](auto& c) -> auto& { return c.sim.num_rounds; }),
+          [](auto& c) -> auto& { return c.sim.num_rounds; })
+          .Flag("--rounds"),
       tk::FloatKey<C>(
           "run", "sample_fraction", "Fraction of the sites sampled per round.", Range::kFraction,
-          [](auto& c) -> auto& { return c.sim.sample_fraction; }),
+          [](auto& c) -> auto& { return c.sim.sample_fraction; })
+          .Flag("--sample-fraction", "Share of the sites sampled, in (0, 1]"),
       tk::IntKey<C, int32_t>(
           "run", "min_fit_clients",
           "Accepted updates a round needs to commit; 0: every sampled site (a round with a "
           "straggler or a dropout is then retried).",
-          0, [](auto& c) -> auto& { return c.sim.min_fit_clients; }),
+          0, [](auto& c) -> auto& { return c.sim.min_fit_clients; })
+          .Flag("--min-fit-clients",
+                "Accepted updates a round needs (0: every sampled site; set it lower with "
+                "--dropout-fraction or slow sites, or their rounds fail and are retried)"),
       tk::IntKey<C, uint64_t>(
           "run", "seed",
           "Seed of the partition, the sampling, the initial model and the sites' batches.", 0,
-          [](auto& c) -> auto& { return c.sim.seed; }),
+          [](auto& c) -> auto& { return c.sim.seed; })
+          .Flag("--seed"),
       tk::SecondsKey<C>(
           "run", "round_timeout_s", "A round's deadline (seconds; simulated time with inproc).",
-          Range::kPositive, [](auto& c) -> auto& { return c.sim.round_timeout; }),
+          Range::kPositive, [](auto& c) -> auto& { return c.sim.round_timeout; })
+          .Flag("--round-timeout", "Round deadline in seconds"),
       tk::StringKey<C>("run", "update_encoding",
                        "How sites encode their updates: float32, float16 or int8 (changes).", false,
                        [](auto& c) -> auto& { return c.sim.update_encoding; },
-                       {"float32", "float16", "int8"}),
+                       {"float32", "float16", "int8"})
+          .Flag("--update-encoding",
+                "How sites encode updates: float32 (weights), float16 or int8 (changes)"),
       tk::StringKey<C>(
           "run", "export",
           "Write the final global model to this safetensors file; empty: not written.", true,
-          [](auto& c) -> auto& { return c.export_path; }),
+          [](auto& c) -> auto& { return c.export_path; })
+          .Flag("--export", "Write the final global model to this safetensors file"),
       tk::BoolKey<C>(
           "run", "report", "Write report.html, report.csv and report.json next to the SQLite file.",
-          [](auto& c) -> auto& { return c.report; }),
+          [](auto& c) -> auto& { return c.report; })
+          .Flag("--no-report", "Do not write report.html, .csv and .json next to the SQLite file"),
   };
 }
 
@@ -97,26 +111,32 @@ std::vector<Key> DataKeys() {
   return {
       tk::StringKey<C>("data", "source", "fashion-mnist, csv or synthetic.", false,
                        [](auto& c) -> auto& { return c.sim.data; },
-                       {"fashion-mnist", "csv", "synthetic"}),
+                       {"fashion-mnist", "csv", "synthetic"})
+          .Flag("--data", "fashion-mnist, csv or synthetic"),
       tk::StringKey<C>(
           "data", "dir", "fashion-mnist: the directory of the IDX files.", false,
-          [](auto& c) -> auto& { return c.sim.dataset_dir; }),
+          [](auto& c) -> auto& { return c.sim.dataset_dir; })
+          .Flag("--dataset-dir", "fashion-mnist: the IDX files"),
       tk::StringKey<C>(
           "data", "csv", "csv: the file, with a header row.", true,
-          [](auto& c) -> auto& { return c.sim.csv_path; }),
+          [](auto& c) -> auto& { return c.sim.csv_path; })
+          .Flag("--csv", "csv: the file (implies --data csv)"),
       tk::StringKey<C>(
           "data", "test_csv",
           "csv: the server's test file (same columns); empty: test_fraction of the "
           "rows, held out before partitioning.",
-          true, [](auto& c) -> auto& { return c.sim.test_csv_path; }),
+          true, [](auto& c) -> auto& { return c.sim.test_csv_path; })
+          .Flag("--test-csv", "csv: the server's test file (default: --test-fraction of the rows)"),
       tk::StringKey<C>(
           "data", "label_column", "csv: the column of integer class labels.", false,
-          [](auto& c) -> auto& { return c.csv.label_column; }),
+          [](auto& c) -> auto& { return c.csv.label_column; })
+          .Flag("--label-column", "csv: the label column"),
       tk::StringKey<C>(
           "data", "delimiter",
           "csv: the field separator, one character such as \",\", \";\", \"|\" or "
           "\"\\t\" (a tab).",
-          false, [](auto& c) -> auto& { return c.csv.delimiter; }),
+          false, [](auto& c) -> auto& { return c.csv.delimiter; })
+          .Flag("--delimiter", "csv: the field separator (\"\\t\": a tab)"),
       tk::StringArrayKey<C>(
           "data", "feature_columns",
           "csv: exactly these columns, in this order, are the features; empty: "
@@ -126,38 +146,51 @@ std::vector<Key> DataKeys() {
                        "csv: a value that is empty or NA, N/A, NaN, null, ? (any case): "
                        "\"refuse\" the file, \"drop_row\" or \"impute\".",
                        false, [](auto& c) -> auto& { return c.csv.missing_values; },
-                       {"refuse", "drop_row", "impute"}),
+                       {"refuse", "drop_row", "impute"})
+          .Flag("--missing-values",
+                "csv: what a missing value does: refuse the file, drop_row or impute"),
       tk::FloatKey<C>(
           "data", "impute_value",
           "csv, missing_values = \"impute\": what a missing feature becomes.", Range::kAny,
-          [](auto& c) -> auto& { return c.csv.impute_value; }),
+          [](auto& c) -> auto& { return c.csv.impute_value; })
+          .Flag("--impute-value", "csv, --missing-values impute: what a missing feature becomes"),
       tk::StringKey<C>(
           "data", "key_column",
           "csv: a column (e.g. a hospital id) whose values are the natural split's "
           "sites; never a feature. Empty: none.",
-          true, [](auto& c) -> auto& { return c.sim.csv.key_column; }),
+          true, [](auto& c) -> auto& { return c.sim.csv.key_column; })
+          .Flag("--key-column",
+                "csv: a column (e.g. hospital id) whose values are the natural split's sites"),
       tk::StringArrayKey<C>(
           "data", "drop_columns", "csv: columns that are not features.",
           [](auto& c) -> auto& { return c.csv.drop_columns; }),
       tk::FloatKey<C>(
           "data", "test_fraction",
           "csv without test_csv, synthetic: the share of rows the server tests on.",
-          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.sim.test_fraction; }),
+          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.sim.test_fraction; })
+          .Flag("--test-fraction",
+                "csv without --test-csv, synthetic: rows held out for the server's test set"),
       tk::IntKey<C, int64_t>(
           "data", "examples_per_site", "Each site keeps at most this many of its rows; 0: all.", 0,
-          [](auto& c) -> auto& { return c.sim.max_examples_per_client; }),
+          [](auto& c) -> auto& { return c.sim.max_examples_per_client; })
+          .Flag("--examples-per-client",
+                "Each site keeps at most this many of its rows (0: all); for 'sampled', the rows "
+                "each site draws"),
       tk::FloatKey<C>(
           "data", "synthetic_alpha",
           "synthetic: how much the devices' models differ (the paper's alpha).",
-          Range::kNonNegative, [](auto& c) -> auto& { return c.sim.synthetic.alpha; }),
+          Range::kNonNegative, [](auto& c) -> auto& { return c.sim.synthetic.alpha; })
+          .Flag("--synthetic-alpha", "synthetic: how much the devices' models differ"),
       tk::FloatKey<C>(
           "data", "synthetic_beta",
           "synthetic: how much the devices' features differ (the paper's beta).",
-          Range::kNonNegative, [](auto& c) -> auto& { return c.sim.synthetic.beta; }),
+          Range::kNonNegative, [](auto& c) -> auto& { return c.sim.synthetic.beta; })
+          .Flag("--synthetic-beta", "synthetic: how much the devices' features differ"),
       tk::BoolKey<C>(
           "data", "synthetic_iid",
           "synthetic: the paper's Synthetic-IID (one model for every device).",
-          [](auto& c) -> auto& { return c.sim.synthetic.iid; }),
+          [](auto& c) -> auto& { return c.sim.synthetic.iid; })
+          .Flag("--synthetic-iid", "synthetic: the paper's Synthetic-IID"),
   };
 }
 
@@ -172,16 +205,22 @@ std::vector<Key> PartitionKeys() {
           "natural (the data's own split); empty: natural when the data has one, else iid.",
           true, [](auto& c) -> auto& { return c.sim.partition.name; },
           {"", "iid", "dirichlet", "label_k", "pathological", "shards", "quantity_skew", "sampled",
-           "natural", "column"}),
+           "natural", "column"})
+          .Flag("--partition",
+                "iid, dirichlet, label_k (#C=k), shards, quantity_skew, sampled, natural (default: "
+                "natural when the data has a split of its own, else iid)"),
       tk::FloatKey<C>(
           "partition", "beta", "dirichlet, quantity_skew: the concentration beta.",
-          Range::kPositive, [](auto& c) -> auto& { return c.sim.partition.beta; }),
+          Range::kPositive, [](auto& c) -> auto& { return c.sim.partition.beta; })
+          .Flag("--beta", "dirichlet, quantity_skew: concentration"),
       tk::IntKey<C, int32_t>(
           "partition", "k", "label_k: classes per site.", 1,
-          [](auto& c) -> auto& { return c.sim.partition.k; }),
+          [](auto& c) -> auto& { return c.sim.partition.k; })
+          .Flag("--classes-per-client", "label_k: k classes per site"),
       tk::IntKey<C, int32_t>(
           "partition", "shards_per_client", "shards: shards per site.", 1,
-          [](auto& c) -> auto& { return c.sim.partition.shards_per_client; }),
+          [](auto& c) -> auto& { return c.sim.partition.shards_per_client; })
+          .Flag("--shards-per-client", "shards: per site"),
   };
 }
 
@@ -190,19 +229,29 @@ std::vector<Key> ModelAndSiteKeys() {
   return {
       tk::StringKey<C>("model", "kind", "softmax, mlp or simple_cnn (Fashion-MNIST only).", false,
                        [](auto& c) -> auto& { return c.sim.model; },
-                       {"softmax", "logistic", "mlp", "simple_cnn"}),
+                       {"softmax", "logistic", "mlp", "simple_cnn"})
+          .Flag("--model", "softmax, mlp or simple_cnn"),
       tk::IntArrayKey<C>(
           "model", "hidden", "mlp: the hidden layers' widths.", 1,
-          [](auto& c) -> auto& { return c.sim.hidden; }),
+          [](auto& c) -> auto& { return c.sim.hidden; })
+          .Flag("--hidden", "mlp: hidden layer widths"),
       tk::StringKey<C>("model", "backend", "Where sites train and the server evaluates.", false,
-                       [](auto& c) -> auto& { return c.sim.backend; }, {"auto", "cpu", "cuda"}),
+                       [](auto& c) -> auto& { return c.sim.backend; }, {"auto", "cpu", "cuda"})
+          .Flag("--backend", "auto, cpu or cuda"),
       tk::StringKey<C>("sites", "transport",
                        "inproc: the real engine in this process; grpc: the real server on "
                        "loopback, working sites connecting over mutual TLS.",
-                       false, [](auto& c) -> auto& { return c.sim.transport; }, {"inproc", "grpc"}),
+                       false, [](auto& c) -> auto& { return c.sim.transport; }, {"inproc", "grpc"})
+          .Flag("--transport",
+                "inproc: the engine in this process, no network; grpc: the real server on "
+                "loopback, working sites connect over mutual TLS. Both: virtual sites on a worker "
+                "pool, a simulated clock, the same model for the same seed"),
       tk::IntKey<C, int32_t>(
           "sites", "workers", "Threads that run the sampled sites' tasks; 0: every core.", 0,
-          [](auto& c) -> auto& { return c.sim.workers; }),
+          [](auto& c) -> auto& { return c.sim.workers; })
+          .Flag("--workers",
+                "Threads that run the sampled sites' tasks (0: every core); the result does not "
+                "depend on it"),
       tk::BoolKey<C>(
           "sites", "tls", "grpc: mutual TLS (false: plaintext on loopback).",
           [](auto& c) -> auto& { return c.sim.tls; }),
@@ -210,7 +259,10 @@ std::vector<Key> ModelAndSiteKeys() {
           "sites", "mpi",
           "Spread the sites over the ranks of an MPI job (mpirun, srun): rank 0 runs "
           "the server, the others the sites, over gRPC.",
-          [](auto& c) -> auto& { return c.sim.mpi; }),
+          [](auto& c) -> auto& { return c.sim.mpi; })
+          .Flag("--mpi",
+                "Spread the sites over the ranks of an MPI job (run under mpirun or srun): rank 0 "
+                "runs the server, the others the sites, over gRPC"),
       tk::SecondsKey<C>(
           "sites", "compute_per_example_s",
           "Simulated time one example takes for one local epoch on a site of normal speed.",
@@ -218,36 +270,47 @@ std::vector<Key> ModelAndSiteKeys() {
           [](auto& c) -> auto& { return c.sim.heterogeneity.compute_per_example; }),
       tk::FloatKey<C>(
           "sites", "link_mbps", "Every site's simulated link, each direction.", Range::kPositive,
-          [](auto& c) -> auto& { return c.sim.heterogeneity.link_mbps; }),
+          [](auto& c) -> auto& { return c.sim.heterogeneity.link_mbps; })
+          .Flag("--link-mbps", "Every site's simulated link speed, each direction"),
       tk::FloatKey<C>(
           "sites", "slow_fraction", "Share of the sites that are slower.", Range::kHalfOpenFraction,
-          [](auto& c) -> auto& { return c.sim.heterogeneity.slow_fraction; }),
+          [](auto& c) -> auto& { return c.sim.heterogeneity.slow_fraction; })
+          .Flag("--slow-fraction", "Share of the sites that are slower (simulated time)"),
       tk::FloatKey<C>(
           "sites", "slow_factor", "How much slower they compute and send.", Range::kPositive,
-          [](auto& c) -> auto& { return c.sim.heterogeneity.slow_factor; }),
+          [](auto& c) -> auto& { return c.sim.heterogeneity.slow_factor; })
+          .Flag("--slow-factor", "How much slower those sites compute and send"),
       tk::FloatKey<C>(
           "sites", "dropout_fraction", "Chance that a sampled site drops out of a round attempt.",
           Range::kHalfOpenFraction,
-          [](auto& c) -> auto& { return c.sim.heterogeneity.dropout_fraction; }),
+          [](auto& c) -> auto& { return c.sim.heterogeneity.dropout_fraction; })
+          .Flag("--dropout-fraction", "Chance that a sampled site drops out of a round"),
       tk::FloatKey<C>(
           "sites", "availability",
           "Chance that a site is there in a round, drawn per site and round; a "
           "sampled site that is not is dropped by the server's client timeout.",
-          Range::kFraction, [](auto& c) -> auto& { return c.sim.heterogeneity.availability; }),
+          Range::kFraction, [](auto& c) -> auto& { return c.sim.heterogeneity.availability; })
+          .Flag("--availability",
+                "Chance that a site is there in a round (per site and round): a sampled site that "
+                "is not is dropped by the client timeout"),
       tk::StringKey<C>(
           "attack", "kind",
           "What attacking sites do: none, sign_flip, scale (model replacement), gaussian, "
           "label_flip, alie (a little is enough).",
           true, [](auto& c) -> auto& { return c.sim.attack.kind; },
-          {"none", "sign_flip", "scale", "gaussian", "label_flip", "alie"}),
+          {"none", "sign_flip", "scale", "gaussian", "label_flip", "alie"})
+          .Flag("--attack",
+                "Attacking sites: none, sign_flip, scale, gaussian, label_flip or alie"),
       tk::FloatKey<C>(
           "attack", "fraction", "Share of the sites that attack (chosen by the seed), in [0, 1).",
-          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.sim.attack.fraction; }),
+          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.sim.attack.fraction; })
+          .Flag("--attack-fraction", "Share of the sites that attack, in [0, 1)"),
       tk::FloatKey<C>(
           "attack", "scale",
           "The attack's strength: sign_flip's and scale's factor on the change, gaussian's "
           "stddev; 0: its default (1, the number of sites, 1).",
-          Range::kNonNegative, [](auto& c) -> auto& { return c.sim.attack.scale; }),
+          Range::kNonNegative, [](auto& c) -> auto& { return c.sim.attack.scale; })
+          .Flag("--attack-scale", "The attack's strength (0: its default)"),
   };
 }
 

@@ -1,15 +1,46 @@
+# Internal headers stay where their component keeps them (server/engine/engine_impl.h) and are
+# included by that path, but the repository root is no target's include folder: each component
+# gets a root of its own, ${PROJECT_BINARY_DIR}/internal_include/<component>, holding one link,
+# <component> -> the component's folder. A target sees its own component's internal headers
+# (fl_library adds its root) and another's only when it names that component (INTERNAL), so a
+# site's client cannot include the server's headers, nor a layer those of one above it.
+#
+# fl_internal_root(COMPONENT): makes the root and the INTERFACE target fl::<COMPONENT>_internal
+# that gives it (for executables, tests and benchmarks).
+function(fl_internal_root COMPONENT)
+  set(root ${PROJECT_BINARY_DIR}/internal_include/${COMPONENT})
+  file(MAKE_DIRECTORY ${root})
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${COMPONENT} ${root}/${COMPONENT} SYMBOLIC)
+  add_library(fl_${COMPONENT}_internal INTERFACE)
+  add_library(fl::${COMPONENT}_internal ALIAS fl_${COMPONENT}_internal)
+  target_include_directories(fl_${COMPONENT}_internal INTERFACE $<BUILD_INTERFACE:${root}>)
+endfunction()
+
+# The component a source folder belongs to: the first folder of its path in the repository.
+function(fl_component_of DIR OUT)
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${DIR})
+  string(REGEX REPLACE "/.*$" "" component "${rel}")
+  set(${OUT} ${component} PARENT_SCOPE)
+endfunction()
+
 # fl_library(NAME SRCS ... DEPS ... [PUBLIC_INCLUDE dir] [INSTALL])
 # Makes the static library fl_<NAME> with the alias fl::<NAME>, compiled with the project's warnings.
 # INSTALL: installed with its public headers and exported as fl::<NAME> in the fl config package.
 function(fl_library NAME)
-  cmake_parse_arguments(ARG "INSTALL" "PUBLIC_INCLUDE" "SRCS;DEPS;PRIVATE_DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "INSTALL" "PUBLIC_INCLUDE" "SRCS;DEPS;PRIVATE_DEPS;INTERNAL" ${ARGN})
   add_library(fl_${NAME} STATIC ${ARG_SRCS})
   add_library(fl::${NAME} ALIAS fl_${NAME})
   if(ARG_PUBLIC_INCLUDE)
     target_include_directories(fl_${NAME} PUBLIC
       $<BUILD_INTERFACE:${ARG_PUBLIC_INCLUDE}> $<INSTALL_INTERFACE:include>)
   endif()
-  target_include_directories(fl_${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  # Its own component's internal headers, and those of the components named in INTERNAL (a
+  # folder, not a link: an installed library exports no internal target).
+  fl_component_of(${CMAKE_CURRENT_SOURCE_DIR} component)
+  foreach(c IN LISTS component ARG_INTERNAL)
+    target_include_directories(fl_${NAME} PRIVATE
+      $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/internal_include/${c}>)
+  endforeach()
   target_link_libraries(fl_${NAME} PUBLIC ${ARG_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   # The public headers are C++20 (std::span, designated initialisers): a usage requirement, so a
   # consumer of the installed package compiles them without setting a standard of its own.
@@ -27,7 +58,8 @@ endfunction()
 function(fl_test NAME)
   cmake_parse_arguments(ARG "SERIAL" "" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${NAME} ${ARG_SRCS})
-  target_include_directories(${NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  # Tests look inside every component (white-box), and include their own helpers as tests/...
+  target_link_libraries(${NAME} PRIVATE ${FL_ALL_INTERNAL})
   target_link_libraries(${NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   target_compile_options(${NAME} PRIVATE -Wall -Wextra -Wno-unused-parameter)
   # SERIAL: each test runs alone under `ctest -j`, for tests that restart a server on a fixed port

@@ -12,8 +12,9 @@
 // and a TOML syntax error gives file:line:column and the parser's description. When a file has
 // several problems, the first in the file is reported.
 //
-// Header-only (templates over the Config type); internal to the repository: include it from the
-// root as "common/internal/toml_keys.h" and link tomlplusplus::tomlplusplus. Thread-safe: nothing
+// Header-only (templates over the Config type); internal to the repository: a target outside
+// common/ that includes it ("common/internal/toml_keys.h") names `INTERNAL common` and links
+// tomlplusplus::tomlplusplus. Thread-safe: nothing
 // here keeps state.
 #ifndef FL_COMMON_INTERNAL_TOML_KEYS_H_
 #define FL_COMMON_INTERNAL_TOML_KEYS_H_

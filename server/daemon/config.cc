@@ -529,10 +529,9 @@ std::string ServerConfigReference() {
       "# Configuration of `fl server --config FILE`.\n"
       "#\n"
       "# Every key is optional and is shown here with its default value. A flag given on the\n"
-      "# command line (named beside its key) overrides the file. Durations are in seconds and, "
-      "like every number that\n"
-      "# is not a count, may be written as integers or decimals. Relative paths are taken from\n"
-      "# the working directory, as for flags.\n"
+      "# command line (named beside its key) overrides the file. Durations are in seconds and,\n"
+      "# like every number that is not a count, may be written as integers or decimals.\n"
+      "# Relative paths are taken from the working directory, as for flags.\n"
       "# Printed by `fl server --print-config-reference`; `--print-effective-config` prints\n"
       "# the configuration a server would run with.\n"
       "\n",

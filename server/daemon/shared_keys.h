@@ -2,8 +2,8 @@
 // [privacy] and [secure_aggregation], declared once over accessors to the structs they set, so
 // that the two files name, document and check them alike.
 //
-// Header-only (templates over the Config type); internal: include it from the repository root
-// and link tomlplusplus::tomlplusplus.
+// Header-only (templates over the Config type); internal to the server and the CLI (a target that
+// includes it names `INTERNAL common` for toml_keys.h and links tomlplusplus::tomlplusplus).
 #ifndef FL_SERVER_DAEMON_SHARED_KEYS_H_
 #define FL_SERVER_DAEMON_SHARED_KEYS_H_
 

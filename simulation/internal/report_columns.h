@@ -1,7 +1,7 @@
 // The column sets shared by the report's HTML table (simulation/src/report_html.cc) and its CSV
 // (simulation/src/report.cc), so that both list the same columns in the same order.
 //
-// Internal to fl::simulation: include it from the root as "simulation/internal/report_columns.h".
+// Internal to fl::simulation: include it as "simulation/internal/report_columns.h".
 #ifndef FL_SIMULATION_INTERNAL_REPORT_COLUMNS_H_
 #define FL_SIMULATION_INTERNAL_REPORT_COLUMNS_H_
 

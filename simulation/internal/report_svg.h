@@ -4,7 +4,7 @@
 // string that reaches the SVG is HTML-escaped here. Each function returns "" when it has nothing
 // finite to draw, so that the caller can say "no data" instead.
 //
-// Internal to fl::simulation: include it from the root as "simulation/internal/report_svg.h".
+// Internal to fl::simulation: include it as "simulation/internal/report_svg.h".
 #ifndef FL_SIMULATION_INTERNAL_REPORT_SVG_H_
 #define FL_SIMULATION_INTERNAL_REPORT_SVG_H_
 
