@@ -152,7 +152,9 @@ class EngineImpl final : public RoundEngine {
         store_(store),
         strategy_(strategy),
         clock_(clock),
-        hooks_(std::move(hooks)) {}
+        hooks_(std::move(hooks)),
+        staging_(hooks_.staging != nullptr ? hooks_.staging : MakeFileStaging(options_.spill_dir)) {
+  }
   // Runs a commit still pending (the engine's thread), then stops that thread.
   ~EngineImpl() override ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -468,6 +470,9 @@ class EngineImpl final : public RoundEngine {
   aggregation::Strategy* strategy_;
   Clock* clock_;
   EngineHooks hooks_;
+  // Where uploads wait while they stream in (hooks_.staging, or files in the spill folder).
+  // Fixed at construction.
+  std::shared_ptr<StagingSpace> staging_;
   // run_.run_id, set by Init before the engine is shared and constant after: read without mu_.
   int64_t run_id_ = 0;
 

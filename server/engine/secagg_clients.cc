@@ -1,9 +1,7 @@
 // Secure-aggregation rounds, the clients' side: their stage tasks, their messages
 // (SubmitSecAgg), the checks of their masked uploads and the fold of a verified one.
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -47,10 +45,11 @@ absl::Status FoldMaskedUpload(const UploadState& up, SecAggRound& s, int client,
   for (int64_t off = 0; off < up.bytes_received;) {
     const size_t n =
         static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, up.bytes_received - off));
-    ssize_t got = ::pread(up.spill_fd, bytes.data(), n, off);
-    if (got != static_cast<ssize_t>(n)) {
-      return absl::InternalError(absl::StrCat("cannot read back the staged update ", up.spill_path,
-                                              ": ", got < 0 ? std::strerror(errno) : "short read"));
+    if (up.staged == nullptr) return absl::InternalError("the update's staging is gone");
+    if (absl::Status st =
+            up.staged->Read(off, std::as_writable_bytes(std::span<uint8_t>(bytes.data(), n)));
+        !st.ok()) {
+      return st;
     }
     const size_t count = n / word;
     for (size_t i = 0; i < count; ++i) {  // little-endian words

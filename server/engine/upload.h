@@ -47,8 +47,7 @@ struct UploadState {
   // Bytes in the spill: float32 weights (float16 / int8 updates are staged decoded, with the
   // round's global model added back), or a secure round's masked words.
   int64_t staged_bytes = 0;
-  int spill_fd = -1;
-  std::string spill_path;
+  std::unique_ptr<StagedUpload> staged;  // the payload so far (staging.h); null once removed
 
   ~UploadState();
   // Folds the staged payload into `aggregator` with this update's weight. With `clip_global` set

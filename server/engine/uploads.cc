@@ -1,10 +1,7 @@
 // Updates: registering a client's one update for the round, checking its metadata, streaming and
 // staging its chunks, folding it into the aggregate once verified whole; and declined tasks.
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -143,15 +140,13 @@ absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::strin
       refusal = CheckUpdateLocked(meta);
       if (refusal.ok()) {
         // One upload per client per attempt: the name is unique to them.
-        state->spill_path =
-            absl::StrCat(options_.spill_dir, "/", run_.run_id, "-", round->round, "-",
-                         round->attempt, "-", fl::Sha256Hex(client_id).substr(0, 32), ".part");
-        state->spill_fd =
-            ::open(state->spill_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (state->spill_fd < 0) {
-          refusal = absl::InternalError(absl::StrCat("cannot create spill file ", state->spill_path,
-                                                     ": ", std::strerror(errno)));
-          state->spill_path.clear();
+        absl::StatusOr<std::unique_ptr<StagedUpload>> staged =
+            staging_->Create(absl::StrCat(run_.run_id, "-", round->round, "-", round->attempt, "-",
+                                          fl::Sha256Hex(client_id).substr(0, 32)));
+        if (staged.ok()) {
+          state->staged = *std::move(staged);
+        } else {
+          refusal = staged.status();
         }
       }
       if (!refusal.ok()) {
@@ -355,11 +350,10 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
       if (why.ok()) why = CheckFinite(values, first);
     }
     if (why.ok()) {
-      ssize_t written = ::pwrite(state_->spill_fd, staged.data(), staged.size(), staged_offset);
-      if (written != static_cast<ssize_t>(staged.size())) {
-        why = absl::InternalError(absl::StrCat("cannot stage the update in ", state_->spill_path,
-                                               ": ", std::strerror(errno)));
-      }
+      why = state_->staged == nullptr
+                ? absl::InternalError("the update's staging is gone")
+                : state_->staged->Write(staged_offset, std::as_bytes(std::span<const char>(
+                                                           staged.data(), staged.size())));
     }
     if (why.ok()) {
       state_->bytes_received += static_cast<int64_t>(data.size());
@@ -438,14 +432,9 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
   return why;
 }
 
-UploadState::~UploadState() { RemoveSpill(); }
+UploadState::~UploadState() = default;
 
-void UploadState::RemoveSpill() {
-  if (spill_fd >= 0) ::close(spill_fd);
-  spill_fd = -1;
-  if (!spill_path.empty()) ::unlink(spill_path.c_str());
-  spill_path.clear();
-}
+void UploadState::RemoveSpill() { staged.reset(); }
 
 absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator,
                                    const Model* clip_global, double clip_norm,
@@ -455,11 +444,11 @@ absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator,
   auto for_each_piece = [&](auto visit) -> absl::Status {
     for (int64_t off = 0; off < staged_bytes;) {
       size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, staged_bytes - off));
-      ssize_t got = ::pread(spill_fd, buf.data(), n, off);
-      if (got != static_cast<ssize_t>(n)) {
-        return absl::InternalError(absl::StrCat("cannot read back the staged update ", spill_path,
-                                                ": ",
-                                                got < 0 ? std::strerror(errno) : "short read"));
+      if (staged == nullptr) return absl::InternalError("the update's staging is gone");
+      if (absl::Status s = staged->Read(
+              off, std::as_writable_bytes(std::span<float>(buf.data(), n / sizeof(float))));
+          !s.ok()) {
+        return s;
       }
       visit(off / static_cast<int64_t>(sizeof(float)),
             std::span<float>(buf.data(), n / sizeof(float)));

@@ -36,6 +36,7 @@
 #include "fl/aggregation/strategy.h"
 #include "fl/common/model.h"
 #include "fl/common/update_codec.h"
+#include "fl/server/staging.h"
 #include "fl/server/store.h"
 
 namespace fl::server {
@@ -321,6 +322,8 @@ struct EngineHooks {
   // Called when an update is accepted (OK, with its payload bytes) or refused (the refusal),
   // from the uploading thread, outside the engine's lock. May be empty.
   std::function<void(const absl::Status& outcome, int64_t bytes)> on_update;
+  // Where uploads wait while they stream in (staging.h); null: files in options.spill_dir.
+  std::shared_ptr<StagingSpace> staging;
 };
 
 // One client's update while its chunks stream in. Destroying it before Finish refuses it as
