@@ -55,6 +55,30 @@ const std::vector<tk::TableSpec>& Tables() {
   return *kTables;
 }
 
+// client.next_run_poll_s: seconds in [0.01, 86400], so that a site between runs neither floods
+// the server nor sleeps past a day.
+Key NextRunPollKey() {
+  Key k =
+      tk::SecondsKey<ClientConfig>(
+          "client", "next_run_poll_s",
+          "Between runs: how often to ask the server whether a new run started (seconds, "
+          "0.01 to 86400).",
+          Range::kPositive, [](auto& c) -> auto& { return c.service.next_run_poll; })
+          .Flag("--next-run-poll", "Between runs: seconds between asking the server for a new run");
+  k.apply = [read = k.apply](const toml::node& node, const std::string& file,
+                             const std::string& full_key, ClientConfig& config) -> absl::Status {
+    if (absl::Status s = read(node, file, full_key, config); !s.ok()) return s;
+    const double seconds = absl::ToDoubleSeconds(config.service.next_run_poll);
+    if (seconds < 0.01 || seconds > 86400) {
+      return tk::ErrorAt(file, node.source(),
+                         absl::StrCat("key '", full_key, "' must be in [0.01, 86400] seconds, got ",
+                                      tk::FormatFloat(seconds)));
+    }
+    return absl::OkStatus();
+  };
+  return k;
+}
+
 const std::vector<Key>& Keys() {
   using C = ClientConfig;
   static const auto* const kKeys = new std::vector<Key>{
@@ -275,11 +299,7 @@ const std::vector<Key>& Keys() {
           [](auto& c) -> auto& { return c.service.once; })
           .Flag("--once",
                 "Take part in one run, then exit: 0 finished, 4 failed, 5 server unreachable"),
-      tk::SecondsKey<C>(
-          "client", "next_run_poll_s",
-          "Between runs: how often to ask the server whether a new run started (seconds).",
-          Range::kPositive, [](auto& c) -> auto& { return c.service.next_run_poll; })
-          .Flag("--next-run-poll", "Between runs: seconds between asking the server for a new run"),
+      NextRunPollKey(),
   };
   return *kKeys;
 }

@@ -263,7 +263,10 @@ CLI::App* AddClientCommand(CLI::App& app, ClientArgs& a) {
 int RunClient(ClientArgs& a) {
   BlockTerminationSignals();
   fl::cli::ClientConfig& config = a.config;
-  auto given = [&a](const std::string& key) { return a.flags.at(key)->count() > 0; };
+  auto given = [&a](const std::string& key) {
+    auto it = a.flags.find(key);
+    return it != a.flags.end() && it->second->count() > 0;
+  };
   if (!given("data.format")) {
     if (given("data.images")) config.data.format = "idx";
     if (given("data.path")) config.data.format = "csv";

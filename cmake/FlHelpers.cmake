@@ -10,7 +10,17 @@
 function(fl_internal_root COMPONENT)
   set(root ${PROJECT_BINARY_DIR}/internal_include/${COMPONENT})
   file(MAKE_DIRECTORY ${root})
-  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${COMPONENT} ${root}/${COMPONENT} SYMBOLIC)
+  # A build folder copied with its links followed holds a directory there: replace it.
+  if(EXISTS ${root}/${COMPONENT} AND NOT IS_SYMLINK ${root}/${COMPONENT})
+    file(REMOVE_RECURSE ${root}/${COMPONENT})
+  endif()
+  file(CREATE_LINK ${PROJECT_SOURCE_DIR}/${COMPONENT} ${root}/${COMPONENT} SYMBOLIC
+       RESULT linked)
+  if(NOT linked EQUAL 0)
+    message(FATAL_ERROR "fl: cannot link ${root}/${COMPONENT} to ${PROJECT_SOURCE_DIR}/${COMPONENT} "
+                        "(${linked}): the build folder must be on a file system with symbolic "
+                        "links")
+  endif()
   add_library(fl_${COMPONENT}_internal INTERFACE)
   add_library(fl::${COMPONENT}_internal ALIAS fl_${COMPONENT}_internal)
   target_include_directories(fl_${COMPONENT}_internal INTERFACE $<BUILD_INTERFACE:${root}>)

@@ -42,9 +42,8 @@ absl::Status FoldMaskedUpload(const UploadState& up, SecAggRound& s, int client,
   std::vector<uint8_t> bytes(static_cast<size_t>(kMaxChunkBytes));
   std::vector<uint64_t> words(bytes.size() / word);
   std::lock_guard<std::mutex> fold(s.fold_mu);
-  for (int64_t off = 0; off < up.bytes_received;) {
-    const size_t n =
-        static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, up.bytes_received - off));
+  for (int64_t off = 0; off < up.staged_bytes;) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, up.staged_bytes - off));
     if (up.staged == nullptr) return absl::InternalError("the update's staging is gone");
     if (absl::Status st =
             up.staged->Read(off, std::as_writable_bytes(std::span<uint8_t>(bytes.data(), n)));

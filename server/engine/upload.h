@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "fl/aggregation/strategy.h"
 #include "fl/common/update_codec.h"
+#include "fl/server/staging.h"
 #include "fl/server/store.h"
 
 namespace fl::server::internal {

@@ -73,6 +73,8 @@ class FaultyStaging final : public StagingSpace {
 class EngineStagingTest : public EngineTest {
  protected:
   void StartWith(Fault fault) {
+    // The faults at a second write or read need an update of two chunks.
+    ASSERT_GT(Model(TestSpec()).NumBytes(), kMaxChunkBytes);
     hooks_.staging = std::make_shared<FaultyStaging>(MakeFileStaging(options_.spill_dir), fault);
     hooks_.on_round_end = [this](const RoundSummary& s) { ends_.push_back(s); };
     options_.num_rounds = 1;

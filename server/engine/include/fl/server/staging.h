@@ -23,7 +23,9 @@
 namespace fl::server {
 
 // One upload's staged bytes; gone when destroyed. Write is called by the upload's thread, one
-// chunk at a time; Read after the last Write (by the round's close or the upload's Finish).
+// chunk at a time; Read after the last Write, by the upload's Finish. It may be destroyed by the
+// round's close, on another thread, while the engine holds its locks: the destructor must not
+// block.
 class StagedUpload {
  public:
   virtual ~StagedUpload() = default;
@@ -34,6 +36,8 @@ class StagedUpload {
   virtual absl::Status Read(int64_t offset, std::span<std::byte> out) const = 0;
 };
 
+// Create is called under the engine's lock (keep it quick: every site waits) and, when engines
+// share one, from several threads at once: it must be thread-safe.
 class StagingSpace {
  public:
   virtual ~StagingSpace() = default;
