@@ -741,6 +741,29 @@ TEST_F(ServerCommandTest, SecureAggregationFlags) {
   EXPECT_THAT(r.err, HasSubstr("privacy.mode 'central' needs the server to read each update"));
 }
 
+// A boolean key's flag sets it either way over the file: `--x=false` turns off what the file
+// turned on, `--no-x` (a key that defaults to true) turns it off, and its value is checked as
+// the key's is.
+TEST_F(ServerCommandTest, BooleanAndCheckedFlagsOverTheFile) {
+  const std::string on = Write("on.toml", R"([run]
+min_clients = 3
+[secure_aggregation]
+enabled = true
+)");
+  EXPECT_TRUE(Effective(absl::StrCat("--config ", on)).server.engine.secure_aggregation.enabled);
+  EXPECT_FALSE(Effective(absl::StrCat("--config ", on, " --secagg=false"))
+                   .server.engine.secure_aggregation.enabled);
+  EXPECT_TRUE(Effective("").server.strategy.accept_failures);
+  EXPECT_FALSE(Effective("--no-accept-failures").server.strategy.accept_failures);
+  EXPECT_EQ(Effective("--norm-bound 2.5 --round-timeout 30").server.strategy.norm_bound, 2.5);
+  Result r = Run("server --norm-bound -1 --print-effective-config");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--norm-bound: key 'strategy.norm_bound' must be >= 0, got -1.0"));
+  r = Run("server --rounds ten --print-effective-config");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--rounds: expects an integer, got 'ten'"));
+}
+
 TEST_F(ServerCommandTest, StrategyAndModelFlags) {
   const std::string file = Write("s.toml", "[strategy]\nname = \"fedprox\"\nmomentum = 0.5\n");
   ServerConfig c = Effective(absl::StrCat(
