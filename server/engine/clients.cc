@@ -11,7 +11,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "fl/common/logging.h"
-#include "fl/common/random.h"
 #include "server/engine/engine_impl.h"
 
 namespace fl::server::internal {

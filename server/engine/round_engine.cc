@@ -5,7 +5,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <shared_mutex>
 #include <string>
 #include <vector>

@@ -717,7 +717,6 @@ TEST_F(EngineSecAggTest, RefusesMessagesAndUpdatesByCodeAndMessage) {
   EXPECT_TRUE(events.count("secagg_refused"));
 }
 
-// A plain round refuses masked words, naming the encoding.
 // A message whose body the transport could not read (SecAggMessage::malformed) drops its client
 // from the round at once, naming why, instead of leaving the stage to wait for its deadline.
 TEST_F(EngineSecAggTest, AMalformedMessageDropsItsClientAtOnce) {
@@ -737,8 +736,14 @@ TEST_F(EngineSecAggTest, AMalformedMessageDropsItsClientAtOnce) {
               ::testing::HasSubstr("dropped from round 1 at stage advertise keys: its advertise "
                                    "keys message could not be read: SecAggSubmission.keys."
                                    "cipher_public has 3 bytes"));
+  // The round does not wait for it: the other nine commit.
+  a.stop_at = 0;
+  RoundSummary round = DriveAttempt();
+  ASSERT_TRUE(round.committed) << round.reason;
+  EXPECT_EQ(round.num_accepted, 9);
 }
 
+// A plain round refuses masked words, naming the encoding.
 TEST_F(EngineSecAggTest, PlainRoundRefusesAMaskedUpdate) {
   options_.secure_aggregation.enabled = false;
   StartSecure();
