@@ -55,7 +55,7 @@ absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_i
     }
   }
   if (absl::Status s = CheckTaskLocked(client_id, run_id, round, task_id); !s.ok()) return s;
-  if (const SecAggRound* s = current_->secagg.get(); s != nullptr) {
+  if (const SecAggRound* s = current_->secagg; s != nullptr) {
     if (auto d = s->dropped.find(s->id_of.at(client_id)); d != s->dropped.end()) {
       return absl::FailedPreconditionError(
           absl::StrCat("this client was dropped from round ", round, " at stage ",
@@ -93,7 +93,7 @@ bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
   if (current_ == nullptr || current_->round != round) return false;
   auto task = current_->task_of.find(client_id);
   if (task == current_->task_of.end() || task->second != task_id) return false;
-  if (const SecAggRound* s = current_->secagg.get(); s != nullptr) {
+  if (const SecAggRound* s = current_->secagg; s != nullptr) {
     if (s->dropped.count(s->id_of.at(client_id)) != 0) return false;
     if (s->stage != SecAggStage::kMaskedInput) return true;
   }
@@ -315,7 +315,7 @@ void EngineImpl::ForgetClient(const std::string& client_id, const std::string& r
     ++clients_changes_;
     const absl::Time now = clock_->Now();
     if (current_ != nullptr && current_->task_of.count(client_id) != 0) {
-      const SecAggRound* s = current_->secagg.get();
+      const SecAggRound* s = current_->secagg;
       // A secure round drops it at any stage but while its masked input streams or after it
       // arrived during that stage (an input in the sum stays there).
       const bool uploading = current_->uploads.count(client_id) != 0;

@@ -30,9 +30,7 @@ void EngineImpl::DropRoundModels(RoundState& round) {
   // models again; but an upload call that is still returning holds this RoundState, and the next
   // round may start at once. Drop the model-sized parts now, or the previous global model (and,
   // after a failed attempt, its sum) would sit beside the next round's: 4x the model, not 3x.
-  round.aggregator.reset();
-  round.global.reset();
-  round.clip_global.reset();
+  if (round.input != nullptr) round.input->DropModels();
 }
 
 void EngineImpl::ScheduleCommitLocked(PendingCommit commit) {
@@ -44,17 +42,6 @@ void EngineImpl::ScheduleCommitLocked(PendingCommit commit) {
 
 void EngineImpl::WaitForCommitLocked() {
   while (commit_ != nullptr) cv_.Wait(&mu_);
-}
-
-absl::StatusOr<Model> EngineImpl::NextModel(RoundState& round,
-                                            std::span<const aggregation::SiteFailure> failures,
-                                            std::optional<Model>& state) {
-  if (round.secagg != nullptr) return UnmaskedModel(round, failures, state);
-  for (const aggregation::SiteFailure& f : failures) round.aggregator->Failed(f);
-  CrashPoint("aggregate");
-  absl::StatusOr<Model> next = round.aggregator->Finish();
-  if (next.ok()) state = round.aggregator->TakeState();
-  return next;
 }
 
 void EngineImpl::RunPendingCommit() {
@@ -73,7 +60,9 @@ void EngineImpl::RunPendingCommit() {
   // until the next round starts, after this commit.
   CommitInputs in(absl::InternalError("not computed"));
   try {
-    in.next = NextModel(*job->round, job->failures, in.state);
+    // The strategy's next model: a plain round's aggregate, or a secure round's unmasked sum
+    // (round_input.h), the failed sites told first.
+    in.next = job->round->input->Finish(job->failures, in.state);
     DropRoundModels(*job->round);
     if (in.next.ok() && hooks_.evaluate) in.hook_metrics = hooks_.evaluate(*in.next);
     if (in.next.ok()) in.checkpoint = store_->WriteCheckpoint(*in.next);
@@ -87,9 +76,6 @@ void EngineImpl::RunPendingCommit() {
   }
   {
     absl::MutexLock lock(&mu_);
-    if (!in.next.ok() && job->round->secagg != nullptr) {
-      job->round->secagg->failed_at = SecAggStageName(job->round->secagg->stage);
-    }
     EndAttemptLocked(std::move(job->round), std::move(job->participations), std::move(job->summary),
                      std::move(in), clock_->Now());
     commit_.reset();
@@ -136,7 +122,6 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
   summary.attempt = round->attempt;
   summary.num_sampled = static_cast<int32_t>(round->sampled.size());
   summary.duration = now - round->started;
-  const std::string secagg_json = round->secagg != nullptr ? SecAggJson(*round->secagg) : "";
   std::string failure;
   if (next.ok()) {
     const std::map<std::string, double>& hook_metrics = in.hook_metrics;
@@ -151,7 +136,7 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
     rec.num_sampled = summary.num_sampled;
     rec.num_reported = summary.num_accepted;
     rec.metrics_json = MetricsJson(summary.metrics);
-    rec.secagg_json = secagg_json;
+    rec.secagg_json = round->input->RecordJson(/*failed=*/false);
     if (accountant_.has_value()) {
       absl::StatusOr<aggregation::dp::PrivacySpent> spent = accountant_->SpentAfter(
           round->dp_sampling_rate, options_.privacy.noise_multiplier, 1, options_.privacy.delta);
@@ -231,8 +216,8 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
   }
   if (!summary.committed) {
     summary.reason = failure;
-    if (!secagg_json.empty()) {
-      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, secagg_json);
+    if (std::string json = round->input->RecordJson(/*failed=*/true); !json.empty()) {
+      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json);
     }
     (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kFailed, failure,
                            ToMs(now));
@@ -243,7 +228,7 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
               {"reason", failure}});
     ++next_attempt_;
     ++failed_attempts_;
-    if (round->secagg != nullptr && round->secagg->revealed) {
+    if (round->input->revealed()) {
       // The server holds this attempt's sum. Another attempt from the same global model over a
       // different set of sites would let the difference of the two sums reveal one site's
       // update (and, with DP, release more than the accountant counted): stop instead.

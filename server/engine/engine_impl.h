@@ -4,9 +4,12 @@
 //   run_setup.cc       creating or resuming a run
 //   commit.cc          a closed round's commit, off mu_, on the engine's thread or after the call
 //   clients.cc         joins, polls, heartbeats, task assignment, liveness, dropping the silent
-//   uploads.cc         registering, checking, streaming and folding updates; declines
+//   uploads.cc         registering and streaming updates into the round's input; declines
+//   plain_input.cc     a plain round's input: decoding, clipping, the strategy's aggregator
+//                      (round_input.h says what a round's input is)
 //   evaluation.cc      federated evaluation between rounds
-//   secagg_round.cc    secure-aggregation rounds: set-up, closing the four stages, the result
+//   secagg_round.cc    secure-aggregation rounds: set-up, closing the four stages, the unmasked
+//                      result (a secure round's input)
 //   secagg_clients.cc  secure-aggregation rounds: stage tasks, messages, masked uploads
 //   engine_options.cc  EngineOptions' JSON form and the real clock
 //
@@ -56,10 +59,6 @@ using Phase = UploadState::Phase;
 
 inline int64_t ToMs(absl::Time t) { return absl::ToUnixMillis(t); }
 
-// The largest example count an update may claim (its FedAvg weight): far above any site's data,
-// small enough that one client cannot swamp the float64 sum.
-inline constexpr int64_t kMaxExamples = int64_t{1} << 40;
-
 // Client-supplied text (a decline reason) goes into participation rows, WAIT messages,
 // secagg_json and the audit log: at most kMaxClientTextBytes of it, cut at a UTF-8 character
 // boundary, with "... (truncated)" appended.
@@ -89,8 +88,9 @@ class UploadImpl final : public Upload {
       : engine_(engine),
         round_(std::move(round)),
         state_(std::move(state)),
-        assembler_(payload_bytes, ValueBytes(*round_)),
-        buffer_(std::make_unique_for_overwrite<float[]>(BufferValues(*round_, payload_bytes))) {}
+        assembler_(payload_bytes, round_->input->value_bytes()),
+        buffer_values_(round_->input->scratch_values(payload_bytes)),
+        buffer_(std::make_unique_for_overwrite<float[]>(buffer_values_)) {}
   ~UploadImpl() override;
 
   absl::Status AddChunk(int64_t offset, std::string_view data) override;
@@ -103,33 +103,6 @@ class UploadImpl final : public Upload {
   absl::Status Refuse(absl::Status why) override;
 
  private:
-  // The bytes of one value on the wire: 4 for float32 and masked rounds (whose words are checked
-  // apart), 2 for float16, 1 for int8's codec chunks.
-  static int64_t ValueBytes(const RoundState& round) {
-    if (round.secagg != nullptr) return 4;
-    switch (round.encoding) {
-      case UpdateEncoding::kFloat16:
-        return 2;
-      case UpdateEncoding::kInt8:
-        return 1;
-      case UpdateEncoding::kFloat32:
-        break;
-    }
-    return 4;
-  }
-  // Values of one decoded chunk, at most what the payload can hold: a small model's upload does
-  // not allocate (and fault in) a whole chunk's buffer, 4 MiB for int8. From the payload size
-  // (checked against the model before the upload began), not the round's global model, which
-  // the round's close may drop at any moment without the gate.
-  static size_t BufferValues(const RoundState& round, int64_t payload_bytes) {
-    const int64_t payload_values = payload_bytes / ValueBytes(round);
-    return static_cast<size_t>(
-        std::max<int64_t>(1, std::min(ValuesPerChunk(round.encoding), payload_values)));
-  }
-  // Decodes a float16 / int8 codec chunk at `offset` into buffer_ and adds the round's global
-  // model back: the weights to stage. Sets `first` (the first parameter) and `values`.
-  absl::Status DecodeDelta(int64_t offset, std::string_view data, int64_t& first,
-                           std::span<float>& values);
   // The round is closing or closed: this update is cut off (the close records why).
   absl::Status NoLongerAccepted();
   // Refuses the update: folds it out and records why. Caller holds the gate shared.
@@ -139,7 +112,8 @@ class UploadImpl final : public Upload {
   std::shared_ptr<RoundState> round_;
   std::shared_ptr<UploadState> state_;
   ChunkAssembler assembler_;
-  std::unique_ptr<float[]> buffer_;  // BufferValues(...) values, not zeroed
+  size_t buffer_values_;
+  std::unique_ptr<float[]> buffer_;  // RoundInput::Stage's scratch: buffer_values_, not zeroed
   bool done_ = false;
 };
 
@@ -379,17 +353,7 @@ class EngineImpl final : public RoundEngine {
   void CommitLoop() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits (mu_ released meanwhile) until no commit is pending.
   void WaitForCommitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The next global model of a closed round: the strategy's finish, or for a secure round the
-  // unmasked sum handed to the strategy (UnmaskedModel, secagg_round.cc), the round's
-  // `failures` told to its aggregator first. Without mu_.
-  // `state`: the strategy's server state after the round, when it keeps one.
-  absl::StatusOr<Model> NextModel(RoundState& round,
-                                  std::span<const aggregation::SiteFailure> failures,
-                                  std::optional<Model>& state) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::StatusOr<Model> UnmaskedModel(RoundState& round,
-                                      std::span<const aggregation::SiteFailure> failures,
-                                      std::optional<Model>& state) ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops a round's model-sized parts (the aggregate, the round's global model).
+  // Drops a round's model-sized parts (its input's aggregate and global model: DropModels).
   static void DropRoundModels(RoundState& round);
   // The end of an attempt, shared by plain and secure rounds: commits `in.next` with the
   // participations (or, when it or its checkpoint is an error, fails the attempt with the

@@ -238,10 +238,6 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   std::vector<std::string> online = std::move(plan->sites);
   round->fit_config = std::move(plan->config);
   round->site_config = std::move(plan->site_config);
-  if (!options_.secure_aggregation.enabled && strategy_->update_norm_bound() > 0) {
-    round->clip_global = global_;  // the strategy bounds each change's norm (central DP, ...)
-    round->clip_norm = strategy_->update_norm_bound();
-  }
   if (accountant_.has_value()) {
     const PrivacyOptions& p = options_.privacy;
     const double q = static_cast<double>(k) / n;
@@ -264,10 +260,10 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
     round->task_of[id] =
         absl::StrFormat("r%d.a%d.%s", round->round, round->attempt, id.substr(0, 12));
   }
-  // A secure round sums masked inputs in its ServerSession and hands the strategy one mean.
-  if (!options_.secure_aggregation.enabled) round->aggregator = strategy_->BeginRound(*global_);
-  round->encoding = update_encoding_;
-  round->global = global_;
+  // A secure round's input is set up with its stages, below (StartSecAggLocked).
+  if (!options_.secure_aggregation.enabled) {
+    round->input = MakePlainInput(*strategy_, global_, update_encoding_);
+  }
 
   CrashPoint("round_start");
   RoundRecord rec;
@@ -361,7 +357,7 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     }
   }
   RoundSummary summary;
-  summary.num_accepted = round->aggregator->num_accepted();
+  summary.num_accepted = round->input->num_accepted();
   for (const auto& [k, v] : metric_sums) {
     if (metric_weights[k] > 0) summary.metrics["train_" + k] = v / metric_weights[k];
   }
@@ -488,10 +484,10 @@ void EngineImpl::AbortInFlightLocked(const std::string& reason) {
     std::shared_ptr<RoundState> round = std::move(current_);
     current_ = nullptr;
     CutOffUploadsLocked(*round, absl::StrCat("round aborted: ", reason));
-    if (round->secagg != nullptr) {
-      // Nothing secret is kept: the session (keys, sums) goes with the round state.
-      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt,
-                                   SecAggJson(*round->secagg));
+    // A secure round's record; nothing secret is kept: the session (keys, sums) goes with the
+    // round state.
+    if (std::string json = round->input->RecordJson(/*failed=*/false); !json.empty()) {
+      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json);
     }
     (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kAborted, reason,
                            ToMs(clock_->Now()));

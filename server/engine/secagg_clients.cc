@@ -36,8 +36,27 @@ const char* StageNameOfKind(Task::Kind kind) {
 
 }  // namespace
 
-absl::Status FoldMaskedUpload(const UploadState& up, SecAggRound& s, int client,
-                              bool& partly_folded) {
+absl::StatusOr<StagedChunk> SecAggRound::Stage(int64_t offset, std::string_view data,
+                                               std::span<float> scratch) const {
+  // Masked words: every value of the word size is < 2^m; only whole words.
+  const size_t word = static_cast<size_t>(params.modulus_bits / 8);
+  if (data.size() % word != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " has ", data.size(),
+                                                   " bytes, not whole ", word, "-byte words"));
+  }
+  return StagedChunk{.offset = offset, .data = data};
+}
+
+absl::Status SecAggRound::Fold(const UploadState& up, bool& spoiled) {
+  // Verified whole: into the masked sum (the client is then in U3).
+  bool partly_folded = false;
+  absl::Status s = FoldMasked(up, id_of.at(up.client_id), partly_folded);
+  spoiled = !s.ok() && partly_folded;
+  return s;
+}
+
+absl::Status SecAggRound::FoldMasked(const UploadState& up, int client, bool& partly_folded) {
+  SecAggRound& s = *this;
   const size_t word = s.params.modulus_bits / 8;
   std::vector<uint8_t> bytes(static_cast<size_t>(kMaxChunkBytes));
   std::vector<uint64_t> words(bytes.size() / word);
@@ -134,19 +153,11 @@ absl::Status EngineImpl::CheckSecAggUploadLocked(const std::string& client_id,
   return absl::OkStatus();
 }
 
-absl::Status CheckMaskedUpdate(const SecAggRound* s, const UpdateMeta& meta, int64_t num_floats,
-                               int32_t round) {
+absl::Status SecAggRound::CheckUpdate(const UpdateMeta& meta) const {
   using Encoding = UpdateMeta::Encoding;
-  if (s == nullptr) {
-    if (meta.encoding != Encoding::kMaskedUint32 && meta.encoding != Encoding::kMaskedUint64) {
-      return absl::OkStatus();  // the run's encoding is checked with the size
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("update encoding ",
-                     meta.encoding == Encoding::kMaskedUint32 ? "MASKED_UINT32" : "MASKED_UINT64",
-                     " is for secure aggregation; round ", round, " is not secure"));
-  }
-  const bool wide = s->params.modulus_bits == 64;
+  const int32_t round = meta.round;
+  const int64_t num_floats = global->spec().NumFloats();
+  const bool wide = params.modulus_bits == 64;
   const char* want = wide ? "MASKED_UINT64" : "MASKED_UINT32";
   if (meta.encoding != (wide ? Encoding::kMaskedUint64 : Encoding::kMaskedUint32)) {
     return absl::InvalidArgumentError(

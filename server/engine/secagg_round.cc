@@ -53,7 +53,8 @@ Task::Kind SecAggTaskKind(SecAggStage stage) {
 RoundState::RoundState() = default;
 RoundState::~RoundState() = default;
 
-std::string SecAggJson(const SecAggRound& s) {
+std::string SecAggRound::RecordJson(bool failed) const {
+  const SecAggRound& s = *this;
   const secagg::SecAggParams& p = s.params;
   nlohmann::json dropped = nlohmann::json::array();
   for (const auto& [id, d] : s.dropped) {
@@ -86,7 +87,7 @@ std::string SecAggJson(const SecAggRound& s) {
       {"stage_ms", s.stage_closed_ms},
       {"last_input_ms", s.last_input_ms},
   };
-  if (!s.failed_at.empty()) j["failed_at"] = s.failed_at;
+  if (failed) j["failed_at"] = SecAggStageName(s.stage);
   return j.dump();
 }
 
@@ -134,7 +135,9 @@ absl::Status EngineImpl::CheckSecureAggregation() const {
 
 absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
   const SecureAggregationOptions& o = options_.secure_aggregation;
-  round.secagg = std::make_unique<SecAggRound>();
+  auto input = std::make_unique<SecAggRound>(*strategy_, global_);
+  round.secagg = input.get();
+  round.input = std::move(input);
   SecAggRound& s = *round.secagg;
   const int32_t n = static_cast<int32_t>(round.sampled.size());
   s.client_of = round.sampled;  // sorted
@@ -361,24 +364,22 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
                                      std::move(summary), std::move(failures)});
 }
 
-absl::StatusOr<Model> EngineImpl::UnmaskedModel(RoundState& round,
-                                                std::span<const aggregation::SiteFailure> failures,
-                                                std::optional<Model>& state) {
+absl::StatusOr<Model> SecAggRound::Finish(std::span<const aggregation::SiteFailure> failures,
+                                          std::optional<Model>& state) {
   // Remove the masks, hand the mean change to the strategy as one update.
-  SecAggRound& s = *round.secagg;
   CrashPoint("secagg_unmask");
-  absl::StatusOr<secagg::AggregateResult> result = s.session->Finish();
+  absl::StatusOr<secagg::AggregateResult> result = session->Finish();
   if (!result.ok()) return result.status();
-  s.revealed = true;
-  const std::span<const float> g = round.global->data();
+  sum_revealed = true;
+  const std::span<const float> g = global->data();
   if (result->mean.size() != g.size()) {
     return absl::InternalError(absl::StrCat("secure aggregation: the unmasked mean has ",
                                             result->mean.size(), " values, the model ", g.size()));
   }
-  Model candidate(round.global->spec());
+  Model candidate(global->spec());
   std::span<float> c = candidate.data();
   for (size_t i = 0; i < c.size(); ++i) c[i] = g[i] + result->mean[i];
-  std::unique_ptr<aggregation::RoundAggregator> agg = strategy_->BeginRound(*round.global);
+  std::unique_ptr<aggregation::RoundAggregator> agg = strategy->BeginRound(*global);
   for (const aggregation::SiteFailure& f : failures) agg->Failed(f);
   agg->Fold(0, c, 1.0);
   agg->Accept(1.0);
@@ -392,7 +393,6 @@ void EngineImpl::FailSecAggRoundLocked(const std::string& failure, absl::Time no
   std::shared_ptr<RoundState> round = std::move(current_);
   current_ = nullptr;
   CutOffUploadsLocked(*round, absl::StrCat("round failed: ", failure));
-  round->secagg->failed_at = SecAggStageName(round->secagg->stage);
   std::vector<ParticipationRecord> participations = SecAggParticipationsLocked(*round);
   RoundSummary summary;
   summary.num_accepted = round->secagg->u3;

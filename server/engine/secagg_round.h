@@ -6,9 +6,11 @@
 // ServerSession) and, after unmasking, the sum of the survivors' encodings. Nothing here is
 // persisted but SecAggJson's summary; a restart aborts the attempt and runs a fresh one.
 //
-// Thread safety: guarded by the engine's mutex, except the session's FoldMaskedWords and
-// CompleteMaskedInput, which uploads call at the masked-input stage holding `fold_mu` and the
-// round's gate shared (closing that stage takes the gate exclusively, so no fold is in flight).
+// Thread safety: guarded by the engine's mutex, except what RoundInput's comment says of its
+// methods: Stage reads only the immutable parameters, and Fold calls the session's
+// FoldMaskedWords and CompleteMaskedInput holding `fold_mu` (uploads at the masked-input stage,
+// holding the round's gate shared: closing that stage takes the gate exclusively, so no fold is
+// in flight).
 #ifndef FL_SERVER_ENGINE_SECAGG_ROUND_H_
 #define FL_SERVER_ENGINE_SECAGG_ROUND_H_
 
@@ -16,8 +18,11 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -27,6 +32,7 @@
 #include "fl/aggregation/secagg/protocol.h"
 #include "fl/aggregation/strategy.h"
 #include "fl/server/engine.h"
+#include "server/engine/round_input.h"
 
 namespace fl::server::internal {
 
@@ -50,7 +56,44 @@ struct SecAggDrop {
   }
 };
 
-struct SecAggRound {
+// A secure round's input (round_input.h): masked inputs, verified whole, are summed in the
+// session; the commit unmasks the survivors' sum and hands the strategy their mean as one update.
+struct SecAggRound final : RoundInput {
+  SecAggRound(aggregation::Strategy& strategy, std::shared_ptr<const Model> global)
+      : strategy(&strategy), global(std::move(global)) {}
+
+  // RoundInput. CheckUpdate: the encoding must be MASKED_UINT32 (or 64 for m = 64), the payload
+  // (num_floats + 1) words, num_examples 0 and metrics empty. Stage takes whole words only.
+  absl::Status CheckUpdate(const UpdateMeta& meta) const override;
+  int64_t value_bytes() const override { return 4; }
+  size_t scratch_values(int64_t payload_bytes) const override { return 0; }
+  absl::StatusOr<StagedChunk> Stage(int64_t offset, std::string_view data,
+                                    std::span<float> scratch) const override;
+  absl::Status Fold(const UploadState& up, bool& spoiled) override;
+  void NoteAccepted(absl::Duration since_start) override {
+    last_input_ms = absl::ToInt64Milliseconds(since_start);
+  }
+  int num_accepted() const override { return u3; }
+  absl::StatusOr<Model> Finish(std::span<const aggregation::SiteFailure> failures,
+                               std::optional<Model>& state) override;
+  void DropModels() override {
+    session.reset();
+    global.reset();
+  }
+  // The attempt as JSON for rounds.secagg_json: params, |U1|..|U3|, the unmask responders, who
+  // dropped at which stage and why (client ids cut to 16 characters), relayed bytes and their
+  // SHA-256; with `failed`, the stage it failed at. No key, share, mask or update.
+  std::string RecordJson(bool failed) const override;
+  bool revealed() const override { return sum_revealed; }
+
+  // Streams a verified masked upload (little-endian words of 2^params.modulus_bits) from its
+  // staging into the session as `client`'s input: FoldMaskedWords piece by piece, then
+  // CompleteMaskedInput, holding `fold_mu`. `partly_folded` is set once a piece went in.
+  absl::Status FoldMasked(const UploadState& up, int client, bool& partly_folded);
+
+  aggregation::Strategy* strategy;      // the run's, given the unmasked mean
+  std::shared_ptr<const Model> global;  // the round's global model; the mean is a change from it
+
   // Public parameters of the attempt, and what the clients' tasks carry besides.
   secagg::SecAggParams params;
   int64_t example_unit = 1;
@@ -75,35 +118,14 @@ struct SecAggRound {
   secagg::UnmaskRequest unmask;                // after stage 3
   int64_t relay_bytes = 0;                     // ciphertext bytes relayed at stage 2
   std::string relay_sha256;  // over the relayed ciphertexts, by recipient then sender
-  std::string failed_at;     // the stage the attempt failed at, if it did
   // Milliseconds from the round's start to the close of each stage so far, and to the last
   // masked input accepted (0: none), for the record (SecAggJson).
   std::vector<int64_t> stage_closed_ms;
   int64_t last_input_ms = 0;
-  // The survivors' sum was unmasked: from here on the attempt must commit or end the run (see
-  // EngineImpl::EndAttemptLocked).
-  bool revealed = false;
+  // The survivors' sum was unmasked (by Finish): from here on the attempt must commit or end the
+  // run (see EngineImpl::EndAttemptLocked).
+  bool sum_revealed = false;
 };
-
-// Streams a verified masked upload (little-endian words of 2^params.modulus_bits) from its spill
-// into the session as `client`'s input: FoldMaskedWords piece by piece, then
-// CompleteMaskedInput. Caller holds the round's gate shared; takes `s.fold_mu`. An error after
-// some pieces leaves them in the sum (the caller poisons the round).
-// `partly_folded` is set once a piece went in.
-absl::Status FoldMaskedUpload(const UploadState& up, SecAggRound& s, int client,
-                              bool& partly_folded);
-
-// The content checks of an update's metadata that depend on secure aggregation: with `s` null (a
-// plain round) only FLOAT32 is taken; in a secure round the encoding must be MASKED_UINT32 (or
-// 64 for m = 64), the payload (num_floats + 1) words, num_examples 0 and metrics empty.
-// INVALID_ARGUMENT naming what is wrong.
-absl::Status CheckMaskedUpdate(const SecAggRound* s, const UpdateMeta& meta, int64_t num_floats,
-                               int32_t round);
-
-// The attempt as JSON for rounds.secagg_json: params, |U1|..|U3|, the unmask responders, who
-// dropped at which stage and why (client ids cut to 16 characters), relayed bytes and their
-// SHA-256. No key, share, mask or update.
-std::string SecAggJson(const SecAggRound& s);
 
 }  // namespace fl::server::internal
 

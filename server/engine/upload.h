@@ -1,9 +1,9 @@
 // Internal to the engine: the state of one round attempt and of each update streaming into it.
 //
 // Chunks are checked as they arrive (order, size, finite values, running SHA-256) and staged in a
-// spill file; once the whole payload checked out, the update is folded into the round's
-// aggregator in one pass over the spill. A refused or cut-off update therefore never touches the
-// aggregate (folding out again in floating point would not be exact). Each round has a gate (a
+// spill file; once the whole payload checked out, the update is folded into the round's input
+// (round_input.h) in one pass over the spill. A refused or cut-off update therefore never touches
+// the aggregate (folding out again in floating point would not be exact). Each round has a gate (a
 // shared mutex): uploads hold it shared while they stage or fold; closing the round sets
 // `closing` and then holds it exclusively, so no update is half in.
 #ifndef FL_SERVER_ENGINE_UPLOAD_H_
@@ -24,6 +24,7 @@
 #include "fl/common/update_codec.h"
 #include "fl/server/staging.h"
 #include "fl/server/store.h"
+#include "server/engine/round_input.h"
 
 namespace fl::server::internal {
 
@@ -51,17 +52,6 @@ struct UploadState {
   std::unique_ptr<StagedUpload> staged;  // the payload so far (staging.h); null once removed
 
   ~UploadState();
-  // Folds the staged payload into `aggregator` with this update's weight. With `clip_global` set
-  // (the strategy's update_norm_bound: central DP, a norm bound), the update's change from it is
-  // first measured (a first pass over the spill) and folded clipped to norm `clip_norm`
-  // (aggregation/dp/clipping.h's StreamingClip). Once
-  // written whole it is accepted (UpdateSink::Accept). An error (the spill could not be read,
-  // the aggregator's own spill not written) leaves a streaming aggregate partly folded.
-  // `touched` (may be null) tells whether any piece reached the aggregator (a refusal at
-  // BeginUpdate, e.g. a missing metric, touches nothing).
-  absl::Status FoldInto(aggregation::RoundAggregator& aggregator,
-                        const Model* clip_global = nullptr, double clip_norm = 0,
-                        bool* touched = nullptr) const;
   void RemoveSpill();
 };
 
@@ -81,32 +71,27 @@ struct RoundState {
   // What the strategy's ConfigureFit added to the fit tasks: for every site, and per site.
   std::map<std::string, double> fit_config;
   std::map<std::string, std::map<std::string, double>> site_config;
-  std::unique_ptr<aggregation::RoundAggregator> aggregator;
+  // How the round takes its updates and makes the next model of them (round_input.h): a plain
+  // round's strategy aggregator or a secure round's masked sum. Set before the round opens, never
+  // replaced.
+  std::unique_ptr<RoundInput> input;
+  // A secure round's stages (secagg_round.h): the same object as `input`, null in a plain round.
+  SecAggRound* secagg = nullptr;
   std::shared_mutex gate;
   // Set before the close takes the gate, so that streaming uploads stop asking for it (glibc's
   // shared_mutex prefers readers and would otherwise let a steady stream starve the close).
   std::atomic<bool> closing{false};
   // One upload per sampled client at most; guarded by the engine's mutex.
   std::map<std::string, std::shared_ptr<UploadState>> uploads;
-  // The strategy's bound on each update's change (null / 0 without: see
-  // Strategy::update_norm_bound): the round's global model and the norm; and differential
-  // privacy's sampling rate q (sampled / online clients). Set before the round opens.
-  std::shared_ptr<const Model> clip_global;
-  double clip_norm = 0;
-  // The run's update encoding, and the round's global model (float16 / int8 updates are changes
-  // from it). Set before the round opens.
-  UpdateEncoding encoding = UpdateEncoding::kFloat32;
-  std::shared_ptr<const Model> global;
+  // Differential privacy's sampling rate q (sampled / online clients). Set before the round
+  // opens.
   double dp_sampling_rate = 0;
   // Set when the aggregate became unusable (a spill could not be read back mid-fold). Guarded by
   // the gate like the phases.
   bool poisoned = false;
-  // Secure aggregation (null for plain rounds): the four stages' state; `aggregator` is then
-  // null and verified masked inputs are summed in its session. Set before the round opens.
-  std::unique_ptr<SecAggRound> secagg;
 
   RoundState();
-  ~RoundState();  // out of line: SecAggRound is incomplete here
+  ~RoundState();
 };
 
 }  // namespace fl::server::internal

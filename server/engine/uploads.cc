@@ -83,43 +83,11 @@ std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& 
 }
 
 absl::Status EngineImpl::CheckUpdateLocked(const UpdateMeta& meta) const {
-  const int64_t num_floats = global_->spec().NumFloats();
-  const int64_t expected = EncodedBytes(update_encoding_, num_floats);
   if (meta.spec.has_value() && !(*meta.spec == global_->spec())) {
     return absl::InvalidArgumentError(SpecMismatch(*meta.spec, global_->spec()));
   }
-  const SecAggRound* secagg = current_->secagg.get();
-  if (absl::Status s = CheckMaskedUpdate(secagg, meta, global_->spec().NumFloats(), meta.round);
-      !s.ok() || secagg != nullptr) {
-    return s;
-  }
-  if (meta.encoding != ToPayloadEncoding(update_encoding_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "update encoding ", PayloadEncodingName(meta.encoding), " is not the run's: round ",
-        meta.round, " takes ", PayloadEncodingName(ToPayloadEncoding(update_encoding_)),
-        " (update_encoding \"", UpdateEncodingName(update_encoding_), "\")"));
-  }
-  if (meta.payload_bytes != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "update payload is ", meta.payload_bytes, " bytes but the model has ", num_floats, " ",
-        UpdateEncodingName(update_encoding_), " parameters (", expected, " bytes",
-        update_encoding_ == UpdateEncoding::kInt8 ? " with a scale per chunk" : "", ")"));
-  }
-  if (meta.num_examples <= 0 || meta.num_examples > kMaxExamples) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "update claims ", meta.num_examples, " examples; it must be in [1, ", kMaxExamples, "]"));
-  }
-  for (const auto& [k, v] : meta.metrics) {
-    if (!std::isfinite(v)) {
-      return absl::InvalidArgumentError(absl::StrCat("update metric '", k, "' is not finite"));
-    }
-  }
-  // What the strategy would refuse (q-FedAvg: a missing initial_loss), before the payload.
-  if (current_->aggregator != nullptr) {
-    return current_->aggregator->CheckUpdate(
-        {.weight = static_cast<double>(meta.num_examples), .metrics = meta.metrics});
-  }
-  return absl::OkStatus();
+  // The encoding, size, examples and metrics this round takes (round_input.h).
+  return current_->input->CheckUpdate(meta);
 }
 
 absl::StatusOr<std::unique_ptr<Upload>> EngineImpl::BeginUpload(const std::string& client_id,
@@ -240,9 +208,7 @@ void EngineImpl::OnUploadEnded(const std::shared_ptr<RoundState>& round, const U
   }
   {
     absl::MutexLock lock(&mu_);
-    if (refusal.ok() && round->secagg != nullptr) {
-      round->secagg->last_input_ms = absl::ToInt64Milliseconds(clock_->Now() - round->started);
-    }
+    if (refusal.ok()) round->input->NoteAccepted(clock_->Now() - round->started);
     MaybeAdvanceLocked();
     BumpLocked();
   }
@@ -323,41 +289,28 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
           absl::StrCat("update no longer accepted: ", state_->reason));
     }
     why = assembler_.Add(offset, data);
-    if (why.ok() && round_->secagg != nullptr) {
-      // Masked words: every value of the word size is < 2^m; only whole words.
-      const size_t word = static_cast<size_t>(round_->secagg->params.modulus_bits / 8);
-      if (data.size() % word != 0) {
-        why = absl::InvalidArgumentError(absl::StrCat("chunk at offset ", offset, " has ",
-                                                      data.size(), " bytes, not whole ", word,
-                                                      "-byte words"));
-      }
-    }
     // What goes into the spill: the chunk as it came (float32 weights, masked words), or the
-    // weights decoded from a float16 / int8 change.
-    std::string_view staged = data;
-    int64_t staged_offset = offset;
-    if (why.ok() && round_->secagg == nullptr) {
-      int64_t first = offset / static_cast<int64_t>(sizeof(float));
-      std::span<float> values(buffer_.get(), data.size() / sizeof(float));
-      if (round_->encoding == UpdateEncoding::kFloat32) {
-        std::memcpy(values.data(), data.data(), data.size());
+    // weights decoded from a float16 / int8 change (round_input.h).
+    StagedChunk staged;
+    if (why.ok()) {
+      absl::StatusOr<StagedChunk> checked =
+          round_->input->Stage(offset, data, std::span<float>(buffer_.get(), buffer_values_));
+      if (checked.ok()) {
+        staged = *checked;
       } else {
-        why = DecodeDelta(offset, data, first, values);
-        staged = std::string_view(reinterpret_cast<const char*>(values.data()),
-                                  values.size() * sizeof(float));
-        staged_offset = first * static_cast<int64_t>(sizeof(float));
+        why = checked.status();
       }
-      if (why.ok()) why = CheckFinite(values, first);
     }
     if (why.ok()) {
       why = state_->staged == nullptr
                 ? absl::InternalError("the update's staging is gone")
-                : state_->staged->Write(staged_offset, std::as_bytes(std::span<const char>(
-                                                           staged.data(), staged.size())));
+                : state_->staged->Write(
+                      staged.offset,
+                      std::as_bytes(std::span<const char>(staged.data.data(), staged.data.size())));
     }
     if (why.ok()) {
       state_->bytes_received += static_cast<int64_t>(data.size());
-      state_->staged_bytes += static_cast<int64_t>(staged.size());
+      state_->staged_bytes += static_cast<int64_t>(staged.data.size());
       CrashPoint("mid_upload");
       return absl::OkStatus();
     }
@@ -365,32 +318,6 @@ absl::Status UploadImpl::AddChunk(int64_t offset, std::string_view data) {
   }
   engine_->OnUploadEnded(round_, *state_, why);
   return why;
-}
-
-absl::Status UploadImpl::DecodeDelta(int64_t offset, std::string_view data, int64_t& first,
-                                     std::span<float>& values) {
-  // Each wire chunk is one codec chunk, and a full codec chunk is kMaxChunkBytes of every
-  // encoding, so the chunk's index and first parameter follow from its offset.
-  const UpdateEncoding e = round_->encoding;
-  const int64_t per = ValuesPerChunk(e);
-  const int64_t total = round_->global->spec().NumFloats();
-  first = offset / kMaxChunkBytes * per;
-  const int64_t n = std::min(per, total - first);
-  if (offset % kMaxChunkBytes != 0 || n <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(UpdateEncodingName(e), " chunk at offset ",
-                                                   offset, " does not start a codec chunk (every ",
-                                                   kMaxChunkBytes, " bytes)"));
-  }
-  values = std::span<float>(buffer_.get(), static_cast<size_t>(n));
-  if (absl::Status s = DecodeChunk(
-          e, std::as_bytes(std::span<const char>(data.data(), data.size())), first, values);
-      !s.ok()) {
-    return s;
-  }
-  std::span<const float> g =
-      round_->global->data().subspan(static_cast<size_t>(first), values.size());
-  for (size_t i = 0; i < values.size(); ++i) values[i] += g[i];
-  return absl::OkStatus();
 }
 
 absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
@@ -404,22 +331,11 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
           absl::StrCat("update no longer accepted: ", state_->reason));
     }
     why = assembler_.Finish(sha256_hex);
-    if (why.ok() && round_->secagg != nullptr) {
-      // Verified whole: into the secure round's masked sum (the client is then in U3).
-      SecAggRound& s = *round_->secagg;
-      bool partly_folded = false;
-      why = FoldMaskedUpload(*state_, s, s.id_of.at(state_->client_id), partly_folded);
-      if (!why.ok() && partly_folded) round_->poisoned = true;
-    } else if (why.ok()) {
+    if (why.ok()) {
       // Verified whole: only now does it touch the aggregate (and is accepted there).
-      bool touched = false;
-      why = state_->FoldInto(*round_->aggregator, round_->clip_global.get(), round_->clip_norm,
-                             &touched);
-      // A streaming aggregate that took part of it is spoiled; one that keeps updates apart
-      // forgets it, and one it was refused by (BeginUpdate) never saw it.
-      if (!why.ok() && touched && !round_->aggregator->keeps_updates_apart()) {
-        round_->poisoned = true;
-      }
+      bool spoiled = false;
+      why = round_->input->Fold(*state_, spoiled);
+      if (spoiled) round_->poisoned = true;
     }
     if (why.ok()) {
       state_->phase = Phase::kAccepted;
@@ -435,50 +351,5 @@ absl::Status UploadImpl::Finish(std::string_view sha256_hex) {
 UploadState::~UploadState() = default;
 
 void UploadState::RemoveSpill() { staged.reset(); }
-
-absl::Status UploadState::FoldInto(aggregation::RoundAggregator& aggregator,
-                                   const Model* clip_global, double clip_norm,
-                                   bool* touched) const {
-  std::vector<float> buf(static_cast<size_t>(kMaxChunkBytes / sizeof(float)));
-  // Calls `visit(first float, values)` for each piece of the staged payload.
-  auto for_each_piece = [&](auto visit) -> absl::Status {
-    for (int64_t off = 0; off < staged_bytes;) {
-      size_t n = static_cast<size_t>(std::min<int64_t>(kMaxChunkBytes, staged_bytes - off));
-      if (staged == nullptr) return absl::InternalError("the update's staging is gone");
-      if (absl::Status s = staged->Read(
-              off, std::as_writable_bytes(std::span<float>(buf.data(), n / sizeof(float))));
-          !s.ok()) {
-        return s;
-      }
-      visit(off / static_cast<int64_t>(sizeof(float)),
-            std::span<float>(buf.data(), n / sizeof(float)));
-      off += static_cast<int64_t>(n);
-    }
-    return absl::OkStatus();
-  };
-  absl::StatusOr<std::unique_ptr<aggregation::UpdateSink>> sink =
-      aggregator.BeginUpdate({.weight = static_cast<double>(num_examples), .metrics = metrics});
-  if (!sink.ok()) return sink.status();
-  absl::Status written;  // the first write that failed
-  auto write = [&](int64_t first, std::span<const float> v) {
-    if (touched != nullptr) *touched = true;
-    if (written.ok()) written = (*sink)->Write(first, v);
-  };
-  auto accept = [&](absl::Status read) {
-    if (!read.ok()) return read;
-    if (!written.ok()) return written;
-    return (*sink)->Accept();
-  };
-  if (clip_global == nullptr) return accept(for_each_piece(write));
-  // The strategy bounds each change's norm (central DP, a norm bound): measure, then clip.
-  aggregation::dp::StreamingClip clip(clip_global->data(), clip_norm);
-  absl::Status measured =
-      for_each_piece([&](int64_t first, std::span<float> v) { clip.Measure(first, v); });
-  if (!measured.ok()) return measured;
-  return accept(for_each_piece([&](int64_t first, std::span<float> v) {
-    clip.Apply(first, v);
-    write(first, v);
-  }));
-}
 
 }  // namespace fl::server::internal
