@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -56,10 +57,8 @@ absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_i
   }
   if (absl::Status s = CheckTaskLocked(client_id, run_id, round, task_id); !s.ok()) return s;
   if (const SecAggRound* s = current_->secagg; s != nullptr) {
-    if (auto d = s->dropped.find(s->id_of.at(client_id)); d != s->dropped.end()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("this client was dropped from round ", round, " at stage ",
-                       SecAggStageName(d->second.stage), ": ", d->second.reason));
+    if (std::optional<std::string> why = s->DroppedWhy(client_id, round)) {
+      return absl::FailedPreconditionError(*why);
     }
   }
   return GlobalModel{global_, global_sha_};
@@ -283,7 +282,7 @@ void EngineImpl::DropFromRoundLocked(const std::string& client_id, const std::st
                                      const std::string& reason, absl::Time now) {
   std::string where;
   if (current_->secagg != nullptr) {
-    DropFromSecAggLocked(client_id, aggregation::SiteFailure::Kind::kDropped, reason);
+    current_->secagg->Drop(client_id, aggregation::SiteFailure::Kind::kDropped, reason);
     where = absl::StrCat(" at stage ", SecAggStageName(current_->secagg->stage));
   } else {
     auto state = std::make_shared<UploadState>();

@@ -385,9 +385,6 @@ class EngineImpl final : public RoundEngine {
   // Refusals of an upload specific to secure rounds (or of a masked one in a plain round).
   absl::Status CheckSecAggUploadLocked(const std::string& client_id, const UpdateMeta& meta) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Records the client dropped at the open stage of the current secure round.
-  void DropFromSecAggLocked(const std::string& client_id, aggregation::SiteFailure::Kind kind,
-                            const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailRunLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the evaluation and the round in flight, the round recorded as aborted with `reason`.
   void AbortInFlightLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

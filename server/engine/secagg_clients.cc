@@ -5,6 +5,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -87,13 +88,90 @@ absl::Status SecAggRound::FoldMasked(const UploadState& up, int client, bool& pa
   return s.session->CompleteMaskedInput(client);
 }
 
+std::optional<std::string> SecAggRound::DroppedWhy(const std::string& client_id,
+                                                   int32_t round) const {
+  auto d = dropped.find(id_of.at(client_id));
+  if (d == dropped.end()) return std::nullopt;
+  return absl::StrCat("this client was dropped from round ", round, " at stage ",
+                      SecAggStageName(d->second.stage), ": ", d->second.reason);
+}
+
+void SecAggRound::Drop(const std::string& client_id, aggregation::SiteFailure::Kind kind,
+                       std::string reason) {
+  dropped.try_emplace(id_of.at(client_id),
+                      SecAggDrop{.stage = stage, .kind = kind, .reason = std::move(reason)});
+}
+
+void SecAggRound::FillStageTask(int sid, Task& t) const {
+  t.kind = SecAggTaskKind(stage);
+  SecAggTaskInfo& info = t.secagg;
+  info.round = {.secagg = params,
+                .example_unit = example_unit,
+                .dp_clip_norm = dp_clip_norm,
+                .dp_noise_stddev = dp_noise_stddev};
+  info.secagg_id = sid;
+  switch (stage) {
+    case SecAggStage::kAdvertise:
+      break;
+    case SecAggStage::kShare: {
+      // Its own entry and its neighbours' (those that advertised): O(k), not O(n).
+      auto add = [&](int id) {
+        auto it = directory.keys.find(id);
+        if (it != directory.keys.end()) info.directory.keys[id] = it->second;
+      };
+      add(sid);
+      for (int v : graph.Neighbors(sid)) add(v);
+      break;
+    }
+    case SecAggStage::kMaskedInput:
+      if (auto b = bundles.find(sid); b != bundles.end()) info.bundle = b->second;
+      break;
+    case SecAggStage::kUnmask:
+      info.unmask = unmask;
+      break;
+  }
+}
+
+absl::Status SecAggRound::Receive(int sid, const SecAggMessage& m, bool& misdirected) {
+  misdirected = false;
+  // The stage's body, under the sender's id as the server knows it, to the session.
+  auto pass = [&](const auto& body, const char* what, auto receive) -> absl::Status {
+    if (!body.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stage ", SecAggStageName(stage), " takes ", what));
+    }
+    auto from_sid = *body;
+    from_sid.client = sid;
+    return receive(from_sid);
+  };
+  absl::Status refusal;
+  switch (stage) {
+    case SecAggStage::kAdvertise:
+      refusal = pass(m.keys, "keys", [&](const auto& b) { return session->ReceiveKeys(b); });
+      break;
+    case SecAggStage::kShare:
+      refusal = pass(m.shares, "encrypted shares",
+                     [&](const auto& b) { return session->ReceiveShares(b); });
+      break;
+    case SecAggStage::kMaskedInput:
+      misdirected = true;  // not a protocol violation
+      return absl::FailedPreconditionError(
+          "stage masked input takes the masked update through SubmitUpdate");
+    case SecAggStage::kUnmask:
+      refusal = pass(m.unmask, "unmasking shares",
+                     [&](const auto& b) { return session->ReceiveUnmask(b); });
+      break;
+  }
+  if (refusal.ok()) answered.insert(sid);
+  return refusal;
+}
+
 Task EngineImpl::SecAggTaskLocked(const std::string& client_id, Task t) const {
   const RoundState& r = *current_;
   const SecAggRound& s = *r.secagg;
   const int sid = s.id_of.at(client_id);
-  if (auto d = s.dropped.find(sid); d != s.dropped.end()) {
-    t.message = absl::StrCat("dropped from round ", r.round, " at stage ",
-                             SecAggStageName(d->second.stage), ": ", d->second.reason);
+  if (std::optional<std::string> why = s.DroppedWhy(client_id, r.round)) {
+    t.message = *std::move(why);
     return t;
   }
   const bool answered = s.stage == SecAggStage::kMaskedInput ? r.uploads.count(client_id) != 0
@@ -103,36 +181,9 @@ Task EngineImpl::SecAggTaskLocked(const std::string& client_id, Task t) const {
                              "; waiting for it to close");
     return t;
   }
-  t.kind = SecAggTaskKind(s.stage);
   t.task_id = r.task_of.at(client_id);
-  SecAggTaskInfo& info = t.secagg;
-  info.round = {.secagg = s.params,
-                .example_unit = s.example_unit,
-                .dp_clip_norm = s.dp_clip_norm,
-                .dp_noise_stddev = s.dp_noise_stddev};
-  info.secagg_id = sid;
-  switch (s.stage) {
-    case SecAggStage::kAdvertise:
-      break;
-    case SecAggStage::kShare: {
-      // Its own entry and its neighbours' (those that advertised): O(k), not O(n).
-      auto add = [&](int id) {
-        auto it = s.directory.keys.find(id);
-        if (it != s.directory.keys.end()) info.directory.keys[id] = it->second;
-      };
-      add(sid);
-      for (int v : s.graph.Neighbors(sid)) add(v);
-      break;
-    }
-    case SecAggStage::kMaskedInput: {
-      if (auto b = s.bundles.find(sid); b != s.bundles.end()) info.bundle = b->second;
-      FillFitLocked(client_id, t);
-      break;
-    }
-    case SecAggStage::kUnmask:
-      info.unmask = s.unmask;
-      break;
-  }
+  s.FillStageTask(sid, t);
+  if (s.stage == SecAggStage::kMaskedInput) FillFitLocked(client_id, t);
   return t;
 }
 
@@ -140,10 +191,8 @@ absl::Status EngineImpl::CheckSecAggUploadLocked(const std::string& client_id,
                                                  const UpdateMeta& meta) const {
   if (current_->secagg == nullptr) return absl::OkStatus();
   const SecAggRound& s = *current_->secagg;
-  if (auto d = s.dropped.find(s.id_of.at(client_id)); d != s.dropped.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("this client was dropped from round ", meta.round, " at stage ",
-                     SecAggStageName(d->second.stage), ": ", d->second.reason));
+  if (std::optional<std::string> why = s.DroppedWhy(client_id, meta.round)) {
+    return absl::FailedPreconditionError(*why);
   }
   if (s.stage != SecAggStage::kMaskedInput) {
     return absl::FailedPreconditionError(
@@ -196,10 +245,8 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
       SecAggRound& s = *current_->secagg;
       const int sid = s.id_of.at(client_id);
       const std::string stage = SecAggStageName(s.stage);
-      if (auto d = s.dropped.find(sid); d != s.dropped.end()) {
-        refusal = absl::FailedPreconditionError(
-            absl::StrCat("this client was dropped from round ", m.round, " at stage ",
-                         SecAggStageName(d->second.stage), ": ", d->second.reason));
+      if (std::optional<std::string> why = s.DroppedWhy(client_id, m.round)) {
+        refusal = absl::FailedPreconditionError(*why);
       } else if (m.stage != SecAggTaskKind(s.stage)) {
         refusal = absl::FailedPreconditionError(absl::StrCat("round ", m.round, " is at stage ",
                                                              stage, "; this message is for ",
@@ -209,66 +256,25 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
         refusal = absl::AlreadyExistsError(
             absl::StrCat("this client already answered stage ", stage, " of round ", m.round));
       } else if (!m.malformed.empty()) {
-        DropFromSecAggLocked(client_id, aggregation::SiteFailure::Kind::kRefused,
-                             absl::StrCat("its ", stage, " message could not be read: ",
-                                          CapClientText(m.malformed)));
+        s.Drop(client_id, aggregation::SiteFailure::Kind::kRefused,
+               absl::StrCat("its ", stage,
+                            " message could not be read: ", CapClientText(m.malformed)));
         refusal = absl::InvalidArgumentError(m.malformed);
       } else if (!m.decline_reason.empty()) {
         const std::string reason = CapClientText(m.decline_reason);
         // As a plain round's decline: a reason the run will not change leaves the site out.
         if (PermanentDecline(reason)) ExcludeFromRunLocked(client_id, m.round, reason);
-        DropFromSecAggLocked(client_id, aggregation::SiteFailure::Kind::kDeclined,
-                             absl::StrCat("the client declined: ", reason));
+        s.Drop(client_id, aggregation::SiteFailure::Kind::kDeclined,
+               absl::StrCat("the client declined: ", reason));
         refusal = absl::FailedPreconditionError(reason);
         event = "task_declined";
       } else {
-        bool keep = false;
-        switch (s.stage) {
-          case SecAggStage::kAdvertise:
-            if (!m.keys.has_value()) {
-              refusal = absl::InvalidArgumentError("stage advertise keys takes keys");
-              break;
-            }
-            {
-              secagg::KeyAdvertisement keys = *m.keys;
-              keys.client = sid;
-              refusal = s.session->ReceiveKeys(keys);
-            }
-            break;
-          case SecAggStage::kShare:
-            if (!m.shares.has_value()) {
-              refusal = absl::InvalidArgumentError("stage share keys takes encrypted shares");
-              break;
-            }
-            {
-              secagg::EncryptedShares shares = *m.shares;
-              shares.client = sid;
-              refusal = s.session->ReceiveShares(shares);
-            }
-            break;
-          case SecAggStage::kMaskedInput:
-            keep = true;  // a misdirected message, not a protocol violation
-            refusal = absl::FailedPreconditionError(
-                "stage masked input takes the masked update through SubmitUpdate");
-            break;
-          case SecAggStage::kUnmask:
-            if (!m.unmask.has_value()) {
-              refusal = absl::InvalidArgumentError("stage unmask takes unmasking shares");
-              break;
-            }
-            {
-              secagg::UnmaskResponse unmask = *m.unmask;
-              unmask.client = sid;
-              refusal = s.session->ReceiveUnmask(unmask);
-            }
-            break;
-        }
-        if (refusal.ok()) {
-          s.answered.insert(sid);
-        } else if (!keep) {
+        bool misdirected = false;
+        refusal = s.Receive(sid, m, misdirected);
+        if (!refusal.ok() && !misdirected) {
           // What the library refuses (or a message without its body) drops the client.
-          DropFromSecAggLocked(client_id, aggregation::SiteFailure::Kind::kRefused,
-                               std::string(refusal.message()));
+          s.Drop(client_id, aggregation::SiteFailure::Kind::kRefused,
+                 std::string(refusal.message()));
         }
       }
     }

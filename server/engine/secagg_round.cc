@@ -181,13 +181,76 @@ absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
   return absl::OkStatus();
 }
 
-void EngineImpl::DropFromSecAggLocked(const std::string& client_id,
-                                      aggregation::SiteFailure::Kind kind,
-                                      const std::string& reason) {
-  SecAggRound& s = *current_->secagg;
-  const int id = s.id_of.at(client_id);
-  if (s.dropped.count(id) != 0) return;
-  s.dropped[id] = SecAggDrop{.stage = s.stage, .kind = kind, .reason = reason};
+std::string SecAggRound::CloseStageInSession(const std::string& why, int32_t min_fit_clients,
+                                             size_t sampled, bool poisoned) {
+  SecAggRound& s = *this;
+  std::string failure;
+  // Enough of the sampled clients left to be worth going on (the library checks its own
+  // thresholds at each close).
+  auto enough = [&](int left, const std::string& what) {
+    if (left < min_fit_clients) {
+      failure =
+          absl::StrCat("secure aggregation: only ", left, " of ", sampled, " sampled clients ",
+                       what, " (", why, "); min_fit_clients is ", min_fit_clients);
+    } else if (s.dp_min_survivors > 0 && left < s.dp_min_survivors) {
+      failure = absl::StrCat("distributed DP: ", left, " survived, noise planned for ",
+                             s.dp_min_survivors);
+    }
+  };
+  switch (stage) {
+    case SecAggStage::kAdvertise: {
+      absl::StatusOr<secagg::KeyDirectory> dir = s.session->CloseAdvertiseKeys();
+      if (!dir.ok()) {
+        failure = std::string(dir.status().message());
+        break;
+      }
+      s.directory = *std::move(dir);
+      s.u1 = static_cast<int>(s.directory.keys.size());
+      enough(s.u1, "advertised keys");
+      if (failure.empty()) CrashPoint("secagg_keys_closed");
+      break;
+    }
+    case SecAggStage::kShare: {
+      absl::StatusOr<std::map<int, secagg::ShareBundle>> bundles = s.session->CloseShareKeys();
+      if (!bundles.ok()) {
+        failure = std::string(bundles.status().message());
+        break;
+      }
+      s.bundles = *std::move(bundles);
+      s.u2 = static_cast<int>(s.bundles.size());
+      Sha256 sha;
+      for (const auto& [to, bundle] : s.bundles) {
+        for (const auto& [from, sealed] : bundle.ciphertexts) {
+          s.relay_bytes += static_cast<int64_t>(sealed.size());
+          sha.Update(std::span<const std::byte>(reinterpret_cast<const std::byte*>(sealed.data()),
+                                                sealed.size()));
+        }
+      }
+      s.relay_sha256 = sha.FinishHex();
+      enough(s.u2, "shared keys");
+      if (failure.empty()) CrashPoint("secagg_shares_closed");
+      break;
+    }
+    case SecAggStage::kMaskedInput: {
+      if (poisoned) {
+        failure = "a masked input could not be folded whole (spill unreadable)";
+        break;
+      }
+      absl::StatusOr<secagg::UnmaskRequest> request = s.session->CloseMaskedInput();
+      if (!request.ok()) {
+        failure = std::string(request.status().message());
+        break;
+      }
+      s.unmask = *std::move(request);
+      s.u3 = static_cast<int>(s.unmask.survivors.size());
+      enough(s.u3, "delivered a masked input");
+      break;
+    }
+    case SecAggStage::kUnmask:
+      s.u4 = static_cast<int>(s.answered.size());
+      break;
+  }
+  return failure;
 }
 
 void EngineImpl::AdvanceSecAggLocked(absl::Time now) {
@@ -236,89 +299,24 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
       if (s.dropped.count(s.id_of[id]) != 0) continue;
       auto up = r.uploads.find(id);
       if (up == r.uploads.end()) {
-        DropFromSecAggLocked(id, aggregation::SiteFailure::Kind::kMissing,
-                             absl::StrCat("no masked input before the stage closed (", why, ")"));
+        s.Drop(id, aggregation::SiteFailure::Kind::kMissing,
+               absl::StrCat("no masked input before the stage closed (", why, ")"));
       } else if (up->second->phase != Phase::kAccepted) {
-        DropFromSecAggLocked(id, up->second->failure, up->second->reason);
+        s.Drop(id, up->second->failure, up->second->reason);
       }
     }
   } else {
     for (const std::string& id : r.sampled) {
       const int sid = s.id_of[id];
       if (s.dropped.count(sid) != 0 || s.answered.count(sid) != 0) continue;
-      DropFromSecAggLocked(id, aggregation::SiteFailure::Kind::kMissing,
-                           absl::StrCat("no answer before the stage closed (", why, ")"));
+      s.Drop(id, aggregation::SiteFailure::Kind::kMissing,
+             absl::StrCat("no answer before the stage closed (", why, ")"));
     }
   }
   const int answered =
       stage == SecAggStage::kMaskedInput ? -1 : static_cast<int>(s.answered.size());
-  std::string failure;
-  // Enough of the sampled clients left to be worth going on (the library checks its own
-  // thresholds at each close).
-  const int32_t min_fit_clients = options_.min_fit_clients;  // the lambda runs under mu_ too
-  auto enough = [&](int left, const std::string& what) {
-    if (left < min_fit_clients) {
-      failure = absl::StrCat("secure aggregation: only ", left, " of ", r.sampled.size(),
-                             " sampled clients ", what, " (", why, "); min_fit_clients is ",
-                             min_fit_clients);
-    } else if (s.dp_min_survivors > 0 && left < s.dp_min_survivors) {
-      failure = absl::StrCat("distributed DP: ", left, " survived, noise planned for ",
-                             s.dp_min_survivors);
-    }
-  };
-  switch (stage) {
-    case SecAggStage::kAdvertise: {
-      absl::StatusOr<secagg::KeyDirectory> dir = s.session->CloseAdvertiseKeys();
-      if (!dir.ok()) {
-        failure = std::string(dir.status().message());
-        break;
-      }
-      s.directory = *std::move(dir);
-      s.u1 = static_cast<int>(s.directory.keys.size());
-      enough(s.u1, "advertised keys");
-      if (failure.empty()) CrashPoint("secagg_keys_closed");
-      break;
-    }
-    case SecAggStage::kShare: {
-      absl::StatusOr<std::map<int, secagg::ShareBundle>> bundles = s.session->CloseShareKeys();
-      if (!bundles.ok()) {
-        failure = std::string(bundles.status().message());
-        break;
-      }
-      s.bundles = *std::move(bundles);
-      s.u2 = static_cast<int>(s.bundles.size());
-      Sha256 sha;
-      for (const auto& [to, bundle] : s.bundles) {
-        for (const auto& [from, sealed] : bundle.ciphertexts) {
-          s.relay_bytes += static_cast<int64_t>(sealed.size());
-          sha.Update(std::span<const std::byte>(reinterpret_cast<const std::byte*>(sealed.data()),
-                                                sealed.size()));
-        }
-      }
-      s.relay_sha256 = sha.FinishHex();
-      enough(s.u2, "shared keys");
-      if (failure.empty()) CrashPoint("secagg_shares_closed");
-      break;
-    }
-    case SecAggStage::kMaskedInput: {
-      if (r.poisoned) {
-        failure = "a masked input could not be folded whole (spill unreadable)";
-        break;
-      }
-      absl::StatusOr<secagg::UnmaskRequest> request = s.session->CloseMaskedInput();
-      if (!request.ok()) {
-        failure = std::string(request.status().message());
-        break;
-      }
-      s.unmask = *std::move(request);
-      s.u3 = static_cast<int>(s.unmask.survivors.size());
-      enough(s.u3, "delivered a masked input");
-      break;
-    }
-    case SecAggStage::kUnmask:
-      s.u4 = static_cast<int>(s.answered.size());
-      break;
-  }
+  const std::string failure =
+      s.CloseStageInSession(why, options_.min_fit_clients, r.sampled.size(), r.poisoned);
   s.stage_closed_ms.push_back(absl::ToInt64Milliseconds(now - r.started));
   LogEvent(failure.empty() ? LogLevel::kInfo : LogLevel::kWarn, "secagg_stage_closed",
            {{"round", absl::StrCat(r.round)},
@@ -344,7 +342,7 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
     BumpLocked();
     return;
   }
-  // Unmask: the masks are removed by the commit, without mu_ (UnmaskedModel).
+  // Unmask: the masks are removed by the commit, without mu_ (SecAggRound::Finish).
   std::shared_ptr<RoundState> round = std::move(current_);
   current_ = nullptr;
   std::vector<ParticipationRecord> participations = SecAggParticipationsLocked(*round);

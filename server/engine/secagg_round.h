@@ -4,7 +4,7 @@
 // The server relays and sums, never opens: it holds public keys, the encrypted shares until the
 // clients fetched them with their masked-input task, the masked inputs' running sum (inside the
 // ServerSession) and, after unmasking, the sum of the survivors' encodings. Nothing here is
-// persisted but SecAggJson's summary; a restart aborts the attempt and runs a fresh one.
+// persisted but RecordJson's summary; a restart aborts the attempt and runs a fresh one.
 //
 // Thread safety: guarded by the engine's mutex, except what RoundInput's comment says of its
 // methods: Stage reads only the immutable parameters, and Fold calls the session's
@@ -86,6 +86,32 @@ struct SecAggRound final : RoundInput {
   std::string RecordJson(bool failed) const override;
   bool revealed() const override { return sum_revealed; }
 
+  // --- The stages, with the engine's mutex held (secagg_clients.cc). The engine keeps what is
+  // its own: the clients' liveness, the uploads, the audit log and the round's end.
+
+  // Why `client_id` takes no further part in round `round`: "this client was dropped from round
+  // R at stage S: reason"; nullopt while it does.
+  std::optional<std::string> DroppedWhy(const std::string& client_id, int32_t round) const;
+  // Records `client_id` dropped at the open stage; a client is dropped once, the first reason
+  // kept.
+  void Drop(const std::string& client_id, aggregation::SiteFailure::Kind kind, std::string reason);
+  // The open stage's task for secagg id `sid`: its kind and what it carries (the parameters; the
+  // neighbours' keys; the shares sent to it; the unmask request). The masked-input stage's fit
+  // settings are the engine's to add.
+  void FillStageTask(int sid, Task& t) const;
+  // A message of secagg id `sid` for the open stage, handed to the session; the client is then
+  // counted as answered. An error is why the session or the stage refused it; `misdirected` is
+  // set when it was a message the stage does not take at all (the masked input comes as an
+  // upload), which does not drop the client.
+  absl::Status Receive(int sid, const SecAggMessage& m, bool& misdirected);
+  // Closes the open stage in the session (the key directory, the share bundles, the unmask
+  // request, the responders) and counts who is left. Returns why the attempt cannot go on
+  // (fewer than `min_fit_clients` left, fewer than distributed DP's planned survivors, what the
+  // session refused, an aggregate `poisoned` by an unreadable spill), or an empty string. `why` and
+  // `sampled` are for the message.
+  std::string CloseStageInSession(const std::string& why, int32_t min_fit_clients, size_t sampled,
+                                  bool poisoned);
+
   // Streams a verified masked upload (little-endian words of 2^params.modulus_bits) from its
   // staging into the session as `client`'s input: FoldMaskedWords piece by piece, then
   // CompleteMaskedInput, holding `fold_mu`. `partly_folded` is set once a piece went in.
@@ -119,7 +145,7 @@ struct SecAggRound final : RoundInput {
   int64_t relay_bytes = 0;                     // ciphertext bytes relayed at stage 2
   std::string relay_sha256;  // over the relayed ciphertexts, by recipient then sender
   // Milliseconds from the round's start to the close of each stage so far, and to the last
-  // masked input accepted (0: none), for the record (SecAggJson).
+  // masked input accepted (0: none), for the record (RecordJson).
   std::vector<int64_t> stage_closed_ms;
   int64_t last_input_ms = 0;
   // The survivors' sum was unmasked (by Finish): from here on the attempt must commit or end the
