@@ -58,7 +58,7 @@ absl::StatusOr<GlobalModel> EngineImpl::ModelForTask(const std::string& client_i
   if (absl::Status s = CheckTaskLocked(client_id, run_id, round, task_id); !s.ok()) return s;
   if (const SecAggRound* s = current_->secagg; s != nullptr) {
     if (std::optional<std::string> why = s->DroppedWhy(client_id, round)) {
-      return absl::FailedPreconditionError(*why);
+      return absl::FailedPreconditionError(absl::StrCat("this client was ", *why));
     }
   }
   return GlobalModel{global_, global_sha_};

@@ -216,7 +216,8 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
   }
   if (!summary.committed) {
     summary.reason = failure;
-    if (std::string json = round->input->RecordJson(/*failed=*/true); !json.empty()) {
+    // failed_at: the stage a secure attempt could not get past (not a checkpoint that failed).
+    if (std::string json = round->input->RecordJson(/*failed=*/!next.ok()); !json.empty()) {
       (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json);
     }
     (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kFailed, failure,

@@ -186,7 +186,7 @@ class PlainInput final : public RoundInput {
       if (!written.ok()) return written;
       return (*sink)->Accept();
     };
-    if (clip_norm_ <= 0) return accept(for_each_piece(write));
+    if (!(clip_norm_ > 0)) return accept(for_each_piece(write));
     aggregation::dp::StreamingClip clip(global_->data(), clip_norm_);
     absl::Status measured =
         for_each_piece([&](int64_t first, std::span<float> v) { clip.Measure(first, v); });

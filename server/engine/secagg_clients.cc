@@ -92,8 +92,8 @@ std::optional<std::string> SecAggRound::DroppedWhy(const std::string& client_id,
                                                    int32_t round) const {
   auto d = dropped.find(id_of.at(client_id));
   if (d == dropped.end()) return std::nullopt;
-  return absl::StrCat("this client was dropped from round ", round, " at stage ",
-                      SecAggStageName(d->second.stage), ": ", d->second.reason);
+  return absl::StrCat("dropped from round ", round, " at stage ", SecAggStageName(d->second.stage),
+                      ": ", d->second.reason);
 }
 
 void SecAggRound::Drop(const std::string& client_id, aggregation::SiteFailure::Kind kind,
@@ -192,7 +192,7 @@ absl::Status EngineImpl::CheckSecAggUploadLocked(const std::string& client_id,
   if (current_->secagg == nullptr) return absl::OkStatus();
   const SecAggRound& s = *current_->secagg;
   if (std::optional<std::string> why = s.DroppedWhy(client_id, meta.round)) {
-    return absl::FailedPreconditionError(*why);
+    return absl::FailedPreconditionError(absl::StrCat("this client was ", *why));
   }
   if (s.stage != SecAggStage::kMaskedInput) {
     return absl::FailedPreconditionError(
@@ -246,7 +246,7 @@ absl::Status EngineImpl::SubmitSecAgg(const std::string& client_id, const SecAgg
       const int sid = s.id_of.at(client_id);
       const std::string stage = SecAggStageName(s.stage);
       if (std::optional<std::string> why = s.DroppedWhy(client_id, m.round)) {
-        refusal = absl::FailedPreconditionError(*why);
+        refusal = absl::FailedPreconditionError(absl::StrCat("this client was ", *why));
       } else if (m.stage != SecAggTaskKind(s.stage)) {
         refusal = absl::FailedPreconditionError(absl::StrCat("round ", m.round, " is at stage ",
                                                              stage, "; this message is for ",

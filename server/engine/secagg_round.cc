@@ -260,7 +260,7 @@ void EngineImpl::AdvanceSecAggLocked(absl::Time now) {
     const bool masked = s.stage == SecAggStage::kMaskedInput;
     // The silent: sampled, not dropped, not answered, not seen for client_timeout.
     for (const std::string& id : r.sampled) {
-      const int sid = s.id_of[id];
+      const int sid = s.id_of.at(id);
       if (s.dropped.count(sid) != 0 || s.answered.count(sid) != 0) continue;
       if (masked && r.uploads.count(id) != 0) continue;  // uploading or uploaded
       DropIfSilentLocked(id, now);
@@ -269,7 +269,7 @@ void EngineImpl::AdvanceSecAggLocked(absl::Time now) {
     {
       std::shared_lock<std::shared_mutex> gate(r.gate);
       for (const std::string& id : r.sampled) {
-        const int sid = s.id_of[id];
+        const int sid = s.id_of.at(id);
         if (s.dropped.count(sid) != 0) continue;
         if (masked) {
           auto up = r.uploads.find(id);
@@ -296,7 +296,7 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
     CutOffUploadsLocked(r, absl::StrCat("stage ", name, " of round ", r.round, " closed (", why,
                                         ") before the update was complete"));
     for (const std::string& id : r.sampled) {
-      if (s.dropped.count(s.id_of[id]) != 0) continue;
+      if (s.dropped.count(s.id_of.at(id)) != 0) continue;
       auto up = r.uploads.find(id);
       if (up == r.uploads.end()) {
         s.Drop(id, aggregation::SiteFailure::Kind::kMissing,
@@ -307,7 +307,7 @@ void EngineImpl::CloseSecAggStageLocked(const std::string& why, absl::Time now) 
     }
   } else {
     for (const std::string& id : r.sampled) {
-      const int sid = s.id_of[id];
+      const int sid = s.id_of.at(id);
       if (s.dropped.count(sid) != 0 || s.answered.count(sid) != 0) continue;
       s.Drop(id, aggregation::SiteFailure::Kind::kMissing,
              absl::StrCat("no answer before the stage closed (", why, ")"));

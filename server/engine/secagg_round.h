@@ -89,8 +89,8 @@ struct SecAggRound final : RoundInput {
   // --- The stages, with the engine's mutex held (secagg_clients.cc). The engine keeps what is
   // its own: the clients' liveness, the uploads, the audit log and the round's end.
 
-  // Why `client_id` takes no further part in round `round`: "this client was dropped from round
-  // R at stage S: reason"; nullopt while it does.
+  // Why `client_id` takes no further part in round `round`: "dropped from round R at stage S:
+  // reason"; nullopt while it does.
   std::optional<std::string> DroppedWhy(const std::string& client_id, int32_t round) const;
   // Records `client_id` dropped at the open stage; a client is dropped once, the first reason
   // kept.

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "fl/aggregation/fedavg.h"
+#include "fl/aggregation/qfedavg.h"
 #include "fl/aggregation/wrappers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -147,6 +149,46 @@ TEST(PlainInputTest, RefusesWhatTheRoundDoesNotTakeNamingIt) {
   absl::StatusOr<StagedChunk> staged = input->Stage(0, Bytes(bad), scratch);
   EXPECT_EQ(staged.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(staged.status().message(), HasSubstr("non-finite value (inf) at parameter 2"));
+  // A later chunk names the parameter counted from the model's start.
+  const std::vector<float> later = {5, std::nanf("")};
+  staged = input->Stage(8, Bytes(later), scratch);
+  EXPECT_THAT(staged.status().message(), HasSubstr("non-finite value (nan) at parameter 3"));
+}
+
+TEST(PlainInputTest, TheStrategysOwnCheckIsAskedBeforeThePayload) {
+  absl::StatusOr<std::unique_ptr<aggregation::Strategy>> qfedavg = aggregation::MakeQFedAvg({});
+  ASSERT_TRUE(qfedavg.ok());
+  std::unique_ptr<RoundInput> input =
+      MakePlainInput(**qfedavg, Global({0, 0}), UpdateEncoding::kFloat32);
+  UpdateMeta meta = Meta(Encoding::kFloat32, 8);
+  absl::Status s = input->CheckUpdate(meta);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(aggregation::kInitialLossMetric));
+  meta.metrics[aggregation::kInitialLossMetric] = 0.7;
+  EXPECT_TRUE(input->CheckUpdate(meta).ok());
+}
+
+TEST(PlainInputTest, AnInt8ChangeIsDecodedWithItsScaleAndTheGlobalModelAddedBack) {
+  std::unique_ptr<aggregation::Strategy> fedavg = aggregation::MakeFedAvg();
+  std::unique_ptr<RoundInput> input =
+      MakePlainInput(*fedavg, Global({10, 20, 30, 40}), UpdateEncoding::kInt8);
+  EXPECT_EQ(input->value_bytes(), 1);
+  std::mt19937_64 rng(7);
+  absl::StatusOr<std::vector<std::byte>> change =
+      EncodeUpdate(UpdateEncoding::kInt8, std::vector<float>{1.27f, -1.27f, 0, 0.5f}, rng);
+  ASSERT_TRUE(change.ok());
+  EXPECT_TRUE(input->CheckUpdate(Meta(Encoding::kInt8, static_cast<int64_t>(change->size()))).ok());
+  std::string_view payload(reinterpret_cast<const char*>(change->data()), change->size());
+  std::unique_ptr<UploadState> up = Staged(*input, payload, 10);
+  EXPECT_EQ(up->staged_bytes, 16);
+  bool spoiled = false;
+  ASSERT_TRUE(input->Fold(*up, spoiled).ok());
+  std::optional<Model> state;
+  absl::StatusOr<Model> next = input->Finish({}, state);
+  ASSERT_TRUE(next.ok()) << next.status();
+  // int8 rounds stochastically to 1/127 of the largest change: within one step of it.
+  EXPECT_THAT(next->data(), ElementsAre(FloatNear(11.27f, 0.011f), FloatNear(18.73f, 0.011f),
+                                        FloatNear(30.0f, 0.011f), FloatNear(40.5f, 0.011f)));
 }
 
 TEST(PlainInputTest, EachChangeIsClippedToTheStrategysNormBound) {
@@ -230,10 +272,11 @@ TEST(SecAggInputTest, TakesOnlyWholeMaskedWordsOfTheRoundsWidthAndNothingInTheCl
   absl::StatusOr<StagedChunk> torn = input.Stage(8, std::string(12, 'x'), {});
   EXPECT_THAT(torn.status().message(),
               HasSubstr("chunk at offset 8 has 12 bytes, not whole 8-byte words"));
-  absl::StatusOr<StagedChunk> whole = input.Stage(8, std::string(16, 'x'), {});
+  const std::string words(16, 'x');
+  absl::StatusOr<StagedChunk> whole = input.Stage(8, words, {});
   ASSERT_TRUE(whole.ok());
   EXPECT_EQ(whole->offset, 8);
-  EXPECT_EQ(whole->data.size(), 16u);
+  EXPECT_EQ(whole->data.data(), words.data());  // staged as it came
 }
 
 TEST(SecAggInputTest,
@@ -256,8 +299,7 @@ TEST(SecAggInputTest,
   s->Drop("site-b", aggregation::SiteFailure::Kind::kDeclined, "the client declined: busy");
   s->Drop("site-b", aggregation::SiteFailure::Kind::kMissing, "no masked input");
   EXPECT_EQ(s->DroppedWhy("site-b", 3),
-            "this client was dropped from round 3 at stage masked input: the client declined: "
-            "busy");
+            "dropped from round 3 at stage masked input: the client declined: busy");
   const std::string failed = s->RecordJson(/*failed=*/true);
   EXPECT_THAT(failed, HasSubstr("\"failed_at\":\"masked input\""));
   EXPECT_THAT(failed, HasSubstr("\"refused\":true"));  // declined counts as refused
