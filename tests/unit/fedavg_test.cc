@@ -24,8 +24,8 @@
 namespace fl::aggregation {
 namespace {
 
-using ::testing::HasSubstr;
 using fl::testing::ProcStatusMiB;
+using ::testing::HasSubstr;
 
 // The aggregator locks its sum in stripes of 1 MiB (262144 floats); this spec spans three of
 // them, so chunks cross stripe boundaries.
@@ -230,6 +230,36 @@ TEST(FedAvgFiniteTest, AnOverflowingAverageIsRefused) {
       << out.status();
 }
 
+// A large model's next model is built by several threads, a stripe each in turn: the parameter
+// named is still the first that overflows, wherever the threads were, and the others are right.
+TEST(FedAvgFiniteTest, TheFirstOverflowIsNamedWhenSeveralThreadsBuildTheModel) {
+  const int64_t n = int64_t{3} << 20;  // 12 stripes of the sum
+  ModelSpec spec({{"w", {n}}});
+  Model global(spec);
+  std::unique_ptr<Strategy> fedavg = MakeFedAvg();
+  std::vector<float> values(static_cast<size_t>(n), 1.0f);
+  for (int64_t i = 0; i < n; i += 1000) values[static_cast<size_t>(i)] = static_cast<float>(i);
+
+  std::unique_ptr<RoundAggregator> agg = fedavg->BeginRound(global);
+  agg->Fold(0, values, 2.0);
+  agg->Accept(2.0);
+  absl::StatusOr<Model> mean = agg->Finish();
+  ASSERT_TRUE(mean.ok()) << mean.status();
+  for (int64_t i : {int64_t{0}, int64_t{600'000}, int64_t{2'500'000}, n - 1000, n - 1}) {
+    EXPECT_EQ(mean->data()[static_cast<size_t>(i)], values[static_cast<size_t>(i)]) << i;
+  }
+
+  // Weighed 10 but counted as 1: 10x each value, beyond float at the two placed here.
+  values[2'900'000] = values[2'500'001] = 3e38f;
+  agg = fedavg->BeginRound(global);
+  agg->Fold(0, values, 10.0);
+  agg->Accept(1.0);
+  absl::StatusOr<Model> out = agg->Finish();
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(out.status().message().find("not finite at parameter 2500001 "),
+            absl::string_view::npos)
+      << out.status();
+}
 
 // The server holds the global model and one sum during a round; the next model must be built
 // without a further full copy, so the round's peak is the float64 sum (2x the model) and never
@@ -262,8 +292,8 @@ TEST(FedAvgMemoryTest, TheNextModelIsBuiltWithoutHoldingTheSumAndTheResultInFull
   EXPECT_FLOAT_EQ(next->data().front(), 14.0f / 6.0f);
   EXPECT_FLOAT_EQ(next->data().back(), 14.0f / 6.0f);
   const double peak = ProcStatusMiB("VmHWM") - base;
-  EXPECT_LT(peak, 2.25 * model_mib) << "peak over the round's start: " << peak << " MiB for a "
-                                    << model_mib << " MiB model";
+  EXPECT_LT(peak, 2.25 * model_mib)
+      << "peak over the round's start: " << peak << " MiB for a " << model_mib << " MiB model";
   EXPECT_GT(peak, 1.75 * model_mib) << "the sum itself is float64";
 }
 
