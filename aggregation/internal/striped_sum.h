@@ -1,4 +1,5 @@
-// A float64 weighted-sum accumulator that many threads add to at once: it locks in 1 MiB stripes,
+// A float64 weighted-sum accumulator that many threads add to at once: it locks in stripes of
+// 256 Ki parameters (1 MiB of float32 updates, 2 MiB of the sum),
 // so updates folding different parts of the model do not wait for each other. Shared by the
 // streaming strategies (FedAvg, SCAFFOLD, q-FedAvg, the server optimizers).
 //
@@ -78,10 +79,11 @@ class StripedSum {
   // returned. FAILED_PRECONDITION naming `what` and the first parameter whose value is not
   // finite: "<what> is not finite at parameter i (...)".
   //
-  // A model of several stripes is built by several threads (up to kMaxFinishThreads), each taking
-  // the next stripe in turn: a rule with square roots and divisions per parameter (a server
-  // optimizer's) costs a round no more wall time than FedAvg's mean. `f` is therefore called from
-  // several threads at once, each i once: it may write state of its own parameter only.
+  // A model of 2 * kStripesPerThread stripes or more (2M parameters) is built by several threads
+  // (up to kMaxFinishThreads), each taking the next stripe in turn, so that a rule with a square
+  // root and a division per parameter (a server optimizer's) is not held to one core. `f` is
+  // therefore called from several threads at once, each i once: it may write state of its own
+  // parameter only.
   template <typename F>
   absl::StatusOr<Model> TakeModel(const char* what, F&& f) {
     if (taken_) return absl::FailedPreconditionError(absl::StrCat(what, ": the sum was spent"));
@@ -114,12 +116,11 @@ class StripedSum {
     };
     std::vector<std::thread> helpers;
     const int64_t wanted = std::min<int64_t>(FinishThreads(), stripes / kStripesPerThread);
-    for (int64_t t = 1; t < wanted; ++t) {
-      try {
-        helpers.emplace_back(work);
-      } catch (const std::system_error&) {
-        break;  // no more threads to be had: those started and this one do it all
-      }
+    try {
+      helpers.reserve(static_cast<size_t>(std::max<int64_t>(0, wanted - 1)));
+      for (int64_t t = 1; t < wanted; ++t) helpers.emplace_back(work);
+    } catch (...) {
+      // No more threads (or memory for one) to be had: those started and this one do it all.
     }
     work();
     for (std::thread& t : helpers) t.join();
