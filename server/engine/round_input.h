@@ -1,6 +1,6 @@
 // Internal to the engine: how one round attempt takes its sites' updates and makes the next global
-// model of them. The engine's upload path (uploads.cc) and its commit (commit.cc) speak to a round
-// only through this; the two kinds of round are its two implementations:
+// model of them. Streaming and folding an upload (uploads.cc) and the commit (commit.cc) speak to
+// a round only through this; the two kinds of round are its two implementations:
 //
 //   a plain round     (plain_input.cc, MakePlainInput)  the strategy's RoundAggregator, fed each
 //                     update's weights (float16 / int8 changes decoded, each change clipped when
@@ -78,7 +78,7 @@ class RoundInput {
   // An update was accepted, `since_start` after the round began (for the record).
   virtual void NoteAccepted(absl::Duration since_start) {}
 
-  // Updates in the aggregate so far (0 once DropModels ran).
+  // Updates in the aggregate so far; read before DropModels.
   virtual int num_accepted() const = 0;
 
   // The next global model, once the round closed: the sampled sites whose update does not count
@@ -92,7 +92,7 @@ class RoundInput {
   virtual void DropModels() = 0;
 
   // What the round's record keeps of the protocol (rounds.secagg_json); empty for a plain round.
-  // `failed`: the attempt failed, at the stage it had reached.
+  // `failed`: the attempt could not get past the stage it had reached (recorded as failed_at).
   virtual std::string RecordJson(bool failed) const { return ""; }
 
   // Whether the server has seen the sum of this attempt's updates in the clear although they
