@@ -216,9 +216,22 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
   }
   if (!summary.committed) {
     summary.reason = failure;
+    // A secure sum unmasked but not committed was released to the server all the same: the
+    // accountant counts it (the run then stops, below).
+    double spent_q = 0, spent_epsilon = 0;
+    if (round->input->revealed() && accountant_.has_value() && round->dp_sampling_rate > 0) {
+      const PrivacyOptions& p = options_.privacy;
+      absl::StatusOr<aggregation::dp::PrivacySpent> spent =
+          accountant_->SpentAfter(round->dp_sampling_rate, p.noise_multiplier, 1, p.delta);
+      if (spent.ok() && accountant_->AddSteps(round->dp_sampling_rate, p.noise_multiplier).ok()) {
+        spent_q = round->dp_sampling_rate;
+        spent_epsilon = spent->epsilon;
+      }
+    }
     // failed_at: the stage a secure attempt could not get past (not a checkpoint that failed).
     if (std::string json = round->input->RecordJson(/*failed=*/!next.ok()); !json.empty()) {
-      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json);
+      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json, spent_q,
+                                   spent_epsilon);
     }
     (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kFailed, failure,
                            ToMs(now));
@@ -233,11 +246,13 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
       // The server holds this attempt's sum. Another attempt from the same global model over a
       // different set of sites would let the difference of the two sums reveal one site's
       // update (and, with DP, release more than the accountant counted): stop instead.
-      FailRunLocked(
-          absl::StrCat("round ", round->round,
-                       ": the secure sum was unmasked but could not be committed (", failure,
-                       "); the run stops rather than run the round again from the same model, "
-                       "where two sums over different sites could reveal one site's update"));
+      FailRunLocked(absl::StrCat(
+          "round ", round->round, ": the secure sum was unmasked but could not be committed (",
+          failure,
+          "); the run stops rather than run the round again from the same model, where two sums "
+          "over different sites could reveal one site's update",
+          spent_epsilon > 0 ? absl::StrCat("; the release is counted: epsilon ", spent_epsilon)
+                            : ""));
     } else if (failed_attempts_ > options_.max_round_retries) {
       FailRunLocked(absl::StrCat("round ", round->round, " failed ", failed_attempts_,
                                  " times; last reason: ", failure));

@@ -367,8 +367,10 @@ absl::StatusOr<Model> SecAggRound::Finish(std::span<const aggregation::SiteFailu
   // Remove the masks, hand the mean change to the strategy as one update.
   CrashPoint("secagg_unmask");
   absl::StatusOr<secagg::AggregateResult> result = session->Finish();
+  // Once the masks are off the server has seen the sum, even when the session's checks then
+  // refuse it (a wrong share or input): the attempt must not be run again.
+  sum_revealed = session->unmasked();
   if (!result.ok()) return result.status();
-  sum_revealed = true;
   const std::span<const float> g = global->data();
   if (result->mean.size() != g.size()) {
     return absl::InternalError(absl::StrCat("secure aggregation: the unmasked mean has ",

@@ -319,16 +319,21 @@ absl::Status SqliteStore::EndRound(int64_t run_id, int32_t round, int32_t attemp
 }
 
 absl::Status SqliteStore::SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
-                                         const std::string& secagg_json) {
+                                         const std::string& secagg_json, double dp_sampling_rate,
+                                         double dp_epsilon) {
   if (absl::Status s = CheckWritable("record a round's secure aggregation"); !s.ok()) return s;
   const std::string name = RoundName(run_id, round, attempt);
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
-      "UPDATE rounds SET secagg_json = ? "
+      "UPDATE rounds SET secagg_json = ?, dp_sampling_rate = ?, dp_epsilon = ? "
       "WHERE run_id = ? AND round = ? AND attempt = ? AND status = 'running'",
       absl::StrCat("update rounds to record the secure aggregation of ", name));
   if (!st.ok()) return st.status();
-  if (absl::Status s = st->Bind(secagg_json, run_id, round, attempt).Run(); !s.ok()) return s;
+  if (absl::Status s =
+          st->Bind(secagg_json, dp_sampling_rate, dp_epsilon, run_id, round, attempt).Run();
+      !s.ok()) {
+    return s;
+  }
   if (sqlite3_changes(db_.get()) == 1) return absl::OkStatus();
   absl::StatusOr<std::optional<RoundStatus>> current = AttemptStatus(run_id, round, attempt);
   if (!current.ok()) return current.status();

@@ -124,8 +124,12 @@ absl::Status internal::FinishResult(server::Store& store, SimulationResult& resu
   result.finish_reason = run->reason;
   absl::StatusOr<std::vector<server::RoundRecord>> records = store.Rounds(result.run_id);
   if (!records.ok()) return records.status();
-  for (const server::RoundRecord& r : *records) {  // by round: the last committed one wins
-    if (r.status == server::RoundStatus::kCommitted) result.dp_epsilon = r.dp_epsilon;
+  // By round: the last committed one wins, or a failed attempt after it whose secure sum was
+  // unmasked (its release counted: dp_epsilon set).
+  for (const server::RoundRecord& r : *records) {
+    if (r.status == server::RoundStatus::kCommitted || r.dp_epsilon > 0) {
+      result.dp_epsilon = r.dp_epsilon;
+    }
   }
   return absl::OkStatus();
 }

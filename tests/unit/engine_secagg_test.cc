@@ -54,6 +54,8 @@ struct Site {
   bool record = false;                     // keep its last encoding and masked words
   std::vector<uint64_t> encoding;          // what it masked (EncodeWeightedUpdate), when recorded
   std::vector<uint64_t> masked;            // what it uploaded, when recorded
+  // A word of its encoding it adds 2^31 to before masking (a malicious site; needs `record`).
+  std::optional<size_t> poison_word;
 };
 
 int StageOf(Task::Kind kind) {
@@ -94,6 +96,13 @@ class EngineSecAggTest : public EngineTest {
       clients_.push_back(s.id);
       sites_.push_back(std::move(s));
     }
+  }
+
+  // Distributed DP, z = 1 and C = 2, on the secure rounds StartSecure makes.
+  void UseDistributedDp() {
+    options_.privacy.mode = "distributed";
+    options_.privacy.noise_multiplier = 1.0;
+    options_.privacy.clip_norm = 2.0;
   }
 
   void StartSecure() {
@@ -228,6 +237,7 @@ class EngineSecAggTest : public EngineTest {
           EXPECT_TRUE(encoding.ok()) << encoding.status();
           if (!encoding.ok()) return false;
           site.encoding = *encoding;
+          if (site.poison_word.has_value()) site.encoding[*site.poison_word] += uint64_t{1} << 31;
           masked = site.session->MaskEncodedInput(t.secagg.bundle, site.encoding);
           if (masked.ok()) site.masked = masked->words;
         } else {
@@ -593,6 +603,46 @@ TEST_F(EngineSecAggTest, ASumUnmaskedButNotCommittedEndsTheRunInsteadOfARetry) {
   EXPECT_EQ(t.kind, Task::Kind::kDone);
 }
 
+// One site masks a word far outside what quantization gives: the checks after unmasking refuse
+// the sum, but the server has held it. The run stops (no second sum over other sites from the
+// same model), the release is counted by the accountant and recorded with the round, and no
+// message carries a value of the sum.
+TEST_F(EngineSecAggTest, AnOutOfRangeSumIsRefusedCountedAndNeverUnmaskedTwice) {
+  options_.num_rounds = 3;
+  UseDistributedDp();
+  StartSecure();
+  JoinAll();
+  sites_[3].record = true;
+  sites_[3].poison_word = 5;
+  RoundSummary failed = DriveAttempt();
+  ASSERT_FALSE(failed.committed);
+  EXPECT_THAT(failed.reason,
+              ::testing::HasSubstr("the unmasked sum is out of range at coordinate 5"));
+  EXPECT_TRUE(engine_->finished());
+  absl::StatusOr<std::vector<RunRecord>> runs = store_->Runs();
+  ASSERT_TRUE(runs.ok() && runs->size() == 1u);
+  EXPECT_EQ(runs->front().status, RunStatus::kFailed);
+  EXPECT_THAT(runs->front().reason,
+              ::testing::HasSubstr("the secure sum was unmasked but could not be committed"));
+  absl::StatusOr<aggregation::dp::PrivacySpent> spent =
+      aggregation::dp::ComputeEpsilon(1.0, 1.0, 1, options_.privacy.delta);
+  ASSERT_TRUE(spent.ok());
+  EXPECT_THAT(runs->front().reason, ::testing::HasSubstr(absl::StrCat(
+                                        "the release is counted: epsilon ", spent->epsilon)));
+  RoundRecord rec = RoundAt(1, 0);
+  EXPECT_EQ(rec.status, RoundStatus::kFailed);
+  EXPECT_EQ(rec.dp_sampling_rate, 1.0);
+  EXPECT_NEAR(rec.dp_epsilon, spent->epsilon, 1e-9);
+  EXPECT_EQ(nlohmann::json::parse(rec.secagg_json)["failed_at"], "unmask");
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(engine_->run_id());
+  ASSERT_TRUE(rounds.ok());
+  EXPECT_EQ(rounds->size(), 1u) << "no second attempt";
+  EXPECT_EQ(engine_->Poll(sites_[0].id).kind, Task::Kind::kDone);
+  // What was unmasked is nowhere in the message: no number but the coordinate and the bound.
+  EXPECT_THAT(failed.reason, ::testing::Not(::testing::HasSubstr("weight")));
+  EXPECT_THAT(failed.reason, ::testing::ContainsRegex("coordinate 5 \\(outside \\+-[0-9.]+\\)"));
+}
+
 // Too few sites advertise keys (4 < t + 1 = 6): the library refuses at the first close.
 TEST_F(EngineSecAggTest, TooFewKeysFailAtTheFirstStage) {
   options_.max_round_retries = 0;
@@ -783,9 +833,7 @@ TEST_F(EngineSecAggTest, SixtyFourBitWordsWork) {
 TEST_F(EngineSecAggTest, DistributedDpCommitsWithEpsilonAndFailsWithTooFewSurvivors) {
   options_.num_rounds = 2;
   options_.max_round_retries = 0;
-  options_.privacy.mode = "distributed";
-  options_.privacy.noise_multiplier = 1.0;
-  options_.privacy.clip_norm = 2.0;
+  UseDistributedDp();
   StartSecure();
   JoinAll();
   Task t = engine_->Poll(sites_[0].id);

@@ -867,10 +867,32 @@ TEST(SecAggProtocolTest, AWrongMaskedInputGivesDataLossNotAModel) {
   // Client 3 masks an encoding far outside what quantization gives, with an honest weight.
   f.encodings[3][5] = uint64_t{1} << 31;
   UnmaskRequest request = UpToUnmask(f, {});
+  EXPECT_FALSE(f.server->unmasked());
   absl::StatusOr<AggregateResult> result = UnmaskAndFinish(f, request, [](UnmaskResponse&) {});
   EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss) << result.status();
-  EXPECT_THAT(std::string(result.status().message()),
-              HasSubstr("the unmasked sum is out of range at coordinate 5"));
+  const std::string message(result.status().message());
+  EXPECT_THAT(message, HasSubstr("the unmasked sum is out of range at coordinate 5 (outside +-"));
+  // The server saw the sum: the caller must not run the round again (and is told so).
+  EXPECT_TRUE(f.server->unmasked());
+  // No value of the unmasked sum leaves in the message: not the coordinate's mean, nor the total
+  // weight (the only other numbers are the index and the public bound c + step).
+  absl::StatusOr<std::vector<float>> mean =
+      DecodeWeightedMean(params, PlainSum32(f, request.survivors));
+  ASSERT_TRUE(mean.ok());
+  EXPECT_THAT(message, ::testing::Not(HasSubstr(absl::StrCat((*mean)[5]))));
+  EXPECT_THAT(message, ::testing::Not(HasSubstr("weight")));
+}
+
+TEST(SecAggProtocolTest, AFailureBeforeTheMasksAreRemovedLeavesTheSumMasked) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 21);
+  UnmaskRequest request = UpToUnmask(f, {});
+  // Too few answers to rebuild anyone's seed: nothing is unmasked, and more may still come.
+  absl::StatusOr<UnmaskResponse> one = f.clients[request.survivors[0]]->Unmask(request);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(f.server->ReceiveUnmask(*one).ok());
+  EXPECT_EQ(f.server->Finish().status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(f.server->unmasked());
 }
 
 TEST(SecAggProtocolTest, AnOutOfFieldShareDropsOnlyItsSender) {

@@ -329,10 +329,11 @@ TEST_F(StoreTest, RoundKeepsItsSecureAggregationRecord) {
   int64_t run = NewRun("secagg", 1);
   std::string sha = NewCheckpoint(1.0f);
   ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
-  ASSERT_TRUE(store_->SetRoundSecAgg(run, 1, 0, R"({"u1":3})").ok());
+  ASSERT_TRUE(store_->SetRoundSecAgg(run, 1, 0, R"({"u1":3})", 0.25, 1.5).ok());
   ASSERT_TRUE(store_->EndRound(run, 1, 0, RoundStatus::kFailed, "too few", 9).ok());
-  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 0, "{}").code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 7, "{}").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 0, "{}", 0, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 7, "{}", 0, 0).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(store_->BeginRound(Round(run, 1, 1)).ok());
   RoundRecord r = Round(run, 1, 1);
   r.checkpoint = sha;
@@ -345,6 +346,9 @@ TEST_F(StoreTest, RoundKeepsItsSecureAggregationRecord) {
   ASSERT_TRUE(rounds.ok()) << rounds.status();
   ASSERT_EQ(rounds->size(), 3u);
   EXPECT_EQ((*rounds)[0].secagg_json, R"({"u1":3})");
+  // A failed attempt whose sum was unmasked keeps what its release spent.
+  EXPECT_EQ((*rounds)[0].dp_sampling_rate, 0.25);
+  EXPECT_EQ((*rounds)[0].dp_epsilon, 1.5);
   EXPECT_EQ((*rounds)[1].secagg_json, R"({"u1":4})");
   EXPECT_EQ((*rounds)[2].secagg_json, "");
 }

@@ -23,10 +23,13 @@ struct ServerSession::State {
   std::set<int> u3;
   std::vector<uint64_t> accumulator;
   std::map<int, size_t> folded;  // words folded so far, by client still streaming (FoldMaskedWords)
-  std::set<int> responders;                             // U4
+  std::set<int> responders;      // U4
   std::map<int, std::vector<ShamirShare>> seed_shares;  // by survivor
   std::map<int, std::vector<ShamirShare>> key_shares;   // by dropped client
   std::set<int> dropped;                                // U2 \ U3
+  // Finish removed the masks (its checks may still have refused the result): the server has held
+  // the survivors' sum in the clear.
+  bool unmasked = false;
 };
 
 namespace {
@@ -216,9 +219,8 @@ absl::Status ServerSession::FoldMaskedWords(int client, size_t first_word,
   size_t& folded = s.folded[client];
   if (first_word != folded || words.size() > s.dimension + 1 - folded) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "masked input of client ", client, ": words ", first_word, "..",
-        first_word + words.size(), " do not follow the ", folded, " folded (of ",
-        s.dimension + 1, ")"));
+        "masked input of client ", client, ": words ", first_word, "..", first_word + words.size(),
+        " do not follow the ", folded, " folded (of ", s.dimension + 1, ")"));
   }
   const uint64_t mask = internal::ModulusMask(s.params.modulus_bits);
   for (uint64_t w : words) {
@@ -368,15 +370,16 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
       if (absl::Status st = adder.Add(*seed, u < v ? -1 : +1, sum); !st.ok()) return st;
     }
   }
+  s.unmasked = true;
   // A wrong seed (rebuilt from wrong shares no other share could refute) or a wrong input leaves
-  // a uniform sum: its weight and mean fall outside what honest inputs give, all but surely.
+  // a uniform sum: its weight and mean fall outside what honest inputs give, all but surely. No
+  // message names a value of the sum: it is the survivors' and goes no further than this.
   const uint64_t weight = sum.back();
   const uint64_t survivors = s.u3.size();
   if (weight < survivors || weight > survivors * s.params.max_weight) {
-    return absl::DataLossError(
-        absl::StrCat("the unmasked total weight ", weight, " is outside [", survivors, ", ",
-                     survivors * s.params.max_weight,
-                     "]: a client revealed a wrong share or masked a wrong input"));
+    return absl::DataLossError(absl::StrCat(
+        "the unmasked total weight is outside [", survivors, ", ", survivors * s.params.max_weight,
+        "]: a client revealed a wrong share or masked a wrong input"));
   }
   AggregateResult result;
   result.sum = std::move(sum);
@@ -388,9 +391,9 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
   const double limit = c + QuantizationErrorBound(c, s.params.quantization_bits);
   for (size_t i = 0; i < mean->size(); ++i) {
     if (!(std::abs(static_cast<double>((*mean)[i])) <= limit)) {
-      return absl::DataLossError(absl::StrCat(
-          "the unmasked sum is out of range at coordinate ", i, " (", (*mean)[i], " outside +-",
-          limit, "): a client revealed a wrong share or masked a wrong input"));
+      return absl::DataLossError(
+          absl::StrCat("the unmasked sum is out of range at coordinate ", i, " (outside +-", limit,
+                       "): a client revealed a wrong share or masked a wrong input"));
     }
   }
   result.mean = *std::move(mean);
@@ -399,5 +402,7 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
 }
 
 std::span<const uint64_t> ServerSession::accumulator() const { return state_->accumulator; }
+
+bool ServerSession::unmasked() const { return state_->unmasked; }
 
 }  // namespace fl::secagg

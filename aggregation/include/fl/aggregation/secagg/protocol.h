@@ -185,9 +185,15 @@ class ServerSession {
   // DATA_LOSS naming the client whose secret cannot be rebuilt otherwise. DATA_LOSS too when the
   // unmasked total weight is outside [|U3|, |U3| * max_weight] or a coordinate of the mean is
   // outside [-c - step, c + step] (a wrong share or input that no check above caught): never a
-  // random model. After a failure the session stays at the unmasking stage: more answers may
-  // still be received and Finish called again.
+  // random model; the message names no value of the sum. After a failure before the masks were
+  // removed (too few shares, a secret that cannot be rebuilt) the session stays at the unmasking
+  // stage: more answers may still be received and Finish called again. A failure after
+  // (unmasked() is then true) means the server has seen the survivors' sum: the caller must not
+  // run the round again over other sites from the same model, where two sums could be
+  // subtracted.
   absl::StatusOr<AggregateResult> Finish();
+  // Whether Finish removed the masks, whether or not its checks then took the sum.
+  bool unmasked() const;
 
   // The masked inputs' running sum (what the server holds before unmasking).
   std::span<const uint64_t> accumulator() const;

@@ -218,10 +218,13 @@ class Store {
   virtual absl::Status EndRound(int64_t run_id, int32_t round, int32_t attempt, RoundStatus status,
                                 const std::string& reason, int64_t now_ms) = 0;
   // Sets the secagg_json of a running attempt (one that is then failed or aborted; a commit
-  // writes the record's). NOT_FOUND for an unknown attempt, FAILED_PRECONDITION for one that is
-  // not running.
+  // writes the record's), and the privacy it spent: a secure sum unmasked but not committed was
+  // still released to the server, so its dp_sampling_rate and dp_epsilon (the run's epsilon with
+  // it) are recorded (0 and 0: none). NOT_FOUND for an unknown attempt, FAILED_PRECONDITION for
+  // one that is not running.
   virtual absl::Status SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
-                                      const std::string& secagg_json) = 0;
+                                      const std::string& secagg_json, double dp_sampling_rate,
+                                      double dp_epsilon) = 0;
   // Marks every running attempt of the run aborted ("server restarted"); returns how many.
   virtual absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) = 0;
   virtual absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) = 0;  // by round, attempt
