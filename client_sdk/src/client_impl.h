@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -94,6 +95,12 @@ class Client::Impl {
   std::atomic<bool> stopping_{false};
   int64_t run_id_ = 0;
   internal::SecAggParticipant secagg_;  // Run's thread only
+  // The worst-case noise multiplier of each sum this site masked an input for, by run (Run's
+  // thread only): what limits.max_epsilon is counted over (CheckSecureRoundLimits).
+  std::map<int64_t, std::vector<double>> sums_joined_;
+  // The secure round's noise within this site's limits (CheckSecureRoundLimits), given the sums
+  // it was already in during the task's run.
+  absl::Status CheckSecureRoundNoise(const ClientTask& task) const;
 };
 
 // Sends heartbeats for a task from a background thread until destroyed; none when the transport

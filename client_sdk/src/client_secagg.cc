@@ -22,6 +22,17 @@ std::string StageName(ClientTask::Kind kind) {
   }
 }
 
+namespace {
+
+SecureRoundNoise NoiseOf(const SecAggRoundParams& p) {
+  return {.num_sites = p.secagg.num_clients,
+          .threshold = p.secagg.threshold,
+          .clip_norm = p.dp_clip_norm,
+          .noise_stddev = p.dp_noise_stddev};
+}
+
+}  // namespace
+
 bool IsSecAgg(ClientTask::Kind kind) {
   return kind == ClientTask::Kind::kSecAggAdvertise || kind == ClientTask::Kind::kSecAggShare ||
          kind == ClientTask::Kind::kSecAggMaskedInput || kind == ClientTask::Kind::kSecAggUnmask;
@@ -37,6 +48,10 @@ absl::Status Client::Impl::SecAggStage(const ClientTask& task, TaskReport& repor
       // masked-input stage, which always names the model, judges it.
       absl::StatusOr<ModelSpec> spec = trainer_->spec();
       if (task.has_spec) spec = AcceptFitTask(task);
+      // The noise this site enforces, before any key is made.
+      if (absl::Status noise = CheckSecureRoundNoise(task); spec.ok() && !noise.ok()) {
+        spec = noise;
+      }
       if (spec.ok()) {
         message = secagg_.AdvertiseKeys(task, static_cast<size_t>(spec->NumFloats()));
       } else {
@@ -57,7 +72,17 @@ absl::Status Client::Impl::SecAggStage(const ClientTask& task, TaskReport& repor
       return s;
     }
     case ClientTask::Kind::kSecAggUnmask:
-      message = secagg_.Unmask(task);
+      if (const int32_t least = options_.limits.min_sum_size;
+          least > 0 && task.unmask.ok() &&
+          static_cast<int32_t>(task.unmask->survivors.size()) < least) {
+        // The server would unmask a sum smaller than this site allows: no share leaves it.
+        message = absl::PermissionDeniedError(
+            absl::StrCat("the unmasking lists ", task.unmask->survivors.size(),
+                         " inputs in the sum; this site reveals shares only for sums of at least ",
+                         least, " (limits.min_sum_size)"));
+      } else {
+        message = secagg_.Unmask(task);
+      }
       if (!message.ok()) {
         LogEvent(LogLevel::kError, "secagg_refused",
                  {{"name", options_.name},
@@ -87,6 +112,7 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
     if (absl::Status session = secagg_.CheckSession(task); spec.ok() && !session.ok()) {
       spec = session;  // no keys shared in this round: nothing to mask with
     }
+    if (absl::Status noise = CheckSecureRoundNoise(task); spec.ok() && !noise.ok()) spec = noise;
     if (!spec.ok()) {
       decline = spec.status();
       return decline;
@@ -115,6 +141,10 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
       decline = masked.status();
       return decline;
     }
+    // Counted once masked, whether or not the upload gets through: the noise is in it.
+    if (const SecAggRoundParams* p = secagg_.params(task); p != nullptr) {
+      sums_joined_[task.run_id].push_back(WorstCaseNoiseMultiplier(options_.limits, NoiseOf(*p)));
+    }
     upload = *masked;
   }
   if (stopping_) return absl::CancelledError("client stopped");
@@ -125,6 +155,21 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
   if (task.spec.ok()) meta.spec = *task.spec;
   absl::Status s = SubmitPayload(meta, upload->payload);
   return again && absl::IsAlreadyExists(s) ? absl::OkStatus() : s;
+}
+
+absl::Status Client::Impl::CheckSecureRoundNoise(const ClientTask& task) const {
+  // The round's parameters as this site's session took them at the first stage (what its noise
+  // is made with), else as the task states them.
+  const SecAggRoundParams* p = secagg_.params(task);
+  if (p == nullptr) {
+    if (!task.secagg_params.ok()) return task.secagg_params.status();
+    p = &*task.secagg_params;
+  }
+  auto joined = sums_joined_.find(task.run_id);
+  return CheckSecureRoundLimits(options_.limits, NoiseOf(*p),
+                                joined == sums_joined_.end()
+                                    ? std::span<const double>()
+                                    : std::span<const double>(joined->second));
 }
 
 absl::Status Client::Impl::SendSecAgg(const SecAggReply& message, bool again) {

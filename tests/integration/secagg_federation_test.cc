@@ -128,6 +128,17 @@ server::ServerOptions SecureRunOptions(const ProvisionedFiles& pki, const std::s
   return o;
 }
 
+// One secure round that goes on without a site that stopped: min_fit_clients 4, and a stopped
+// site (it neither polls nor heartbeats) is offline after 6 s, so its stage stops waiting for it.
+server::ServerOptions DropoutRunOptions(const ProvisionedFiles& pki, const std::string& dir,
+                                        int sites) {
+  server::ServerOptions o = SecureRunOptions(pki, dir, sites, 1);
+  o.engine.min_fit_clients = 4;
+  o.engine.client_timeout = absl::Seconds(6);
+  o.engine.round_timeout = absl::Seconds(30);
+  return o;
+}
+
 // The server on the MLP's initial model and `sites` StageClients; `require(i)` says whether
 // site i insists on secure aggregation and `stop_after(i)` the stage after which it stops.
 struct Federation {
@@ -138,7 +149,8 @@ struct Federation {
 
 Federation StartFederation(const ProvisionedFiles& pki, const server::ServerOptions& o, int sites,
                            const std::function<bool(int)>& require,
-                           const std::function<std::string(int)>& stop_after = {}) {
+                           const std::function<std::string(int)>& stop_after = {},
+                           const std::function<void(int, client::SiteLimits&)>& limits = {}) {
   absl::StatusOr<Model> initial = client::InitialBuiltinModel(FashionMlp(), 1);
   EXPECT_TRUE(initial.ok()) << initial.status();
   Federation f{.initial = initial.ok() ? *std::move(initial) : Model(ModelSpec{}),
@@ -152,6 +164,7 @@ Federation StartFederation(const ProvisionedFiles& pki, const server::ServerOpti
   for (int i = 0; i < sites; ++i) {
     client::ClientOptions co = SiteOptions(pki, i, f.server->port());
     co.limits.require_secure_aggregation = require(i);
+    if (limits) limits(i, co.limits);
     f.clients.push_back(std::make_unique<StageClient>(co, i, stop_after ? stop_after(i) : ""));
   }
   return f;
@@ -218,14 +231,10 @@ TEST_P(SecAggFederationDropoutTest, ARoundCommitsWithoutASiteThatStopped) {
   const StopCase& c = GetParam();
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
-  server::ServerOptions o = SecureRunOptions(pki, dir.path(), kSites, 1);
-  o.engine.min_fit_clients = 4;
-  // The stopped site neither polls nor heartbeats: offline after 6 s, so its stage stops
-  // waiting for it.
-  o.engine.client_timeout = absl::Seconds(6);
-  o.engine.round_timeout = absl::Seconds(30);
-  Federation f = StartFederation(pki, o, kSites, [](int) { return false; },
-                                 [&](int i) { return i == kSites - 1 ? c.stage : ""; });
+  server::ServerOptions o = DropoutRunOptions(pki, dir.path(), kSites);
+  Federation f = StartFederation(
+      pki, o, kSites, [](int) { return false; },
+      [&](int i) { return i == kSites - 1 ? c.stage : ""; });
   ASSERT_NE(f.server, nullptr);
   std::vector<std::unique_ptr<StageClient>>& clients = f.clients;
   const Model* initial = &f.initial;
@@ -341,6 +350,76 @@ TEST(SecAggFederationTest, ASiteThatRequiresSecureAggregationDeclinesAPlainRun) 
       AuditText(store),
       HasSubstr(absl::StrCat("task_declined round 1: the client declined the task: ", refusal)));
   clients.clear();
+}
+
+// The run's one round committed with `reported` inputs, and a site's `refusal` in the audit log;
+// then the clients stop.
+void ExpectOneRoundCommittedWith(Federation& f, int reported, const std::string& refusal) {
+  server::Store& store = f.server->store();
+  EXPECT_THAT(AuditText(store), HasSubstr(refusal));
+  absl::StatusOr<std::vector<server::RoundRecord>> rounds =
+      store.Rounds(f.server->engine().run_id());
+  EXPECT_TRUE(rounds.ok()) << rounds.status();
+  if (rounds.ok()) {
+    EXPECT_EQ(rounds->size(), 1u);
+    EXPECT_EQ(rounds->front().status, server::RoundStatus::kCommitted) << rounds->front().reason;
+    EXPECT_EQ(rounds->front().num_reported, reported);
+  }
+  f.clients.clear();
+}
+
+// A site that wants more distributed noise than the run gives declines the round at its first
+// stage, before any key is made; the server records why, and the others commit the round.
+TEST(SecAggFederationTest, ASiteDeclinesARoundWhoseNoiseIsBelowItsFloor) {
+  constexpr int kSites = 5;
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
+  server::ServerOptions o = SecureRunOptions(pki, dir.path(), kSites, 1);
+  o.engine.min_fit_clients = kSites - 1;
+  o.engine.privacy.mode = "distributed";
+  o.engine.privacy.noise_multiplier = 1.0;
+  o.engine.privacy.clip_norm = 1.0;
+  Federation f = StartFederation(
+      pki, o, kSites, [](int) { return true; }, {},
+      [](int i, client::SiteLimits& limits) {
+        limits.min_noise_multiplier = i == kSites - 1 ? 3.0 : 1.0;
+      });
+  ASSERT_NE(f.server, nullptr);
+  for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
+  // n = 5: k = 4, t = 3, so a sum holds at least 4 inputs; the noise is planned for n_min =
+  // max(min_fit_clients 4, 0.7 x 5) = 4 survivors, sigma = z C / 2 each: worst case z = 1.
+  const std::string refusal =
+      "PERMISSION_DENIED: the round's noise gives a noise multiplier of 1 for a sum of 4 inputs "
+      "with 0 colluding; this site requires at least 3 (limits.min_noise_multiplier)";
+  EXPECT_EQ(f.clients.back()->stages(),
+            (std::vector<std::string>{"secagg_advertise_keys failed: " + refusal}));
+  EXPECT_EQ(f.clients.back()->trainer().fits(), 0);
+  ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
+}
+
+// A site that allows sums of no fewer than 6 inputs refuses to reveal shares when one of the six
+// dropped after sharing. One site alone cannot stop the unmasking (its neighbours hold its
+// self-mask seed's shares): the floor protects a sum when the sites holding its shares set it
+// too, so the round here commits with the others' shares, and the refusal is on record.
+TEST(SecAggFederationTest, ASiteRefusesToUnmaskASumSmallerThanItsFloor) {
+  constexpr int kSites = 6;
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
+  server::ServerOptions o = DropoutRunOptions(pki, dir.path(), kSites);
+  Federation f = StartFederation(
+      pki, o, kSites, [](int) { return false; },
+      [](int i) { return i == kSites - 1 ? std::string("secagg_share_keys") : std::string(); },
+      [](int i, client::SiteLimits& limits) { limits.min_sum_size = i == 0 ? kSites : 0; });
+  ASSERT_NE(f.server, nullptr);
+  EXPECT_EQ(f.clients.back()->Join().code(), absl::StatusCode::kCancelled);
+  for (int i = 0; i + 1 < kSites; ++i) EXPECT_TRUE(f.clients[i]->Join().ok()) << "site " << i;
+  const std::string refusal =
+      "PERMISSION_DENIED: the unmasking lists 5 inputs in the sum; this site reveals shares only "
+      "for sums of at least 6 (limits.min_sum_size)";
+  EXPECT_EQ(f.clients[0]->stages(),
+            (std::vector<std::string>{"secagg_advertise_keys", "secagg_share_keys",
+                                      "secagg_masked_input", "secagg_unmask failed: " + refusal}));
+  ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
 }
 
 }  // namespace

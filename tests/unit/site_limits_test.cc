@@ -1,8 +1,14 @@
-// fl::client::CheckSiteLimits: what a site agrees to do, whatever the server asks.
+// fl::client::CheckSiteLimits: what a site agrees to do, whatever the server asks; and
+// CheckSecureRoundLimits: the noise it enforces in secure rounds against the server.
+#include <cmath>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "fl/client/client.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace fl::client {
@@ -91,6 +97,87 @@ TEST(SiteLimitsTest, EveryLimitIsCheckedWithSecureAggregationToo) {
   EXPECT_EQ(CheckSiteLimits(limits, secure).message(),
             "task runs without differential privacy; this site requires it "
             "(limits.require_differential_privacy)");
+}
+
+// A round of n sites, threshold t, each clipping to C and adding noise of stddev sigma.
+SecureRoundNoise Round(int32_t n, int32_t t, double c, double sigma) {
+  return {.num_sites = n, .threshold = t, .clip_norm = c, .noise_stddev = sigma};
+}
+
+TEST(SecureRoundLimitsTest, TheWorstCaseNoiseCountsOnlyTheHonestInputsOfTheSmallestSum) {
+  SiteLimits limits;
+  // The smallest sum the protocol unmasks is t + 1 = 6: z = sigma sqrt(6) / C.
+  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 2.0, 0.5)),
+                   0.5 * std::sqrt(6.0) / 2.0);
+  limits.colluding_sites = 2;  // their noise can be subtracted: 4 honest
+  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 2.0, 0.5)), 0.5);
+  limits.min_sum_size = 10;  // sums of at least 10: 8 honest
+  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 2.0, 0.5)),
+                   0.5 * std::sqrt(8.0) / 2.0);
+  limits.colluding_sites = 50;  // never fewer than this site's own
+  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 2.0, 0.5)), 0.25);
+  EXPECT_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 0, 0.5)), 0);  // no distributed DP
+}
+
+TEST(SecureRoundLimitsTest, TooLittleNoiseOrNoneOrTooFewSitesAreRefusedWithTheFigures) {
+  SiteLimits limits;
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, Round(20, 5, 0, 0), {}).ok());  // no limits set
+  limits.min_noise_multiplier = 1.0;
+  limits.colluding_sites = 2;
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, Round(20, 5, 1.0, 0.5), {}).ok());  // z = 1
+  absl::Status s = CheckSecureRoundLimits(limits, Round(20, 5, 1.0, 0.25), {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "the round's noise gives a noise multiplier of 0.5 for a sum of 6 inputs with 2 "
+            "colluding; this site requires at least 1 (limits.min_noise_multiplier)");
+  s = CheckSecureRoundLimits(limits, Round(20, 5, 0, 0), {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::StartsWith("the round adds no distributed noise"));
+  limits.min_sum_size = 25;
+  s = CheckSecureRoundLimits(limits, Round(20, 5, 1.0, 0.5), {});
+  EXPECT_EQ(s.message(),
+            "the round has 20 sites; this site takes part only in sums of at least 25 "
+            "(limits.min_sum_size)");
+  limits = SiteLimits();
+  limits.colluding_sites = -1;
+  EXPECT_EQ(CheckSecureRoundLimits(limits, Round(20, 5, 1.0, 0.5), {}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Epsilon against the server after m sums at noise multiplier z, derived here from the Gaussian
+// mechanism's RDP, m a / (2 z^2) at order a (no sampling), and Balle et al. 2020's conversion
+// over Opacus's orders.
+double EpsilonOfSums(int m, double z, double delta) {
+  std::vector<double> orders;
+  for (int i = 11; i <= 109; ++i) orders.push_back(i / 10.0);
+  for (int a = 12; a <= 63; ++a) orders.push_back(a);
+  double best = std::numeric_limits<double>::infinity();
+  for (double a : orders) {
+    const double rdp = m * a / (2 * z * z);
+    best = std::min(best, rdp - (std::log(delta) + std::log(a)) / (a - 1) + std::log((a - 1) / a));
+  }
+  return std::max(0.0, best);
+}
+
+TEST(SecureRoundLimitsTest, EpsilonAgainstTheServerComposesTheRunsSumsWithoutAmplification) {
+  SiteLimits limits;
+  limits.max_epsilon = (EpsilonOfSums(3, 2.0, 1e-5) + EpsilonOfSums(4, 2.0, 1e-5)) / 2;
+  // t + 1 = 4 inputs, sigma 1, C 1: z = 2 per sum.
+  const SecureRoundNoise round = Round(10, 3, 1.0, 1.0);
+  ASSERT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, round), 2.0);
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, round, {}).ok());
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, round, std::vector<double>{2.0, 2.0}).ok());
+  absl::Status s = CheckSecureRoundLimits(limits, round, std::vector<double>{2.0, 2.0, 2.0});
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(
+      std::string(s.message()),
+      ::testing::HasSubstr(absl::StrCat("would bring this site's epsilon against the server to ",
+                                        EpsilonOfSums(4, 2.0, 1e-5))));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("after 4 sums in this run"));
+  // Without noise no epsilon is finite.
+  EXPECT_EQ(CheckSecureRoundLimits(limits, Round(10, 3, 0, 0), {}).code(),
+            absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,7 +54,51 @@ struct SiteLimits {
   // Refuse a task unless the server sees only masked updates and their sum (secure aggregation,
   // FitConfig::secure_aggregation): plain FIT tasks are declined, the secure stages pass.
   bool require_secure_aggregation = false;
+
+  // Noise this site enforces in secure rounds with distributed DP, judged against the server
+  // (CheckSecureRoundLimits). The server knows who took part in a sum, so against it sampling
+  // amplifies nothing; and it chooses the noise each site adds, so a site that does not check
+  // could be told to add none. 0 (the defaults): no limit.
+  //
+  // The fewest updates a sum of this site's may hold: the unmask stage is refused when the server
+  // lists fewer survivors. A floor for the federation rather than for one site: the sites that
+  // hold this site's shares (its neighbours) can still reveal its self-mask seed, so a smaller
+  // sum stays masked only when they set it too. 0: the protocol's own floor, t + 1 (t of this
+  // site's neighbours and itself).
+  int32_t min_sum_size = 0;
+  // Sites assumed to work with the server: their noise is not counted (they can subtract it).
+  int32_t colluding_sites = 0;
+  // The least noise multiplier the sum's noise must give: sigma * sqrt(h) / C, for the noise
+  // sigma each site adds, the clip norm C and h the honest inputs a sum of at least
+  // max(min_sum_size, t + 1) inputs holds when colluding_sites of them are not (at least this
+  // site's own).
+  double min_noise_multiplier = 0;
+  // The most epsilon (at epsilon_delta) this site spends against the server in one run: each sum
+  // it is in counts as one release of the Gaussian mechanism at that noise multiplier (no
+  // amplification), composed over the run's rounds (RDP). Counted in this process's memory.
+  double max_epsilon = 0;
+  double epsilon_delta = 1e-5;
 };
+
+// A secure round's noise as its tasks state it (SecAggTaskInfo's round parameters).
+struct SecureRoundNoise {
+  int32_t num_sites = 0;    // n, the sites in the round
+  int32_t threshold = 0;    // t, the shares that rebuild a secret
+  double clip_norm = 0;     // C each site clips its change to; 0: no distributed DP
+  double noise_stddev = 0;  // sigma each site adds
+};
+
+// The noise multiplier a sum of this round gives against the server at worst, under `limits`
+// (SiteLimits::min_noise_multiplier's formula); 0 without distributed DP.
+double WorstCaseNoiseMultiplier(const SiteLimits& limits, const SecureRoundNoise& round);
+
+// OK when a secure round with `round`'s noise is within the limits above, given the noise
+// multipliers of the sums this site was already in during the run (`earlier`); otherwise
+// PERMISSION_DENIED naming the limit, the task's value and the site's (e.g. "the round's noise
+// gives a noise multiplier of 0.42 for a sum of 6 inputs with 1 colluding; this site requires at
+// least 1 (limits.min_noise_multiplier)"). INVALID_ARGUMENT for limits out of range.
+absl::Status CheckSecureRoundLimits(const SiteLimits& limits, const SecureRoundNoise& round,
+                                    std::span<const double> earlier);
 
 // OK when a task with `config` is within `limits`; otherwise PERMISSION_DENIED naming the first
 // limit it breaks and the task's value. Thread-safe (a pure function).
