@@ -268,35 +268,30 @@ const std::vector<Key>& Keys() {
           [](auto& c) -> auto& { return c.client.limits.require_secure_aggregation; })
           .Flag("--require-secure-aggregation",
                 "Decline tasks of rounds without secure aggregation"),
-      tk::IntKey<C, int32_t>(
-          "limits", "min_sum_size",
-          "Secure rounds: the fewest updates a sum of this site's may hold; the unmasking of a "
-          "smaller one is refused. 0: the protocol's own floor (t + 1).",
-          0, [](auto& c) -> auto& { return c.client.limits.min_sum_size; })
-          .Flag("--min-sum-size", "Refuse to unmask sums of fewer updates (0: t + 1)"),
-      tk::IntKey<C, int32_t>(
-          "limits", "colluding_sites",
-          "Secure rounds with distributed DP: sites assumed to work with the server, whose noise "
-          "this site does not count.",
-          0, [](auto& c) -> auto& { return c.client.limits.colluding_sites; })
-          .Flag("--colluding-sites", "Sites whose noise is not counted (assumed colluding)"),
       tk::FloatKey<C>(
           "limits", "min_noise_multiplier",
-          "Secure rounds: decline unless the sum's distributed noise gives at least this noise "
-          "multiplier against the server, for a sum of max(min_sum_size, t + 1) inputs less the "
-          "colluding sites; 0: no floor.",
+          "Secure rounds with distributed DP: decline unless the noise this site adds gives its "
+          "input at least this noise multiplier against the server (stddev / clip norm); also "
+          "declines plain rounds. 0: no floor.",
           Range::kNonNegative,
           [](auto& c) -> auto& { return c.client.limits.min_noise_multiplier; })
-          .Flag("--min-noise-multiplier", "Decline secure rounds with less noise (0: no floor)"),
+          .Flag("--min-noise-multiplier", "Decline rounds with less noise than this (0: no floor)"),
       tk::FloatKey<C>(
           "limits", "max_epsilon",
-          "Secure rounds: decline a round that would bring this site's epsilon against the "
-          "server (no amplification, composed over the run's sums) above this; 0: no limit.",
+          "Decline a secure round that would bring this site's epsilon against the server (no "
+          "amplification, composed over every input this process masked) above this; also "
+          "declines plain rounds. 0: no limit.",
           Range::kNonNegative, [](auto& c) -> auto& { return c.client.limits.max_epsilon; })
-          .Flag("--max-epsilon", "Most epsilon against the server per run (0: no limit)"),
+          .Flag("--max-epsilon", "Most epsilon against the server (0: no limit)"),
       tk::FloatKey<C>(
-          "limits", "epsilon_delta", "The delta max_epsilon is counted at.",
-          Range::kHalfOpenFraction, [](auto& c) -> auto& { return c.client.limits.epsilon_delta; }),
+          "limits", "epsilon_delta", "The delta max_epsilon is counted at.", Range::kOpenFraction,
+          [](auto& c) -> auto& { return c.client.limits.epsilon_delta; }),
+      tk::IntKey<C, int32_t>(
+          "limits", "min_sum_size",
+          "Secure rounds: refuse to unmask a sum of fewer inputs (protects the federation when "
+          "the sites holding each other's shares set it alike). 0: no floor.",
+          0, [](auto& c) -> auto& { return c.client.limits.min_sum_size; })
+          .Flag("--min-sum-size", "Refuse to unmask sums of fewer inputs (0: no floor)"),
       tk::BoolKey<C>(
           "limits", "share_site_evaluation",
           "In runs with secure aggregation, let the server record this site's own evaluation "

@@ -239,6 +239,9 @@ int RunSimCommand(SimArgs& a) {
               100.0 * result->final_test_accuracy, absl::ToDoubleSeconds(result->wall_time));
   if (dp) {
     std::printf(", epsilon spent %.4f (delta %g)", result->dp_epsilon, options.privacy.delta);
+    if (result->dp_epsilon_server > 0) {
+      std::printf(", %.4f against the server (the most exposed site)", result->dp_epsilon_server);
+    }
   }
   if (options.attack.poisons_updates()) {
     std::printf(", %lld updates poisoned (%s)", static_cast<long long>(result->poisoned_updates),

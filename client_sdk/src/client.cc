@@ -84,6 +84,13 @@ absl::Status CheckSiteLimits(const SiteLimits& limits, const FitConfig& config) 
         "task runs without secure aggregation; this site requires it "
         "(limits.require_secure_aggregation)");
   }
+  if ((limits.min_noise_multiplier > 0 || limits.max_epsilon > 0) && !config.secure_aggregation) {
+    // The server would read the update: no noise of the site's counts against it.
+    return absl::PermissionDeniedError(absl::StrCat(
+        "task runs without secure aggregation, so the server would read this update; this site "
+        "limits what the server learns (limits.",
+        limits.min_noise_multiplier > 0 ? "min_noise_multiplier" : "max_epsilon", ")"));
+  }
   return absl::OkStatus();
 }
 

@@ -95,11 +95,11 @@ class Client::Impl {
   std::atomic<bool> stopping_{false};
   int64_t run_id_ = 0;
   internal::SecAggParticipant secagg_;  // Run's thread only
-  // The worst-case noise multiplier of each sum this site masked an input for, by run (Run's
-  // thread only): what limits.max_epsilon is counted over (CheckSecureRoundLimits).
-  std::map<int64_t, std::vector<double>> sums_joined_;
-  // The secure round's noise within this site's limits (CheckSecureRoundLimits), given the sums
-  // it was already in during the task's run.
+  // The noise multiplier against the server of each input this client masked, whatever run the
+  // server named (Run's thread only): what limits.max_epsilon is counted over.
+  std::vector<double> inputs_masked_;
+  // The secure round's noise within this site's limits (CheckSecureRoundLimits), given the inputs
+  // this client already masked.
   absl::Status CheckSecureRoundNoise(const ClientTask& task) const;
 };
 

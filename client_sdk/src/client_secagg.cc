@@ -26,7 +26,6 @@ namespace {
 
 SecureRoundNoise NoiseOf(const SecAggRoundParams& p) {
   return {.num_sites = p.secagg.num_clients,
-          .threshold = p.secagg.threshold,
           .clip_norm = p.dp_clip_norm,
           .noise_stddev = p.dp_noise_stddev};
 }
@@ -76,7 +75,8 @@ absl::Status Client::Impl::SecAggStage(const ClientTask& task, TaskReport& repor
           least > 0 && task.unmask.ok() &&
           static_cast<int32_t>(task.unmask->survivors.size()) < least) {
         // The server would unmask a sum smaller than this site allows: no share leaves it.
-        message = absl::PermissionDeniedError(
+        // ABORTED: a refusal of this round's sum, not of the run.
+        message = absl::AbortedError(
             absl::StrCat("the unmasking lists ", task.unmask->survivors.size(),
                          " inputs in the sum; this site reveals shares only for sums of at least ",
                          least, " (limits.min_sum_size)"));
@@ -143,7 +143,7 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
     }
     // Counted once masked, whether or not the upload gets through: the noise is in it.
     if (const SecAggRoundParams* p = secagg_.params(task); p != nullptr) {
-      sums_joined_[task.run_id].push_back(WorstCaseNoiseMultiplier(options_.limits, NoiseOf(*p)));
+      inputs_masked_.push_back(WorstCaseNoiseMultiplier(NoiseOf(*p)));
     }
     upload = *masked;
   }
@@ -165,11 +165,7 @@ absl::Status Client::Impl::CheckSecureRoundNoise(const ClientTask& task) const {
     if (!task.secagg_params.ok()) return task.secagg_params.status();
     p = &*task.secagg_params;
   }
-  auto joined = sums_joined_.find(task.run_id);
-  return CheckSecureRoundLimits(options_.limits, NoiseOf(*p),
-                                joined == sums_joined_.end()
-                                    ? std::span<const double>()
-                                    : std::span<const double>(joined->second));
+  return CheckSecureRoundLimits(options_.limits, NoiseOf(*p), inputs_masked_);
 }
 
 absl::Status Client::Impl::SendSecAgg(const SecAggReply& message, bool again) {

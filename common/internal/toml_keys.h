@@ -206,7 +206,7 @@ KeySpec<Config> IntKey(std::string table, std::string name, std::string doc, int
   return k;
 }
 
-enum class Range { kPositive, kNonNegative, kFraction, kHalfOpenFraction, kAny };
+enum class Range { kPositive, kNonNegative, kFraction, kHalfOpenFraction, kOpenFraction, kAny };
 
 // Reads a number (a TOML float, or an integer) that must be finite and in `range`.
 inline absl::StatusOr<double> ReadNumber(const toml::node& node, const std::string& file,
@@ -232,6 +232,9 @@ inline absl::StatusOr<double> ReadNumber(const toml::node& node, const std::stri
       break;
     case Range::kHalfOpenFraction:
       if (!(x >= 0 && x < 1)) want = "in [0, 1)";
+      break;
+    case Range::kOpenFraction:
+      if (!(x > 0 && x < 1)) want = "in (0, 1)";
       break;
     case Range::kAny:
       break;

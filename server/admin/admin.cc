@@ -71,6 +71,11 @@ bool AnyPrivacy(const std::vector<RoundRecord>& rounds) {
   return false;
 }
 
+bool AnyServerEpsilon(const std::vector<RoundRecord>& rounds) {
+  return std::any_of(rounds.begin(), rounds.end(),
+                     [](const RoundRecord& r) { return r.dp_epsilon_server > 0; });
+}
+
 // Whether any round ran with secure aggregation (then who took part in each stage is shown).
 bool AnySecAgg(const std::vector<RoundRecord>& rounds) {
   for (const RoundRecord& r : rounds) {
@@ -103,13 +108,16 @@ std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& ro
                         const EvalByRound& evals) {
   // The EVALUATION column (the federated evaluation's loss and metrics) only when there is one.
   const bool with_eval = !evals.empty();
-  // The EPSILON column (spent by the run up to the round) only with differential privacy.
+  // The EPSILON column (spent by the run up to the round) only with differential privacy, and
+  // EPS_SERVER (the most exposed site's against the server) with distributed DP.
   const bool with_dp = AnyPrivacy(rounds);
+  const bool with_server = AnyServerEpsilon(rounds);
   // The SECAGG column (clients left after each secure stage) only with secure aggregation.
   const bool with_secagg = AnySecAgg(rounds);
   std::vector<std::string> header = {"ROUND",    "ATTEMPT",     "STATUS", "SAMPLED",
                                      "REPORTED", "DURATION_MS", "METRICS"};
   if (with_dp) header.push_back("EPSILON");
+  if (with_server) header.push_back("EPS_SERVER");
   if (with_secagg) header.push_back("SECAGG_U1>U2>U3>U4");
   if (with_eval) header.push_back("EVALUATION");
   header.push_back("REASON");
@@ -125,6 +133,9 @@ std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& ro
                                     MetricsSummary(ParseMetrics(r.metrics_json))};
     if (with_dp) {
       row.push_back(r.dp_sampling_rate > 0 ? internal::FormatDouble(r.dp_epsilon) : "-");
+    }
+    if (with_server) {
+      row.push_back(r.dp_epsilon_server > 0 ? internal::FormatDouble(r.dp_epsilon_server) : "-");
     }
     if (with_secagg) row.push_back(SecAggSummary(r));
     if (with_eval) {
@@ -156,6 +167,7 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound&
   if (with_dp) {
     header.push_back("dp_sampling_rate");
     header.push_back("dp_epsilon");
+    header.push_back("dp_epsilon_server");
   }
   const bool with_secagg = AnySecAgg(rounds);
   if (with_secagg) header.push_back("secagg_u1_u2_u3_u4");
@@ -179,7 +191,9 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound&
     if (with_dp && r.dp_sampling_rate > 0) {
       row.push_back(internal::FormatDouble(r.dp_sampling_rate));
       row.push_back(internal::FormatDouble(r.dp_epsilon));
+      row.push_back(r.dp_epsilon_server > 0 ? internal::FormatDouble(r.dp_epsilon_server) : "");
     } else if (with_dp) {
+      row.push_back("");
       row.push_back("");
       row.push_back("");
     }
@@ -231,6 +245,9 @@ Json RoundsJson(const RunRecord& run, const std::vector<RoundRecord>& rounds,
     if (r.dp_sampling_rate > 0) {
       out["rounds"].back()["dp_sampling_rate"] = r.dp_sampling_rate;
       out["rounds"].back()["dp_epsilon"] = r.dp_epsilon;
+      if (r.dp_epsilon_server > 0) {
+        out["rounds"].back()["dp_epsilon_server"] = r.dp_epsilon_server;
+      }
     }
     if (!r.secagg_json.empty()) {
       Json secagg = Json::parse(r.secagg_json, nullptr, false);

@@ -143,6 +143,7 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
       // StartRoundLocked computed the same value: it cannot fail here.
       rec.dp_sampling_rate = round->dp_sampling_rate;
       rec.dp_epsilon = spent.ok() ? spent->epsilon : 0;
+      rec.dp_epsilon_server = ServerEpsilonAfterLocked(*round, participations, /*apply=*/false);
     }
     const absl::StatusOr<std::string>& sha = in.checkpoint;
     absl::Status committed = sha.status();
@@ -185,6 +186,7 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
       }
       if (accountant_.has_value()) {
         (void)accountant_->AddSteps(round->dp_sampling_rate, options_.privacy.noise_multiplier);
+        (void)ServerEpsilonAfterLocked(*round, participations, /*apply=*/true);
       }
       next_attempt_ = 0;
       failed_attempts_ = 0;
@@ -218,20 +220,22 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
     summary.reason = failure;
     // A secure sum unmasked but not committed was released to the server all the same: the
     // accountant counts it (the run then stops, below).
-    double spent_q = 0, spent_epsilon = 0;
+    SpentPrivacy spent_privacy;
     if (round->input->revealed() && accountant_.has_value() && round->dp_sampling_rate > 0) {
       const PrivacyOptions& p = options_.privacy;
       absl::StatusOr<aggregation::dp::PrivacySpent> spent =
           accountant_->SpentAfter(round->dp_sampling_rate, p.noise_multiplier, 1, p.delta);
       if (spent.ok() && accountant_->AddSteps(round->dp_sampling_rate, p.noise_multiplier).ok()) {
-        spent_q = round->dp_sampling_rate;
-        spent_epsilon = spent->epsilon;
+        spent_privacy = {
+            .sampling_rate = round->dp_sampling_rate,
+            .epsilon = spent->epsilon,
+            .epsilon_server = ServerEpsilonAfterLocked(*round, participations, /*apply=*/true)};
       }
     }
+    const double spent_epsilon = spent_privacy.epsilon;
     // failed_at: the stage a secure attempt could not get past (not a checkpoint that failed).
     if (std::string json = round->input->RecordJson(/*failed=*/!next.ok()); !json.empty()) {
-      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json, spent_q,
-                                   spent_epsilon);
+      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json, spent_privacy);
     }
     (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kFailed, failure,
                            ToMs(now));

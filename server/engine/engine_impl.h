@@ -11,6 +11,7 @@
 //   secagg_round.cc    secure-aggregation rounds: set-up, closing the four stages, the unmasked
 //                      result (a secure round's input)
 //   secagg_clients.cc  secure-aggregation rounds: stage tasks, messages, masked uploads
+//   server_exposure.cc distributed DP's epsilon against the server, per site
 //   engine_options.cc  EngineOptions' JSON form and the real clock
 //
 // Thread safety: EngineImpl's members whose names end in `Locked` expect `mu_` held;
@@ -73,6 +74,10 @@ std::string MetricsJson(const std::map<std::string, double>& metrics);
 // ("train_loss", and "test_accuracy" from the server's evaluation hook).
 std::map<std::string, double> FederatedStopMetrics(double loss,
                                                    const std::map<std::string, double>& metrics);
+
+// The noise multiplier of a sum of `summed` inputs each noised for `planned_for` survivors at
+// `noise_multiplier`: z sqrt(summed / planned_for); 0 when either count is not positive.
+double SumNoiseMultiplier(double noise_multiplier, int32_t summed, int32_t planned_for);
 
 // Why a strategy's `plan` for `ctx` cannot run (INVALID_ARGUMENT): a site not available or chosen
 // twice, fewer than ctx.min_sites, a site_config for a site not chosen. (round_engine.cc)
@@ -385,6 +390,16 @@ class EngineImpl final : public RoundEngine {
   // Refusals of an upload specific to secure rounds (or of a masked one in a plain round).
   absl::Status CheckSecAggUploadLocked(const std::string& client_id, const UpdateMeta& meta) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --- Distributed DP against the server (server_exposure.cc)
+  // The epsilon against the server of the site that has spent most once `round`'s sum (its
+  // accepted `participations`) is counted; with `apply`, counted. 0 without distributed DP.
+  double ServerEpsilonAfterLocked(const RoundState& round,
+                                  const std::vector<ParticipationRecord>& participations,
+                                  bool apply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A committed secure round read back on resume, with the participations summed in it.
+  void ReplayServerExposureLocked(const RoundRecord& round,
+                                  const std::vector<ParticipationRecord>& summed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FailRunLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Ends the evaluation and the round in flight, the round recorded as aborted with `reason`.
   void AbortInFlightLocked(const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -523,6 +538,9 @@ class EngineImpl final : public RoundEngine {
   UpdateEncoding update_encoding_ ABSL_GUARDED_BY(mu_) =
       UpdateEncoding::kFloat32;  // options_.update_encoding
   std::optional<aggregation::dp::RdpAccountant> accountant_ ABSL_GUARDED_BY(mu_);
+  // Distributed DP: each site's sum of 1 / z^2 over the sums it was in during the run (z: the
+  // sum's noise multiplier), whence its epsilon against the server (server_exposure.cc).
+  std::map<std::string, double> site_exposure_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fl::server::internal

@@ -487,7 +487,7 @@ void EngineImpl::AbortInFlightLocked(const std::string& reason) {
     // A secure round's record; nothing secret is kept: the session (keys, sums) goes with the
     // round state.
     if (std::string json = round->input->RecordJson(/*failed=*/false); !json.empty()) {
-      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json, 0, 0);
+      (void)store_->SetRoundSecAgg(run_.run_id, round->round, round->attempt, json, {});
     }
     (void)store_->EndRound(run_.run_id, round->round, round->attempt, RoundStatus::kAborted, reason,
                            ToMs(clock_->Now()));

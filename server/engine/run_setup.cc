@@ -86,11 +86,14 @@ absl::Status EngineImpl::Init(Model initial_model) {
         absl::StatusOr<std::vector<ParticipationRecord>> parts =
             store_->Participations(run_.run_id, r.round);
         if (!parts.ok()) return parts.status();
+        std::vector<ParticipationRecord> summed;
         for (const ParticipationRecord& p : *parts) {
           if (p.attempt == r.attempt && p.status == ParticipationStatus::kAccepted) {
             client_committed_round_[p.client_id] = r.round;
+            summed.push_back(p);
           }
         }
+        ReplayServerExposureLocked(r, summed);
       }
       if (r.round != committed_round_ + 1) continue;
       next_attempt_ = std::max(next_attempt_, r.attempt + 1);

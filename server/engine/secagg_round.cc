@@ -366,9 +366,16 @@ absl::StatusOr<Model> SecAggRound::Finish(std::span<const aggregation::SiteFailu
                                           std::optional<Model>& state) {
   // Remove the masks, hand the mean change to the strategy as one update.
   CrashPoint("secagg_unmask");
-  absl::StatusOr<secagg::AggregateResult> result = session->Finish();
   // Once the masks are off the server has seen the sum, even when the session's checks then
-  // refuse it (a wrong share or input): the attempt must not be run again.
+  // refuse it (a wrong share or input) or it runs out of memory decoding it: the attempt must
+  // not be run again.
+  absl::StatusOr<secagg::AggregateResult> result = absl::UnknownError("not unmasked");
+  try {
+    result = session->Finish();
+  } catch (...) {
+    sum_revealed = session->unmasked();
+    throw;
+  }
   sum_revealed = session->unmasked();
   if (!result.ok()) return result.status();
   const std::span<const float> g = global->data();

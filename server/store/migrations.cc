@@ -11,7 +11,7 @@ namespace fl::server::sqlite {
 namespace {
 
 // kMigrations[i] takes the schema from version i to version i + 1.
-constexpr std::array<const char*, 9> kMigrations = {
+constexpr std::array<const char*, 10> kMigrations = {
     // 1: the initial schema.
     R"sql(
 CREATE TABLE runs(
@@ -146,6 +146,12 @@ CREATE TABLE revoked_certificates(
     // 9: the strategy's server state after each committed round (a checkpoint, by SHA-256).
     R"sql(
 ALTER TABLE rounds ADD COLUMN state_checkpoint TEXT NOT NULL DEFAULT '';
+)sql",
+    // 10: distributed DP: the epsilon spent against the server by the site that has spent most,
+    // up to and including the round (the server knows who was in each sum: no amplification);
+    // 0 for rounds before, and without distributed DP.
+    R"sql(
+ALTER TABLE rounds ADD COLUMN dp_epsilon_server REAL NOT NULL DEFAULT 0;
 )sql",
 };
 

@@ -98,6 +98,7 @@ absl::StatusOr<RoundRecord> ReadRound(const Statement& st) {
                 .reason = st.Text(10),
                 .dp_sampling_rate = st.Double(11),
                 .dp_epsilon = st.Double(12),
+                .dp_epsilon_server = st.Double(15),
                 .secagg_json = st.Text(13),
                 .state_checkpoint = st.Text(14)};
   absl::StatusOr<RoundStatus> status =

@@ -25,7 +25,7 @@ absl::StatusOr<RunRecord> ReadRun(const sqlite::Statement& st);
 inline constexpr char kSelectRounds[] =
     "SELECT run_id, round, attempt, status, started_at_ms, ended_at_ms, num_sampled, "
     "num_reported, checkpoint, metrics_json, reason, dp_sampling_rate, dp_epsilon, secagg_json, "
-    "state_checkpoint "
+    "state_checkpoint, dp_epsilon_server "
     "FROM rounds ";
 absl::StatusOr<RoundRecord> ReadRound(const sqlite::Statement& st);
 

@@ -273,16 +273,17 @@ absl::Status SqliteStore::CommitRoundLocked(
   absl::StatusOr<Statement> update = Prepare(
       "UPDATE rounds SET status = 'committed', ended_at_ms = ?, num_sampled = ?, "
       "num_reported = ?, checkpoint = ?, metrics_json = ?, reason = ?, dp_sampling_rate = ?, "
-      "dp_epsilon = ?, secagg_json = ?, state_checkpoint = ? "
+      "dp_epsilon = ?, dp_epsilon_server = ?, secagg_json = ?, state_checkpoint = ? "
       "WHERE run_id = ? AND round = ? AND attempt = ?",
       absl::StrCat("update rounds to commit ", name));
   if (!update.ok()) return update.status();
-  if (absl::Status s = update
-                           ->Bind(round.ended_at_ms, round.num_sampled, round.num_reported,
-                                  round.checkpoint, round.metrics_json, round.reason,
-                                  round.dp_sampling_rate, round.dp_epsilon, round.secagg_json,
-                                  round.state_checkpoint, round.run_id, round.round, round.attempt)
-                           .Run();
+  if (absl::Status s =
+          update
+              ->Bind(round.ended_at_ms, round.num_sampled, round.num_reported, round.checkpoint,
+                     round.metrics_json, round.reason, round.dp_sampling_rate, round.dp_epsilon,
+                     round.dp_epsilon_server, round.secagg_json, round.state_checkpoint,
+                     round.run_id, round.round, round.attempt)
+              .Run();
       !s.ok()) {
     return s;
   }
@@ -319,18 +320,20 @@ absl::Status SqliteStore::EndRound(int64_t run_id, int32_t round, int32_t attemp
 }
 
 absl::Status SqliteStore::SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
-                                         const std::string& secagg_json, double dp_sampling_rate,
-                                         double dp_epsilon) {
+                                         const std::string& secagg_json,
+                                         const SpentPrivacy& spent) {
   if (absl::Status s = CheckWritable("record a round's secure aggregation"); !s.ok()) return s;
   const std::string name = RoundName(run_id, round, attempt);
   std::lock_guard lock(mu_);
   absl::StatusOr<Statement> st = Prepare(
-      "UPDATE rounds SET secagg_json = ?, dp_sampling_rate = ?, dp_epsilon = ? "
+      "UPDATE rounds SET secagg_json = ?, dp_sampling_rate = ?, dp_epsilon = ?, "
+      "dp_epsilon_server = ? "
       "WHERE run_id = ? AND round = ? AND attempt = ? AND status = 'running'",
       absl::StrCat("update rounds to record the secure aggregation of ", name));
   if (!st.ok()) return st.status();
-  if (absl::Status s =
-          st->Bind(secagg_json, dp_sampling_rate, dp_epsilon, run_id, round, attempt).Run();
+  if (absl::Status s = st->Bind(secagg_json, spent.sampling_rate, spent.epsilon,
+                                spent.epsilon_server, run_id, round, attempt)
+                           .Run();
       !s.ok()) {
     return s;
   }

@@ -69,8 +69,7 @@ class SqliteStore final : public Store {
   absl::Status EndRound(int64_t run_id, int32_t round, int32_t attempt, RoundStatus status,
                         const std::string& reason, int64_t now_ms) override;
   absl::Status SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
-                              const std::string& secagg_json, double dp_sampling_rate,
-                              double dp_epsilon) override;
+                              const std::string& secagg_json, const SpentPrivacy& spent) override;
   absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) override;
   absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) override;
   absl::StatusOr<std::optional<RoundRecord>> LastCommittedRound(int64_t run_id) override;

@@ -116,6 +116,7 @@ absl::StatusOr<RunReport> ReportFromStore(server::Store& store, int64_t run_id, 
     out.duration_s = Seconds(r.started_at_ms, running ? now_ms : r.ended_at_ms);
     AddNumbers(r.metrics_json, out.metrics);
     if (r.dp_epsilon > 0) out.metrics["dp_epsilon"] = r.dp_epsilon;
+    if (r.dp_epsilon_server > 0) out.metrics["dp_epsilon_server"] = r.dp_epsilon_server;
     if (out.committed) {
       if (auto it = eval_by_round.find(r.round); it != eval_by_round.end()) {
         for (const auto& [name, value] : it->second) out.metrics[name] = value;

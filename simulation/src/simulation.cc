@@ -129,6 +129,7 @@ absl::Status internal::FinishResult(server::Store& store, SimulationResult& resu
   for (const server::RoundRecord& r : *records) {
     if (r.status == server::RoundStatus::kCommitted || r.dp_epsilon > 0) {
       result.dp_epsilon = r.dp_epsilon;
+      result.dp_epsilon_server = r.dp_epsilon_server;
     }
   }
   return absl::OkStatus();

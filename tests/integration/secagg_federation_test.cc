@@ -382,15 +382,16 @@ TEST(SecAggFederationTest, ASiteDeclinesARoundWhoseNoiseIsBelowItsFloor) {
   Federation f = StartFederation(
       pki, o, kSites, [](int) { return true; }, {},
       [](int i, client::SiteLimits& limits) {
-        limits.min_noise_multiplier = i == kSites - 1 ? 3.0 : 1.0;
+        limits.min_noise_multiplier = i == kSites - 1 ? 1.0 : 0.0;
       });
   ASSERT_NE(f.server, nullptr);
   for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
-  // n = 5: k = 4, t = 3, so a sum holds at least 4 inputs; the noise is planned for n_min =
-  // max(min_fit_clients 4, 0.7 x 5) = 4 survivors, sigma = z C / 2 each: worst case z = 1.
+  // The noise is planned for n_min = max(min_fit_clients 4, 0.7 x 5) = 4 survivors: each site
+  // adds sigma = z C / sqrt(4) = 0.5, which alone gives its input z = 0.5 against the server.
   const std::string refusal =
-      "PERMISSION_DENIED: the round's noise gives a noise multiplier of 1 for a sum of 4 inputs "
-      "with 0 colluding; this site requires at least 3 (limits.min_noise_multiplier)";
+      "PERMISSION_DENIED: the round's noise gives this site's input a noise multiplier of 0.5 "
+      "against the server (stddev 0.5 / clip norm 1); this site requires at least 1 "
+      "(limits.min_noise_multiplier)";
   EXPECT_EQ(f.clients.back()->stages(),
             (std::vector<std::string>{"secagg_advertise_keys failed: " + refusal}));
   EXPECT_EQ(f.clients.back()->trainer().fits(), 0);
@@ -414,8 +415,8 @@ TEST(SecAggFederationTest, ASiteRefusesToUnmaskASumSmallerThanItsFloor) {
   EXPECT_EQ(f.clients.back()->Join().code(), absl::StatusCode::kCancelled);
   for (int i = 0; i + 1 < kSites; ++i) EXPECT_TRUE(f.clients[i]->Join().ok()) << "site " << i;
   const std::string refusal =
-      "PERMISSION_DENIED: the unmasking lists 5 inputs in the sum; this site reveals shares only "
-      "for sums of at least 6 (limits.min_sum_size)";
+      "ABORTED: the unmasking lists 5 inputs in the sum; this site reveals shares only for sums "
+      "of at least 6 (limits.min_sum_size)";
   EXPECT_EQ(f.clients[0]->stages(),
             (std::vector<std::string>{"secagg_advertise_keys", "secagg_share_keys",
                                       "secagg_masked_input", "secagg_unmask failed: " + refusal}));

@@ -883,6 +883,39 @@ TEST(SecAggProtocolTest, AWrongMaskedInputGivesDataLossNotAModel) {
   EXPECT_THAT(message, ::testing::Not(HasSubstr("weight")));
 }
 
+TEST(SecAggProtocolTest, AnOutOfRangeTotalWeightIsRefusedWithoutItsValue) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 22);
+  f.encodings[3].back() += uint64_t{1} << 31;  // the weight word
+  UnmaskRequest request = UpToUnmask(f, {});
+  absl::StatusOr<AggregateResult> result = UnmaskAndFinish(f, request, [](UnmaskResponse&) {});
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kDataLoss) << result.status();
+  const std::string message(result.status().message());
+  EXPECT_THAT(message, HasSubstr("the unmasked total weight is outside ["));
+  EXPECT_TRUE(f.server->unmasked());
+  const uint64_t weight = PlainSum32(f, request.survivors).back();
+  EXPECT_THAT(message, ::testing::Not(HasSubstr(absl::StrCat(weight))));
+}
+
+TEST(SecAggProtocolTest, AClientRefusesAnUnmaskingListPaddedWithIdsThatAreNoClients) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 23);
+  UnmaskRequest request = UpToUnmask(f, {});
+  const int asked = request.survivors[0];
+  for (int extra : {1000, -5, request.survivors[1]}) {
+    UnmaskRequest padded = request;
+    padded.survivors.push_back(extra);
+    absl::StatusOr<UnmaskResponse> r = f.clients[asked]->Unmask(padded);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(
+        std::string(r.status().message()),
+        HasSubstr(absl::StrCat(
+            "holds ", extra,
+            extra == request.survivors[1] ? " twice" : ", which is not a client of this round")));
+  }
+  EXPECT_TRUE(f.clients[asked]->Unmask(request).ok());  // refusals leave the session as it was
+}
+
 TEST(SecAggProtocolTest, AFailureBeforeTheMasksAreRemovedLeavesTheSumMasked) {
   const SecAggParams params = ProtocolParams();
   Federation f = MakeFederation(params, 50, 21);

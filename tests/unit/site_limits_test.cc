@@ -99,50 +99,61 @@ TEST(SiteLimitsTest, EveryLimitIsCheckedWithSecureAggregationToo) {
             "(limits.require_differential_privacy)");
 }
 
-// A round of n sites, threshold t, each clipping to C and adding noise of stddev sigma.
-SecureRoundNoise Round(int32_t n, int32_t t, double c, double sigma) {
-  return {.num_sites = n, .threshold = t, .clip_norm = c, .noise_stddev = sigma};
+// A round of n sites, each clipping to C and adding noise of stddev sigma.
+SecureRoundNoise Round(int32_t n, double c, double sigma) {
+  return {.num_sites = n, .clip_norm = c, .noise_stddev = sigma};
 }
 
-TEST(SecureRoundLimitsTest, TheWorstCaseNoiseCountsOnlyTheHonestInputsOfTheSmallestSum) {
-  SiteLimits limits;
-  // The smallest sum the protocol unmasks is t + 1 = 6: z = sigma sqrt(6) / C.
-  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 2.0, 0.5)),
-                   0.5 * std::sqrt(6.0) / 2.0);
-  limits.colluding_sites = 2;  // their noise can be subtracted: 4 honest
-  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 2.0, 0.5)), 0.5);
-  limits.min_sum_size = 10;  // sums of at least 10: 8 honest
-  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 2.0, 0.5)),
-                   0.5 * std::sqrt(8.0) / 2.0);
-  limits.colluding_sites = 50;  // never fewer than this site's own
-  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 2.0, 0.5)), 0.25);
-  EXPECT_EQ(WorstCaseNoiseMultiplier(limits, Round(20, 5, 0, 0.5)), 0);  // no distributed DP
+TEST(SecureRoundLimitsTest, TheSiteCountsOnlyItsOwnNoise) {
+  // A server that shows sites different survivor lists can isolate one input: sigma / C.
+  EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(Round(20, 2.0, 0.5)), 0.25);
+  EXPECT_EQ(WorstCaseNoiseMultiplier(Round(20, 0, 0.5)), 0);  // no distributed DP
+  EXPECT_EQ(WorstCaseNoiseMultiplier(Round(20, 2.0, 0)), 0);
 }
 
 TEST(SecureRoundLimitsTest, TooLittleNoiseOrNoneOrTooFewSitesAreRefusedWithTheFigures) {
   SiteLimits limits;
-  EXPECT_TRUE(CheckSecureRoundLimits(limits, Round(20, 5, 0, 0), {}).ok());  // no limits set
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, Round(20, 0, 0), {}).ok());  // no limits set
   limits.min_noise_multiplier = 1.0;
-  limits.colluding_sites = 2;
-  EXPECT_TRUE(CheckSecureRoundLimits(limits, Round(20, 5, 1.0, 0.5), {}).ok());  // z = 1
-  absl::Status s = CheckSecureRoundLimits(limits, Round(20, 5, 1.0, 0.25), {});
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, Round(20, 1.0, 1.0), {}).ok());  // z = 1
+  absl::Status s = CheckSecureRoundLimits(limits, Round(20, 2.0, 1.0), {});
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(),
-            "the round's noise gives a noise multiplier of 0.5 for a sum of 6 inputs with 2 "
-            "colluding; this site requires at least 1 (limits.min_noise_multiplier)");
-  s = CheckSecureRoundLimits(limits, Round(20, 5, 0, 0), {});
+            "the round's noise gives this site's input a noise multiplier of 0.5 against the "
+            "server (stddev 1 / clip norm 2); this site requires at least 1 "
+            "(limits.min_noise_multiplier)");
+  s = CheckSecureRoundLimits(limits, Round(20, 0, 0), {});
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(s.message()),
               ::testing::StartsWith("the round adds no distributed noise"));
   limits.min_sum_size = 25;
-  s = CheckSecureRoundLimits(limits, Round(20, 5, 1.0, 0.5), {});
+  s = CheckSecureRoundLimits(limits, Round(20, 1.0, 1.0), {});
   EXPECT_EQ(s.message(),
             "the round has 20 sites; this site takes part only in sums of at least 25 "
             "(limits.min_sum_size)");
   limits = SiteLimits();
-  limits.colluding_sites = -1;
-  EXPECT_EQ(CheckSecureRoundLimits(limits, Round(20, 5, 1.0, 0.5), {}).code(),
+  limits.min_sum_size = -1;
+  EXPECT_EQ(CheckSecureRoundLimits(limits, Round(20, 1.0, 0.5), {}).code(),
             absl::StatusCode::kInvalidArgument);
+  limits = SiteLimits();
+  limits.max_epsilon = 1;
+  limits.epsilon_delta = 0;
+  EXPECT_EQ(CheckSecureRoundLimits(limits, Round(20, 1.0, 0.5), {}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// With a noise limit a plain round is declined: the server would read the update.
+TEST(SecureRoundLimitsTest, ANoiseLimitDeclinesPlainRounds) {
+  SiteLimits limits;
+  limits.max_epsilon = 8;
+  FitConfig plain = Task(1, "mlp", true);
+  absl::Status s = CheckSiteLimits(limits, plain);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "task runs without secure aggregation, so the server would read this update; this "
+            "site limits what the server learns (limits.max_epsilon)");
+  plain.secure_aggregation = true;
+  EXPECT_TRUE(CheckSiteLimits(limits, plain).ok());
 }
 
 // Epsilon against the server after m sums at noise multiplier z, derived here from the Gaussian
@@ -160,12 +171,11 @@ double EpsilonOfSums(int m, double z, double delta) {
   return std::max(0.0, best);
 }
 
-TEST(SecureRoundLimitsTest, EpsilonAgainstTheServerComposesTheRunsSumsWithoutAmplification) {
+TEST(SecureRoundLimitsTest, EpsilonAgainstTheServerComposesTheMaskedInputsWithoutAmplification) {
   SiteLimits limits;
   limits.max_epsilon = (EpsilonOfSums(3, 2.0, 1e-5) + EpsilonOfSums(4, 2.0, 1e-5)) / 2;
-  // t + 1 = 4 inputs, sigma 1, C 1: z = 2 per sum.
-  const SecureRoundNoise round = Round(10, 3, 1.0, 1.0);
-  ASSERT_DOUBLE_EQ(WorstCaseNoiseMultiplier(limits, round), 2.0);
+  const SecureRoundNoise round = Round(10, 0.5, 1.0);  // z = 2 per input
+  ASSERT_DOUBLE_EQ(WorstCaseNoiseMultiplier(round), 2.0);
   EXPECT_TRUE(CheckSecureRoundLimits(limits, round, {}).ok());
   EXPECT_TRUE(CheckSecureRoundLimits(limits, round, std::vector<double>{2.0, 2.0}).ok());
   absl::Status s = CheckSecureRoundLimits(limits, round, std::vector<double>{2.0, 2.0, 2.0});
@@ -174,9 +184,9 @@ TEST(SecureRoundLimitsTest, EpsilonAgainstTheServerComposesTheRunsSumsWithoutAmp
       std::string(s.message()),
       ::testing::HasSubstr(absl::StrCat("would bring this site's epsilon against the server to ",
                                         EpsilonOfSums(4, 2.0, 1e-5))));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("after 4 sums in this run"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("after 4 masked inputs"));
   // Without noise no epsilon is finite.
-  EXPECT_EQ(CheckSecureRoundLimits(limits, Round(10, 3, 0, 0), {}).code(),
+  EXPECT_EQ(CheckSecureRoundLimits(limits, Round(10, 0, 0), {}).code(),
             absl::StatusCode::kPermissionDenied);
 }
 

@@ -164,15 +164,16 @@ class StoreTest : public ::testing::Test {
 };
 
 TEST_F(StoreTest, CreatesSchemaAtTheLatestVersionAndReopensIdempotently) {
-  EXPECT_EQ(store_->schema_version(), 9);
+  EXPECT_EQ(store_->schema_version(), 10);
   EXPECT_EQ(store_->db_path(), dir_ + "/federation.db");
   EXPECT_TRUE(std::filesystem::is_directory(store_->checkpoint_dir()));
   Reopen();
   Reopen();
-  EXPECT_EQ(store_->schema_version(), 9);
+  EXPECT_EQ(store_->schema_version(), 10);
   RawDb db(store_->db_path());
   ASSERT_TRUE(db.ok());
-  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"), "1,2,3,4,5,6,7,8,9");
+  EXPECT_EQ(db.QueryText("SELECT group_concat(version) FROM schema_version"),
+            "1,2,3,4,5,6,7,8,9,10");
   EXPECT_EQ(db.QueryText("SELECT group_concat(name) FROM (SELECT name FROM sqlite_master "
                          "WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name)"),
             "audit_log,checkpoints,clients,evaluations,participations,revoked_certificates,rounds,"
@@ -310,6 +311,7 @@ TEST_F(StoreTest, CommittedRoundKeepsItsPrivacySpending) {
   r.checkpoint = sha;
   r.dp_sampling_rate = 0.25;
   r.dp_epsilon = 1.75;
+  r.dp_epsilon_server = 3.5;  // schema 10
   ASSERT_TRUE(store_->CommitRound(r, {}).ok());
   ASSERT_TRUE(store_->BeginRound(Round(run, 2, 0)).ok());
   ASSERT_TRUE(Commit(run, 2, 0, sha).ok());  // without differential privacy
@@ -319,8 +321,10 @@ TEST_F(StoreTest, CommittedRoundKeepsItsPrivacySpending) {
   ASSERT_EQ(rounds->size(), 2u);
   EXPECT_EQ((*rounds)[0].dp_sampling_rate, 0.25);
   EXPECT_EQ((*rounds)[0].dp_epsilon, 1.75);
+  EXPECT_EQ((*rounds)[0].dp_epsilon_server, 3.5);
   EXPECT_EQ((*rounds)[1].dp_sampling_rate, 0.0);
   EXPECT_EQ((*rounds)[1].dp_epsilon, 0.0);
+  EXPECT_EQ((*rounds)[1].dp_epsilon_server, 0.0);
 }
 
 // Schema 4: a round's secure-aggregation record, written with the commit or, for an attempt that
@@ -329,11 +333,14 @@ TEST_F(StoreTest, RoundKeepsItsSecureAggregationRecord) {
   int64_t run = NewRun("secagg", 1);
   std::string sha = NewCheckpoint(1.0f);
   ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
-  ASSERT_TRUE(store_->SetRoundSecAgg(run, 1, 0, R"({"u1":3})", 0.25, 1.5).ok());
+  ASSERT_TRUE(store_
+                  ->SetRoundSecAgg(run, 1, 0, R"({"u1":3})",
+                                   {.sampling_rate = 0.25, .epsilon = 1.5, .epsilon_server = 4})
+                  .ok());
   ASSERT_TRUE(store_->EndRound(run, 1, 0, RoundStatus::kFailed, "too few", 9).ok());
-  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 0, "{}", 0, 0).code(),
+  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 0, "{}", {}).code(),
             absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 7, "{}", 0, 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->SetRoundSecAgg(run, 1, 7, "{}", {}).code(), absl::StatusCode::kNotFound);
   ASSERT_TRUE(store_->BeginRound(Round(run, 1, 1)).ok());
   RoundRecord r = Round(run, 1, 1);
   r.checkpoint = sha;
@@ -349,6 +356,7 @@ TEST_F(StoreTest, RoundKeepsItsSecureAggregationRecord) {
   // A failed attempt whose sum was unmasked keeps what its release spent.
   EXPECT_EQ((*rounds)[0].dp_sampling_rate, 0.25);
   EXPECT_EQ((*rounds)[0].dp_epsilon, 1.5);
+  EXPECT_EQ((*rounds)[0].dp_epsilon_server, 4.0);
   EXPECT_EQ((*rounds)[1].secagg_json, R"({"u1":4})");
   EXPECT_EQ((*rounds)[2].secagg_json, "");
 }
@@ -662,7 +670,7 @@ TEST_F(StoreTest, AStoreOfSchemaOneMigratesAndOldEvaluationsHaveNoMetrics) {
 
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(old_dir);
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_EQ((*store)->schema_version(), 9);
+  EXPECT_EQ((*store)->schema_version(), 10);
   ASSERT_TRUE((*store)
                   ->RecordEvaluation(1, 2, "federated", 0.5, 0.7, 60, 10,
                                      {{"accuracy", 0.7}, {"auc", 0.75}})
@@ -896,7 +904,7 @@ TEST_F(StoreTest, OpenReadOnlyReadsWhileAWriterCommitsAndRefusesWrites) {
   Store& reader = **ro;
   EXPECT_TRUE(reader.read_only());
   EXPECT_FALSE(store_->read_only());
-  EXPECT_EQ(reader.schema_version(), 9);
+  EXPECT_EQ(reader.schema_version(), 10);
   EXPECT_EQ(reader.db_path(), store_->db_path());
 
   // The writer keeps committing rounds while the reader reads; every read succeeds and sees a

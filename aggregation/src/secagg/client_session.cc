@@ -217,6 +217,22 @@ absl::StatusOr<MaskedInput> ClientSession::MaskEncodedInput(const ShareBundle& b
 absl::StatusOr<UnmaskResponse> ClientSession::Unmask(const UnmaskRequest& request) {
   State& s = *state_;
   if (s.stage != ClientStage::kUnmask) return OutOfOrder("Unmask", s.stage);
+  // Each list names clients of this round, each once: a list padded with ids that are no client
+  // would make a sum look larger than it is to a site that counts it.
+  for (const std::vector<int>* list : {&request.survivors, &request.dropped}) {
+    std::set<int> seen;
+    for (int v : *list) {
+      const bool outside = v < 0 || v >= s.params.num_clients;
+      if (outside || !seen.insert(v).second) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("client ", s.id, " refuses to unmask: the server's list of ",
+                         list == &request.survivors ? "survivors" : "dropped clients", " holds ", v,
+                         outside ? absl::StrCat(", which is not a client of this round (ids 0..",
+                                                s.params.num_clients - 1, ")")
+                                 : " twice"));
+      }
+    }
+  }
   const std::set<int> survivors(request.survivors.begin(), request.survivors.end());
   const std::set<int> dropped(request.dropped.begin(), request.dropped.end());
   for (int v : dropped) {

@@ -56,47 +56,43 @@ struct SiteLimits {
   bool require_secure_aggregation = false;
 
   // Noise this site enforces in secure rounds with distributed DP, judged against the server
-  // (CheckSecureRoundLimits). The server knows who took part in a sum, so against it sampling
-  // amplifies nothing; and it chooses the noise each site adds, so a site that does not check
-  // could be told to add none. 0 (the defaults): no limit.
-  //
-  // The fewest updates a sum of this site's may hold: the unmask stage is refused when the server
-  // lists fewer survivors. A floor for the federation rather than for one site: the sites that
-  // hold this site's shares (its neighbours) can still reveal its self-mask seed, so a smaller
-  // sum stays masked only when they set it too. 0: the protocol's own floor, t + 1 (t of this
-  // site's neighbours and itself).
-  int32_t min_sum_size = 0;
-  // Sites assumed to work with the server: their noise is not counted (they can subtract it).
-  int32_t colluding_sites = 0;
-  // The least noise multiplier the sum's noise must give: sigma * sqrt(h) / C, for the noise
-  // sigma each site adds, the clip norm C and h the honest inputs a sum of at least
-  // max(min_sum_size, t + 1) inputs holds when colluding_sites of them are not (at least this
-  // site's own).
+  // (CheckSecureRoundLimits). The server chooses the noise each site adds and knows who took
+  // part in a sum, so a site that trusted the task could be told to add none, and against the
+  // server sampling amplifies nothing. Until the protocol has its consistency round, a server
+  // that shows different sites different survivor lists can isolate one site's masked input (its
+  // self-mask seed from some neighbours, its neighbours' mask keys from others), so the noise a
+  // site counts on is its own: sigma / C. Setting either noise limit also declines plain rounds
+  // (the server would read the update). 0 (the defaults): no limit.
   double min_noise_multiplier = 0;
-  // The most epsilon (at epsilon_delta) this site spends against the server in one run: each sum
-  // it is in counts as one release of the Gaussian mechanism at that noise multiplier (no
-  // amplification), composed over the run's rounds (RDP). Counted in this process's memory.
+  // The most epsilon (at epsilon_delta, in (0, 1)) this site spends against the server: each input
+  // it masks is one release of the Gaussian mechanism at sigma / C, composed in RDP over every
+  // input this client process masked (whatever run the server names). A restarted process counts
+  // afresh.
   double max_epsilon = 0;
   double epsilon_delta = 1e-5;
+  // The fewest inputs a sum of this site's may hold: the unmask stage is refused (ABORTED, a
+  // refusal of that round only) when the server lists fewer survivors. A floor for the federation
+  // rather than for one site: the sites holding this site's shares (its neighbours) can still
+  // reveal its self-mask seed, so a smaller sum stays masked only when they set it too. 0: none.
+  int32_t min_sum_size = 0;
 };
 
 // A secure round's noise as its tasks state it (SecAggTaskInfo's round parameters).
 struct SecureRoundNoise {
   int32_t num_sites = 0;    // n, the sites in the round
-  int32_t threshold = 0;    // t, the shares that rebuild a secret
   double clip_norm = 0;     // C each site clips its change to; 0: no distributed DP
   double noise_stddev = 0;  // sigma each site adds
 };
 
-// The noise multiplier a sum of this round gives against the server at worst, under `limits`
-// (SiteLimits::min_noise_multiplier's formula); 0 without distributed DP.
-double WorstCaseNoiseMultiplier(const SiteLimits& limits, const SecureRoundNoise& round);
+// The noise multiplier this site's input has against the server at worst: sigma / C (see
+// SiteLimits); 0 without distributed DP.
+double WorstCaseNoiseMultiplier(const SecureRoundNoise& round);
 
 // OK when a secure round with `round`'s noise is within the limits above, given the noise
-// multipliers of the sums this site was already in during the run (`earlier`); otherwise
-// PERMISSION_DENIED naming the limit, the task's value and the site's (e.g. "the round's noise
-// gives a noise multiplier of 0.42 for a sum of 6 inputs with 1 colluding; this site requires at
-// least 1 (limits.min_noise_multiplier)"). INVALID_ARGUMENT for limits out of range.
+// multipliers of the inputs this client already masked (`earlier`); otherwise PERMISSION_DENIED
+// naming the limit, the task's value and the site's (e.g. "the round's noise gives this site's
+// input a noise multiplier of 0.5 against the server; this site requires at least 1
+// (limits.min_noise_multiplier)"). INVALID_ARGUMENT for limits out of range.
 absl::Status CheckSecureRoundLimits(const SiteLimits& limits, const SecureRoundNoise& round,
                                     std::span<const double> earlier);
 

@@ -27,7 +27,8 @@ namespace fl::simulation {
 //     duration_s: ended_at - started_at, or now_ms - started_at for an attempt still running;
 //     metrics: every number of the attempt's metrics_json (e.g. train_loss, test_accuracy; other
 //       values and a metrics_json that does not parse are left out), plus "dp_epsilon" (the
-//       epsilon spent up to this round) when it is above 0, plus, on a round's committed attempt,
+//       epsilon spent up to this round) when it is above 0, "dp_epsilon_server" (distributed DP:
+//       the most exposed site's against the server) likewise, plus, on a round's committed attempt,
 //       the round's federated evaluation (source "federated") as "eval_loss" and "eval_<name>"
 //       for each of its metrics (e.g. eval_accuracy), the newest when evaluated twice;
 //     bytes_up: the sum of bytes_received of the attempt's participations (what the sites

@@ -148,8 +148,10 @@ struct SimulationResult {
   std::vector<SimulationRound> rounds;
   double final_test_accuracy = 0;
   // With differential privacy: the epsilon spent by the run (that of its last committed round,
-  // read from the store as `fl admin rounds` does); 0 without.
+  // read from the store as `fl admin rounds` does); 0 without. With distributed DP also the
+  // epsilon against the server of the site that spent most (RoundRecord::dp_epsilon_server).
   double dp_epsilon = 0;
+  double dp_epsilon_server = 0;
   // Why the run finished before its last round (e.g. "privacy budget spent: round 3 would bring
   // epsilon to ..."); empty when it ran all its rounds.
   std::string finish_reason;

@@ -122,8 +122,9 @@ class ClientSession {
   absl::StatusOr<MaskedInput> MaskUpdate(const ShareBundle& bundle, std::span<const float> update,
                                          uint32_t weight);
 
-  // Stage 4. FAILED_PRECONDITION when a peer is listed both as survivor and as dropped ("reveal
-  // both shares"), when this client is listed as dropped, when fewer than t of its neighbours are
+  // Stage 4. FAILED_PRECONDITION when a list names an id outside [0, n) or one id twice, when a
+  // peer is listed both as survivor and as dropped ("reveal both shares"), when this client is
+  // listed as dropped, when fewer than t of its neighbours are
   // listed as survivors, or when it already answered.
   absl::StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 

@@ -51,6 +51,13 @@ struct RunRecord {
   int64_t ended_at_ms = 0;  // 0 while running
 };
 
+// What a round's release spent (RoundRecord's dp_* fields, which say what each means).
+struct SpentPrivacy {
+  double sampling_rate = 0;
+  double epsilon = 0;
+  double epsilon_server = 0;
+};
+
 struct RoundRecord {
   int64_t run_id = 0;
   int32_t round = 0;    // 1-based
@@ -63,11 +70,17 @@ struct RoundRecord {
   std::string checkpoint;    // SHA-256 of the aggregated model (committed rounds only)
   std::string metrics_json;  // e.g. {"train_loss": 0.5, "test_accuracy": 0.8}
   std::string reason;        // why it was aborted or failed
-  // Differential privacy (committed rounds of a run with it; 0 otherwise): the fraction of the
-  // online clients the round sampled (the accountant's q), and the epsilon the run has spent up
-  // to and including this round, for the run's delta.
+  // Differential privacy (committed rounds of a run with it, and a secure attempt whose sum was
+  // unmasked but not committed; 0 otherwise): the fraction of the online clients the round
+  // sampled (the accountant's q), and the epsilon the run has spent up to and including this
+  // round, for the run's delta: against those who see the models, amplified by sampling.
   double dp_sampling_rate = 0;
   double dp_epsilon = 0;
+  // Distributed DP: the epsilon against the server (which knows who was in each sum, so nothing
+  // is amplified) of the site that has spent most, over the sums it was in up to this round, for
+  // the run's delta, assuming no site colludes with the server. 0 without distributed DP (with
+  // central DP the server reads every update: there is none against it).
+  double dp_epsilon_server = 0;
   // Secure aggregation (rounds that ran it; empty otherwise): a JSON object with the round's
   // parameters, the sizes of U1..U3, who dropped at which stage, the relayed bytes and a SHA-256
   // over the relayed ciphertexts. Never a key, a share, a mask or an update.
@@ -219,12 +232,11 @@ class Store {
                                 const std::string& reason, int64_t now_ms) = 0;
   // Sets the secagg_json of a running attempt (one that is then failed or aborted; a commit
   // writes the record's), and the privacy it spent: a secure sum unmasked but not committed was
-  // still released to the server, so its dp_sampling_rate and dp_epsilon (the run's epsilon with
-  // it) are recorded (0 and 0: none). NOT_FOUND for an unknown attempt, FAILED_PRECONDITION for
-  // one that is not running.
+  // still released to the server, so its RoundRecord's dp_* values are recorded (zeros: none).
+  // NOT_FOUND for an unknown attempt, FAILED_PRECONDITION for one that is not running.
   virtual absl::Status SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
-                                      const std::string& secagg_json, double dp_sampling_rate,
-                                      double dp_epsilon) = 0;
+                                      const std::string& secagg_json,
+                                      const SpentPrivacy& spent) = 0;
   // Marks every running attempt of the run aborted ("server restarted"); returns how many.
   virtual absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) = 0;
   virtual absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) = 0;  // by round, attempt
