@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
     }
     absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run_.run_id);
     if (!rounds.ok()) return rounds.status();
+    std::optional<int32_t> revealed_attempt;  // of the next round, unmasked but not committed
     for (const RoundRecord& r : *rounds) {
       // The accountant replays the committed rounds' sampling rates.
       if (accountant_.has_value() && r.status == RoundStatus::kCommitted &&
@@ -98,12 +100,24 @@ absl::Status EngineImpl::Init(Model initial_model) {
       if (r.round != committed_round_ + 1) continue;
       next_attempt_ = std::max(next_attempt_, r.attempt + 1);
       if (r.status == RoundStatus::kFailed) ++failed_attempts_;
+      // An attempt whose secure sum was unmasked but not committed ended the run; a crash before
+      // the run was marked failed must not let a restart run the round again.
+      if (r.status == RoundStatus::kFailed && !r.secagg_json.empty()) {
+        nlohmann::json j = nlohmann::json::parse(r.secagg_json, nullptr, false);
+        if (j.is_object() && j.value("revealed", false)) revealed_attempt = r.attempt;
+      }
     }
     LogEvent(LogLevel::kInfo, "run_resumed",
              {{"run", absl::StrCat(run_.run_id)},
               {"committed_round", absl::StrCat(committed_round_)},
               {"aborted_in_flight", absl::StrCat(*aborted)}});
-    if (committed_round_ >= options_.num_rounds) {
+    if (revealed_attempt.has_value()) {
+      FailRunLocked(absl::StrCat(
+          "round ", committed_round_ + 1, " attempt ", *revealed_attempt,
+          ": the secure sum was unmasked but not committed; the run stops rather than run the "
+          "round again from the same model, where two sums over different sites could reveal one "
+          "site's update"));
+    } else if (committed_round_ >= options_.num_rounds) {
       FinishRunLocked("");
     } else if (last->has_value()) {
       // A crash between a commit and the end of the run must not lose the stopping rule's

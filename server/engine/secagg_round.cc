@@ -88,6 +88,7 @@ std::string SecAggRound::RecordJson(bool failed) const {
       {"last_input_ms", s.last_input_ms},
   };
   if (failed) j["failed_at"] = SecAggStageName(s.stage);
+  if (s.sum_revealed) j["revealed"] = true;  // the server saw the sum: no other attempt may run
   return j.dump();
 }
 

@@ -82,7 +82,8 @@ struct SecAggRound final : RoundInput {
   }
   // The attempt as JSON for rounds.secagg_json: params, |U1|..|U3|, the unmask responders, who
   // dropped at which stage and why (client ids cut to 16 characters), relayed bytes and their
-  // SHA-256; with `failed`, the stage it failed at. No key, share, mask or update.
+  // SHA-256; with `failed`, the stage it failed at; "revealed" once the server saw the sum (a
+  // resumed run then stops rather than run the round again). No key, share, mask or update.
   std::string RecordJson(bool failed) const override;
   bool revealed() const override { return sum_revealed; }
 

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fl/aggregation/dp/clipping.h"
+#include "fl/aggregation/dp/rdp_accountant.h"
 #include "fl/client/builtin_models.h"
 #include "fl/client/client.h"
 #include "fl/server/server.h"
@@ -136,6 +137,18 @@ server::ServerOptions DropoutRunOptions(const ProvisionedFiles& pki, const std::
   o.engine.min_fit_clients = 4;
   o.engine.client_timeout = absl::Seconds(6);
   o.engine.round_timeout = absl::Seconds(30);
+  return o;
+}
+
+// Secure rounds with distributed DP (z = 1, C = 1), committing without one site: the noise is
+// planned for n_min = max(min_fit_clients, 0.7 n) survivors.
+server::ServerOptions DistributedDpRunOptions(const ProvisionedFiles& pki, const std::string& dir,
+                                              int sites, int rounds) {
+  server::ServerOptions o = SecureRunOptions(pki, dir, sites, rounds);
+  o.engine.min_fit_clients = sites - 1;
+  o.engine.privacy.mode = "distributed";
+  o.engine.privacy.noise_multiplier = 1.0;
+  o.engine.privacy.clip_norm = 1.0;
   return o;
 }
 
@@ -374,11 +387,7 @@ TEST(SecAggFederationTest, ASiteDeclinesARoundWhoseNoiseIsBelowItsFloor) {
   constexpr int kSites = 5;
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
-  server::ServerOptions o = SecureRunOptions(pki, dir.path(), kSites, 1);
-  o.engine.min_fit_clients = kSites - 1;
-  o.engine.privacy.mode = "distributed";
-  o.engine.privacy.noise_multiplier = 1.0;
-  o.engine.privacy.clip_norm = 1.0;
+  server::ServerOptions o = DistributedDpRunOptions(pki, dir.path(), kSites, 1);
   Federation f = StartFederation(
       pki, o, kSites, [](int) { return true; }, {},
       [](int i, client::SiteLimits& limits) {
@@ -396,6 +405,45 @@ TEST(SecAggFederationTest, ASiteDeclinesARoundWhoseNoiseIsBelowItsFloor) {
             (std::vector<std::string>{"secagg_advertise_keys failed: " + refusal}));
   EXPECT_EQ(f.clients.back()->trainer().fits(), 0);
   ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
+}
+
+// A site whose epsilon budget against the server allows one masked input takes part in the first
+// round and declines the second, counting the input it masked; the others commit both.
+TEST(SecAggFederationTest, ASiteDeclinesOnceItsEpsilonAgainstTheServerIsSpent) {
+  constexpr int kSites = 5;
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
+  server::ServerOptions o = DistributedDpRunOptions(pki, dir.path(), kSites, 2);
+  // Each site adds sigma = 0.5 (planned for 4 survivors): z = 0.5 per input against the server.
+  absl::StatusOr<aggregation::dp::PrivacySpent> one =
+      aggregation::dp::ComputeEpsilon(1.0, 0.5, 1, 1e-5);
+  absl::StatusOr<aggregation::dp::PrivacySpent> two =
+      aggregation::dp::ComputeEpsilon(1.0, 0.5, 2, 1e-5);
+  ASSERT_TRUE(one.ok() && two.ok());
+  const double budget = (one->epsilon + two->epsilon) / 2;
+  Federation f = StartFederation(
+      pki, o, kSites, [](int) { return true; }, {},
+      [&](int i, client::SiteLimits& limits) {
+        if (i == kSites - 1) limits.max_epsilon = budget;
+      });
+  ASSERT_NE(f.server, nullptr);
+  for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
+  const std::vector<std::string> stages = f.clients.back()->stages();
+  ASSERT_EQ(stages.size(), 5u);
+  EXPECT_EQ(stages[3], "secagg_unmask");
+  EXPECT_THAT(stages[4], HasSubstr(absl::StrCat(
+                             "secagg_advertise_keys failed: PERMISSION_DENIED: this round (noise "
+                             "multiplier 0.5) would bring this site's epsilon against the server "
+                             "to ",
+                             two->epsilon, " (delta 1e-05) after 2 masked inputs")));
+  server::Store& store = f.server->store();
+  absl::StatusOr<std::vector<server::RoundRecord>> rounds =
+      store.Rounds(f.server->engine().run_id());
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 2u);
+  EXPECT_EQ(rounds->at(0).num_reported, kSites);
+  EXPECT_EQ(rounds->at(1).num_reported, kSites - 1);
+  f.clients.clear();
 }
 
 // A site that allows sums of no fewer than 6 inputs refuses to reveal shares when one of the six
