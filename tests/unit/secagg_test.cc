@@ -915,6 +915,28 @@ TEST(SecAggProtocolTest, AClientRefusesAnUnmaskingListPaddedWithIdsThatAreNoClie
   EXPECT_TRUE(f.clients[asked]->Unmask(request).ok());  // refusals leave the session as it was
 }
 
+// Key material is overwritten once no longer needed: a client's private keys, self-mask seed and
+// the shares it holds once it answered the unmasking, not at the session's end only.
+TEST(SecAggProtocolTest, AClientForgetsItsSecretsOnceItAnsweredTheUnmasking) {
+  Key32 key;
+  key.fill(0xab);
+  Wipe(key);
+  EXPECT_EQ(key, Key32{});
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 24);
+  UnmaskRequest request = UpToUnmask(f, {});
+  const int c = request.survivors[0];
+  EXPECT_TRUE(f.clients[c]->holds_secrets());
+  // A refused request (an id that is no client) keeps them: the right one may still come.
+  UnmaskRequest padded = request;
+  padded.survivors.push_back(params.num_clients);
+  EXPECT_FALSE(f.clients[c]->Unmask(padded).ok());
+  EXPECT_TRUE(f.clients[c]->holds_secrets());
+  ASSERT_TRUE(f.clients[c]->Unmask(request).ok());
+  EXPECT_FALSE(f.clients[c]->holds_secrets());
+  EXPECT_EQ(f.clients[c]->Unmask(request).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 TEST(SecAggProtocolTest, AFailureBeforeTheMasksAreRemovedLeavesTheSumMasked) {
   const SecAggParams params = ProtocolParams();
   Federation f = MakeFederation(params, 50, 21);

@@ -24,6 +24,23 @@ struct ClientSession::State {
   std::map<int, KeyAdvertisement> neighbor_keys;  // neighbours in U1
   // Shares this client holds of each neighbour in U2 that sent them.
   std::map<int, internal::SharePlaintext> held;
+
+  // The private keys, the self-mask seed and the shares held, overwritten (Wipe): once the
+  // unmasking is answered, and when the session goes.
+  void WipeSecrets() {
+    Wipe(cipher_keys.private_key);
+    Wipe(mask_keys.private_key);
+    Wipe(self_seed);
+    for (auto& [peer, plain] : held) {
+      for (ShamirShare* share : {&plain.mask_key_share, &plain.self_seed_share}) {
+        Wipe(std::span<uint8_t>(reinterpret_cast<uint8_t*>(share->y.data()), sizeof(share->y)));
+      }
+    }
+    held.clear();
+    wiped = true;
+  }
+  bool wiped = false;
+  ~State() { WipeSecrets(); }
 };
 
 namespace {
@@ -268,7 +285,10 @@ absl::StatusOr<UnmaskResponse> ClientSession::Unmask(const UnmaskRequest& reques
     }
   }
   s.stage = ClientStage::kDone;
+  s.WipeSecrets();  // answered once: nothing more is ever revealed, so nothing need be kept
   return out;
 }
+
+bool ClientSession::holds_secrets() const { return !state_->wiped; }
 
 }  // namespace fl::secagg

@@ -17,7 +17,9 @@ int GetInt(std::span<const uint8_t> in, size_t at) {
 absl::StatusOr<Key32> Derive(const Key32& own, const Key32& peer, std::string_view label) {
   absl::StatusOr<Key32> shared = X25519Agree(own, peer);
   if (!shared.ok()) return shared.status();
-  return DeriveKey(*shared, label);
+  absl::StatusOr<Key32> key = DeriveKey(*shared, label);
+  Wipe(*shared);
+  return key;
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "fl/aggregation/secagg/primitives.h"
 
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/kdf.h>
@@ -122,6 +123,8 @@ std::unique_ptr<RandomSource> MakeOsRandomSource() { return std::make_unique<OsR
 std::unique_ptr<RandomSource> MakeDeterministicRandomSource(uint64_t seed) {
   return std::make_unique<DeterministicRandomSource>(seed);
 }
+
+void Wipe(std::span<uint8_t> secret) { OPENSSL_cleanse(secret.data(), secret.size()); }
 
 absl::StatusOr<Key32> X25519PublicFromPrivate(const Key32& private_key) {
   absl::StatusOr<Pkey> key = RawPrivate(private_key);

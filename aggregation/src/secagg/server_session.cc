@@ -347,7 +347,9 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
       return absl::DataLossError(absl::StrCat("the self-mask seed of client ", u,
                                               " cannot be rebuilt: ", seed.status().message()));
     }
-    if (absl::Status st = adder.Add(*seed, -1, sum); !st.ok()) return st;
+    absl::Status added = adder.Add(*seed, -1, sum);
+    Wipe(*seed);  // the rebuilt seed is used once
+    if (!added.ok()) return added;
   }
   for (int v : s.dropped) {
     const Key32& advertised = s.u1[v].mask_public;
@@ -366,9 +368,18 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
     for (int u : s.graph.Neighbors(v)) {
       if (s.u3.count(u) == 0) continue;
       absl::StatusOr<Key32> seed = internal::PairwiseMaskSeed(*key, s.u1[u].mask_public);
-      if (!seed.ok()) return seed.status();
-      if (absl::Status st = adder.Add(*seed, u < v ? -1 : +1, sum); !st.ok()) return st;
+      if (!seed.ok()) {
+        Wipe(*key);
+        return seed.status();
+      }
+      absl::Status added = adder.Add(*seed, u < v ? -1 : +1, sum);
+      Wipe(*seed);
+      if (!added.ok()) {
+        Wipe(*key);
+        return added;
+      }
     }
+    Wipe(*key);  // the dropped client's rebuilt mask key, used for its neighbours' masks only
   }
   s.unmasked = true;
   // A wrong seed (rebuilt from wrong shares no other share could refute) or a wrong input leaves

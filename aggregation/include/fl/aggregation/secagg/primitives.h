@@ -52,6 +52,11 @@ absl::StatusOr<X25519KeyPair> GenerateX25519KeyPair(RandomSource& rng);
 // The public key of a raw private key (OpenSSL clamps the scalar as RFC 7748 says).
 absl::StatusOr<Key32> X25519PublicFromPrivate(const Key32& private_key);
 
+// Overwrites `secret` with zeros in a way the compiler may not drop (OPENSSL_cleanse): for key
+// material no longer needed, so that it does not linger in freed memory or a core dump.
+void Wipe(std::span<uint8_t> secret);
+inline void Wipe(Key32& key) { Wipe(std::span<uint8_t>(key)); }
+
 // The raw 32-byte shared secret X25519(private_key, peer_public). INVALID_ARGUMENT when the
 // peer's key is a low-order point (the shared secret would be all zeros).
 absl::StatusOr<Key32> X25519Agree(const Key32& private_key, const Key32& peer_public);

@@ -128,6 +128,11 @@ class ClientSession {
   // listed as survivors, or when it already answered.
   absl::StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 
+  // Whether the session still holds its private keys, self-mask seed and the shares it was sent:
+  // until its unmasking answer is made. They are overwritten then (and when the session is
+  // destroyed), not left in freed memory.
+  bool holds_secrets() const;
+
  private:
   struct State;
   explicit ClientSession(std::unique_ptr<State> state);
