@@ -60,6 +60,10 @@ void EngineImpl::RunPendingCommit() {
   // until the next round starts, after this commit.
   CommitInputs in(absl::InternalError("not computed"));
   try {
+    // A secure round's record says first that the masks are coming off (round_input.h).
+    if (std::string json = job->round->input->UnmaskingRecordJson(); !json.empty()) {
+      (void)store_->SetRoundSecAgg(run_id_, job->round->round, job->round->attempt, json, {});
+    }
     // The strategy's next model: a plain round's aggregate, or a secure round's unmasked sum
     // (round_input.h), the failed sites told first.
     in.next = job->round->input->Finish(job->failures, in.state);

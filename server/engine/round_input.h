@@ -98,6 +98,11 @@ class RoundInput {
   // Whether the server has seen the sum of this attempt's updates in the clear although they
   // were masked: a secure attempt that fails after that must end the run, not be retried.
   virtual bool revealed() const { return false; }
+
+  // What the round's record says while the commit removes the masks (written before Finish):
+  // a server that dies before the attempt is recorded leaves it, and the restart stops the run
+  // rather than run the round again. Empty for a plain round.
+  virtual std::string UnmaskingRecordJson() const { return ""; }
 };
 
 // A plain round's input: `strategy`'s aggregator for `global`, taking updates in `encoding`, each

@@ -100,11 +100,13 @@ absl::Status EngineImpl::Init(Model initial_model) {
       if (r.round != committed_round_ + 1) continue;
       next_attempt_ = std::max(next_attempt_, r.attempt + 1);
       if (r.status == RoundStatus::kFailed) ++failed_attempts_;
-      // An attempt whose secure sum was unmasked but not committed ended the run; a crash before
-      // the run was marked failed must not let a restart run the round again.
-      if (r.status == RoundStatus::kFailed && !r.secagg_json.empty()) {
+      // An attempt whose secure sum was unmasked (or was being unmasked when the server died:
+      // aborted since) but not committed ended the run; a restart must not run the round again.
+      if (r.status != RoundStatus::kCommitted && !r.secagg_json.empty()) {
         nlohmann::json j = nlohmann::json::parse(r.secagg_json, nullptr, false);
-        if (j.is_object() && j.value("revealed", false)) revealed_attempt = r.attempt;
+        if (j.is_object() && (j.value("revealed", false) || j.value("unmasking", false))) {
+          revealed_attempt = r.attempt;
+        }
       }
     }
     LogEvent(LogLevel::kInfo, "run_resumed",
@@ -114,7 +116,8 @@ absl::Status EngineImpl::Init(Model initial_model) {
     if (revealed_attempt.has_value()) {
       FailRunLocked(absl::StrCat(
           "round ", committed_round_ + 1, " attempt ", *revealed_attempt,
-          ": the secure sum was unmasked but not committed; the run stops rather than run the "
+          ": the secure sum was unmasked (or being unmasked when the server stopped) but not "
+          "committed; the run stops rather than run the "
           "round again from the same model, where two sums over different sites could reveal one "
           "site's update"));
     } else if (committed_round_ >= options_.num_rounds) {

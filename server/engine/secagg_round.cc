@@ -92,6 +92,12 @@ std::string SecAggRound::RecordJson(bool failed) const {
   return j.dump();
 }
 
+std::string SecAggRound::UnmaskingRecordJson() const {
+  nlohmann::json j = nlohmann::json::parse(RecordJson(/*failed=*/false));
+  j["unmasking"] = true;
+  return j.dump();
+}
+
 absl::Status EngineImpl::CheckSecureAggregation() const {
   const SecureAggregationOptions& sa = options_.secure_aggregation;
   const PrivacyOptions& p = options_.privacy;

@@ -86,6 +86,8 @@ struct SecAggRound final : RoundInput {
   // resumed run then stops rather than run the round again). No key, share, mask or update.
   std::string RecordJson(bool failed) const override;
   bool revealed() const override { return sum_revealed; }
+  // RecordJson(false) with "unmasking": true.
+  std::string UnmaskingRecordJson() const override;
 
   // --- The stages, with the engine's mutex held (secagg_clients.cc). The engine keeps what is
   // its own: the clients' liveness, the uploads, the audit log and the round's end.

@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "fl/aggregation/dp/gaussian_noise.h"
 #include "fl/aggregation/dp/rdp_accountant.h"
+#include "fl/aggregation/fedavg.h"
 #include "fl/aggregation/scaffold.h"
 #include "fl/aggregation/secagg/protocol.h"
 #include "fl/aggregation/secagg/quantization.h"
@@ -634,6 +635,11 @@ TEST_F(EngineSecAggTest, AnOutOfRangeSumIsRefusedCountedAndNeverUnmaskedTwice) {
   EXPECT_EQ(rec.status, RoundStatus::kFailed);
   EXPECT_EQ(rec.dp_sampling_rate, 1.0);
   EXPECT_NEAR(rec.dp_epsilon, spent->epsilon, 1e-9);
+  // Against the server: ten inputs noised for seven, z = sqrt(10 / 7) for every site.
+  absl::StatusOr<aggregation::dp::PrivacySpent> server =
+      aggregation::dp::ComputeEpsilon(1.0, std::sqrt(10.0 / 7), 1, options_.privacy.delta);
+  ASSERT_TRUE(server.ok());
+  EXPECT_NEAR(rec.dp_epsilon_server, server->epsilon, 1e-9);
   EXPECT_EQ(nlohmann::json::parse(rec.secagg_json)["failed_at"], "unmask");
   EXPECT_EQ(nlohmann::json::parse(rec.secagg_json)["revealed"], true);
   absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(engine_->run_id());
@@ -664,7 +670,7 @@ double EpsilonOfExposure(double exposure, double delta) {
 // sums without amplification, and the round records the most exposed site's. A restart between
 // rounds replays the committed sums from the store.
 TEST_F(EngineSecAggTest, EpsilonAgainstTheServerIsTheMostExposedSitesOverItsOwnSums) {
-  options_.num_rounds = 2;
+  options_.num_rounds = 3;
   UseDistributedDp();
   StartSecure();
   JoinAll();
@@ -685,29 +691,80 @@ TEST_F(EngineSecAggTest, EpsilonAgainstTheServerIsTheMostExposedSitesOverItsOwnS
   const RoundRecord rec = RoundAt(2, 1);
   // Sites 2..9 were in both sums: 7/10 + 7/8.
   EXPECT_NEAR(rec.dp_epsilon_server, EpsilonOfExposure(7.0 / 10 + 7.0 / 8, delta), 1e-9);
+  // Round 3, all ten again, without a restart: counted as the commit goes.
+  ResetStops();
+  RoundSummary third = DriveAttempt();
+  ASSERT_TRUE(third.committed) << third.reason;
+  EXPECT_NEAR(RoundAt(3, 0).dp_epsilon_server,
+              EpsilonOfExposure(7.0 / 10 + 7.0 / 8 + 7.0 / 10, delta), 1e-9);
 }
 
-// A crash after an unmasked sum's attempt was recorded failed, before the run was: the restarted
-// server stops the run instead of running the round again from the same model.
-TEST_F(EngineSecAggTest, ARestartAfterAnUnmaskedButUncommittedSumDoesNotRunTheRoundAgain) {
-  StartSecure();
-  const int64_t run = engine_->run_id();
-  engine_.reset();
-  RoundRecord attempt{.run_id = run, .round = 1, .attempt = 0, .started_at_ms = 1};
-  ASSERT_TRUE(store_->BeginRound(attempt).ok());
-  ASSERT_TRUE(store_->SetRoundSecAgg(run, 1, 0, R"({"u3":10,"revealed":true})", {}).ok());
-  ASSERT_TRUE(store_->EndRound(run, 1, 0, RoundStatus::kFailed, "out of range", 2).ok());
+// A server that dies while a secure sum's masks come off, or after the attempt was recorded
+// failed but before the run was: the restarted server stops the run instead of running the round
+// again from the same model (two sums over different sites).
+class EngineSecAggRestartTest : public EngineSecAggTest {
+ protected:
+  void ExpectTheRestartStopsTheRun(const std::string& secagg_json, bool recorded_failed) {
+    StartSecure();
+    const int64_t run = engine_->run_id();
+    engine_.reset();
+    ASSERT_TRUE(store_->BeginRound({.run_id = run, .round = 1, .attempt = 0}).ok());
+    ASSERT_TRUE(store_->SetRoundSecAgg(run, 1, 0, secagg_json, {}).ok());
+    if (recorded_failed) {
+      ASSERT_TRUE(store_->EndRound(run, 1, 0, RoundStatus::kFailed, "out of range", 2).ok());
+    }
+    StartSecure();  // a running attempt is aborted at resume ("server restarted")
+    EXPECT_TRUE(engine_->finished());
+    absl::StatusOr<std::vector<RunRecord>> runs = store_->Runs();
+    ASSERT_TRUE(runs.ok() && runs->size() == 1u);
+    EXPECT_EQ(runs->front().status, RunStatus::kFailed);
+    EXPECT_THAT(runs->front().reason,
+                ::testing::HasSubstr("round 1 attempt 0: the secure sum was unmasked (or being "
+                                     "unmasked when the server stopped) but not committed"));
+    JoinAll();
+    EXPECT_EQ(engine_->Poll(sites_[0].id).kind, Task::Kind::kDone);
+  }
+};
 
+TEST_F(EngineSecAggRestartTest, DiedWhileUnmasking) {
+  ExpectTheRestartStopsTheRun(R"({"u3":10,"unmasking":true})", /*recorded_failed=*/false);
+}
+
+TEST_F(EngineSecAggRestartTest, DiedAfterTheAttemptWasRecordedFailed) {
+  ExpectTheRestartStopsTheRun(R"({"u3":10,"revealed":true})", /*recorded_failed=*/true);
+}
+
+// FedAvg, calling `on_begin` when a round's aggregation begins: in a secure round, once the
+// masks are off (the commit hands the strategy the unmasked mean).
+class SpyStrategy final : public aggregation::Strategy {
+ public:
+  explicit SpyStrategy(std::function<void()> on_begin) : on_begin_(std::move(on_begin)) {}
+  std::string name() const override { return "spy"; }
+  std::unique_ptr<aggregation::RoundAggregator> BeginRound(const Model& global) override {
+    on_begin_();
+    return inner_->BeginRound(global);
+  }
+
+ private:
+  std::function<void()> on_begin_;
+  std::unique_ptr<aggregation::Strategy> inner_ = aggregation::MakeFedAvg();
+};
+
+// The commit records that the masks are coming off before they do; the attempt's own record
+// replaces the marker once it ends.
+TEST_F(EngineSecAggTest, TheCommitMarksTheAttemptBeforeTheMasksComeOff) {
+  std::string seen_while_unmasked;
+  strategy_ = std::make_unique<SpyStrategy>([&] {
+    absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(engine_->run_id());
+    if (rounds.ok() && !rounds->empty()) seen_while_unmasked = rounds->back().secagg_json;
+  });
   StartSecure();
-  EXPECT_TRUE(engine_->finished());
-  absl::StatusOr<std::vector<RunRecord>> runs = store_->Runs();
-  ASSERT_TRUE(runs.ok() && runs->size() == 1u);
-  EXPECT_EQ(runs->front().status, RunStatus::kFailed);
-  EXPECT_THAT(runs->front().reason,
-              ::testing::HasSubstr("round 1 attempt 0: the secure sum was unmasked but not "
-                                   "committed"));
   JoinAll();
-  EXPECT_EQ(engine_->Poll(sites_[0].id).kind, Task::Kind::kDone);
+  RoundSummary done = DriveAttempt();
+  ASSERT_TRUE(done.committed) << done.reason;
+  ASSERT_FALSE(seen_while_unmasked.empty());
+  EXPECT_EQ(nlohmann::json::parse(seen_while_unmasked)["unmasking"], true);
+  EXPECT_FALSE(nlohmann::json::parse(RoundAt(1, 0).secagg_json).contains("unmasking"));
 }
 
 // Too few sites advertise keys (4 < t + 1 = 6): the library refuses at the first close.
