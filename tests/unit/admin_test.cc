@@ -94,6 +94,20 @@ class AdminTest : public ::testing::Test {
     return sha.value_or("");
   }
 
+  // Populate's run, with round 2 attempt 0 (running since Populate) committed with DP: q 0.5,
+  // epsilon 1.375, and `server` against the server (0: central DP).
+  void PopulateWithDp(double server) {
+    Populate();
+    RoundRecord dp = Round(2, 0);
+    dp.ended_at_ms = dp.started_at_ms + 100;
+    dp.num_reported = 2;
+    dp.checkpoint = NewCheckpoint(2.0f);
+    dp.dp_sampling_rate = 0.5;
+    dp.dp_epsilon = 1.375;
+    dp.dp_epsilon_server = server;
+    ASSERT_TRUE(store_->CommitRound(dp, {}).ok());
+  }
+
   RoundRecord Round(int32_t round, int32_t attempt) {
     RoundRecord r;
     r.run_id = run_;
@@ -367,14 +381,7 @@ TEST_F(AdminTest, EvalsReportListsEachSitesEvaluationBesideTheMean) {
 }
 
 TEST_F(AdminTest, RoundsReportsShowTheEpsilonSpentWithDifferentialPrivacy) {
-  Populate();
-  RoundRecord dp = Round(2, 0);  // round 2 attempt 0, running since Populate, commits with DP
-  dp.ended_at_ms = dp.started_at_ms + 100;
-  dp.num_reported = 2;
-  dp.checkpoint = NewCheckpoint(2.0f);
-  dp.dp_sampling_rate = 0.5;
-  dp.dp_epsilon = 1.375;
-  ASSERT_TRUE(store_->CommitRound(dp, {}).ok());
+  PopulateWithDp(0);
 
   absl::StatusOr<std::string> table = RoundsReport(*store_, run_, Format::kTable);
   ASSERT_TRUE(table.ok()) << table.status();
@@ -397,6 +404,29 @@ TEST_F(AdminTest, RoundsReportsShowTheEpsilonSpentWithDifferentialPrivacy) {
   EXPECT_FALSE(j["rounds"][1].contains("dp_epsilon"));
   EXPECT_EQ(j["rounds"][2]["dp_epsilon"], 1.375);
   EXPECT_EQ(j["rounds"][2]["dp_sampling_rate"], 0.5);
+  EXPECT_FALSE(j["rounds"][2].contains("dp_epsilon_server"));
+  EXPECT_EQ(lines[1].find("EPS_SERVER"), std::string::npos) << "only with distributed DP";
+}
+
+// With distributed DP a round also records the most exposed site's epsilon against the server.
+TEST_F(AdminTest, RoundsReportsShowTheEpsilonAgainstTheServerWithDistributedDp) {
+  PopulateWithDp(4.25);
+
+  absl::StatusOr<std::string> table = RoundsReport(*store_, run_, Format::kTable);
+  ASSERT_TRUE(table.ok()) << table.status();
+  std::vector<std::string> lines = Lines(*table);
+  ASSERT_GE(lines.size(), 5u) << *table;
+  const size_t column = lines[1].find("EPS_SERVER");
+  ASSERT_NE(column, std::string::npos) << lines[1];
+  EXPECT_EQ(lines[3].substr(column, 1), "-") << *table;
+  EXPECT_EQ(lines[4].substr(column, 4), "4.25") << *table;
+  absl::StatusOr<std::string> csv = RoundsReport(*store_, run_, Format::kCsv);
+  ASSERT_TRUE(csv.ok()) << csv.status();
+  EXPECT_TRUE(absl::StrContains(Lines(*csv)[0], ",dp_epsilon,dp_epsilon_server,")) << *csv;
+  EXPECT_TRUE(absl::StrContains(*csv, ",0.5,1.375,4.25,")) << *csv;
+  absl::StatusOr<std::string> json = RoundsReport(*store_, run_, Format::kJson);
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(nlohmann::json::parse(*json)["rounds"][2]["dp_epsilon_server"], 4.25);
 }
 
 // A round with secure aggregation: the clients left after each stage are shown, and the JSON
