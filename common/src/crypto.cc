@@ -619,4 +619,12 @@ std::string NameListSha256(const std::vector<std::string>& names) {
   return hash.FinishHex();
 }
 
+absl::StatusOr<uint64_t> SecureRandomUint64() {
+  uint64_t v = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&v), sizeof(v)) != 1) {
+    return absl::InternalError("RAND_bytes could not give 8 random bytes");
+  }
+  return v;
+}
+
 }  // namespace fl

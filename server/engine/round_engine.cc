@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "fl/aggregation/dp/central_dp.h"
 #include "fl/common/crash_point.h"
+#include "fl/common/crypto.h"
 #include "fl/common/logging.h"
 #include "fl/server/engine.h"
 #include "nlohmann/json.hpp"
@@ -179,14 +180,26 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   std::vector<std::string_view> available;
   available.reserve(by_name.size());
   for (const std::string* id : by_name) available.push_back(*id);
+  uint64_t seed = options_.seed * 1000003u + static_cast<uint64_t>(round->round) * 7919u +
+                  static_cast<uint64_t>(round->attempt);
+  if (accountant_.has_value()) {
+    // Under DP the draw is secret (EngineHooks::dp_draw_seed): not replayable from the run.
+    absl::StatusOr<uint64_t> secret = hooks_.dp_draw_seed
+                                          ? absl::StatusOr<uint64_t>(hooks_.dp_draw_seed())
+                                          : SecureRandomUint64();
+    if (!secret.ok()) {
+      FailRunLocked(
+          absl::StrCat("differential privacy's secret draw: ", secret.status().message()));
+      return;
+    }
+    seed = *secret;
+  }
   const aggregation::RoundContext ctx{.round = round->round,
                                       .attempt = round->attempt,
                                       .available = available,
                                       .num_to_sample = k,
                                       .min_sites = least,
-                                      .seed = options_.seed * 1000003u +
-                                              static_cast<uint64_t>(round->round) * 7919u +
-                                              static_cast<uint64_t>(round->attempt)};
+                                      .seed = seed};
   absl::StatusOr<aggregation::RoundPlan> plan = strategy_->ConfigureFit(ctx);
   if (plan.ok()) {
     if (absl::Status s = CheckRoundPlan(*plan, ctx); !s.ok()) plan = s;

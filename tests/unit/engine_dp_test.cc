@@ -3,11 +3,16 @@
 // spent with every committed round (also across a restart), and finishes the run before a round
 // that would exceed the budget.
 #include <cmath>
+#include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "fl/aggregation/dp/clipping.h"
 #include "fl/aggregation/dp/rdp_accountant.h"
 #include "fl/aggregation/scaffold.h"
+#include "fl/aggregation/strategy.h"
+#include "fl/common/crypto.h"
 #include "tests/unit/engine_test_fixture.h"
 
 namespace fl::server {
@@ -90,6 +95,33 @@ TEST_F(EngineDpTest, CommitsTheNoisyUnweightedMeanOfClippedUpdatesAndRecordsEpsi
   EXPECT_NEAR(rounds[0].dp_epsilon, EpsilonAfter(1.0, 0.5, 1, 1e-5), 1e-9);
   EXPECT_NEAR(rounds[1].dp_epsilon, EpsilonAfter(1.0, 0.5, 2, 1e-5), 1e-9);
   EXPECT_GT(rounds[1].dp_epsilon, rounds[0].dp_epsilon);
+}
+
+// Under DP a round's draw is secret: its seed is not the run's stored one (from which anyone with
+// the store could replay who was sampled, and the amplification by sampling would not hold) but
+// EngineHooks::dp_draw_seed's, by default OpenSSL's CSPRNG.
+TEST_F(EngineDpTest, TheDrawUnderPrivacyDoesNotFollowFromTheRunsSeed) {
+  EnableDp(/*z=*/1.0, /*clip_norm=*/1.0);
+  clients_.clear();
+  for (int i = 0; i < 20; ++i) clients_.push_back(absl::StrCat("site-", 100 + i));
+  options_.min_clients = 20;
+  options_.min_fit_clients = 1;
+  options_.sample_fraction = 0.2;  // 4 of 20
+  hooks_.dp_draw_seed = [] { return uint64_t{42}; };
+  StartEngine();
+  JoinAll();
+  engine_->Tick();
+  std::vector<std::string_view> available(clients_.begin(), clients_.end());  // name order
+  aggregation::RoundContext ctx{.round = 1, .available = available, .num_to_sample = 4};
+  ctx.seed = 42;
+  EXPECT_EQ(engine_->PendingClients(), aggregation::SampleSites(ctx));
+  ctx.seed = options_.seed * 1000003u + 1 * 7919u;  // the draw of a run without DP
+  EXPECT_NE(engine_->PendingClients(), aggregation::SampleSites(ctx));
+  // The default source: 64 bits from the CSPRNG, two draws alike once in 2^64.
+  absl::StatusOr<uint64_t> a = SecureRandomUint64();
+  absl::StatusOr<uint64_t> b = SecureRandomUint64();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(*a, *b);
 }
 
 TEST_F(EngineDpTest, RoundsWithoutPrivacyRecordNoEpsilonAndTasksAreNotFlagged) {

@@ -100,6 +100,9 @@ absl::Status VerifyClientCertificate(std::string_view cert_pem, std::string_view
 absl::Status CheckServerCertificate(std::string_view cert_pem, std::string_view key_pem,
                                     std::string_view ca_pem);
 
+// 64 bits from OpenSSL's CSPRNG (RAND_bytes). INTERNAL when it cannot give them.
+absl::StatusOr<uint64_t> SecureRandomUint64();
+
 // A federation CA parsed once, to issue many certificates: under OpenSSL 3 decoding the CA's
 // PEM key costs more than making and signing a certificate, which made provisioning thousands of
 // sites (or a simulation's virtual sites) slow. Same certificates and errors as the Make*

@@ -324,6 +324,11 @@ struct EngineHooks {
   std::function<void(const absl::Status& outcome, int64_t bytes)> on_update;
   // Where uploads wait while they stream in (staging.h); null: files in options.spill_dir.
   std::shared_ptr<StagingSpace> staging;
+  // Under differential privacy, the seed of each round's draw. The accountant's amplification by
+  // sampling holds only while the cohort is secret, so the draw must not follow from the run's
+  // stored seed: empty (the default) draws it from OpenSSL's CSPRNG, kept nowhere. Tests inject
+  // a fixed one.
+  std::function<uint64_t()> dp_draw_seed;
 };
 
 // One client's update while its chunks stream in. Destroying it before Finish refuses it as
