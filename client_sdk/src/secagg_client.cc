@@ -31,13 +31,25 @@ void SecAggParticipant::KeepOnly(int64_t run_id, const std::string& task_id) {
 }
 
 void SecAggParticipant::Reset() {
-  session_.reset();
+  session_.reset();  // the session overwrites its keys, seed and shares (fl::secagg::Wipe)
   run_id_ = 0;
   task_id_.clear();
   secagg_id_ = -1;
   answered_ = ClientTask::Kind::kWait;
+  WipeSavedShares();
   saved_ = SecAggReply();
   saved_upload_ = MaskedUpload();
+}
+
+SecAggParticipant::~SecAggParticipant() { WipeSavedShares(); }
+
+void SecAggParticipant::WipeSavedShares() {
+  if (!saved_.unmask.has_value()) return;
+  for (auto* shares : {&saved_.unmask->self_seed_shares, &saved_.unmask->mask_key_shares}) {
+    for (auto& [owner, share] : *shares) {
+      secagg::Wipe(std::span<uint8_t>(reinterpret_cast<uint8_t*>(share.y.data()), sizeof(share.y)));
+    }
+  }
 }
 
 SecAggReply SecAggParticipant::NewSubmission(const ClientTask& task) const {
@@ -54,8 +66,8 @@ absl::Status SecAggParticipant::CheckSession(const ClientTask& task) const {
   }
   if (task.secagg_id != secagg_id_) {
     return absl::FailedPreconditionError(absl::StrCat("task ", task.task_id, " names secagg id ",
-                                                      task.secagg_id,
-                                                      ", this client is ", secagg_id_));
+                                                      task.secagg_id, ", this client is ",
+                                                      secagg_id_));
   }
   return absl::OkStatus();
 }
@@ -65,7 +77,7 @@ const SecAggRoundParams* SecAggParticipant::params(const ClientTask& task) const
 }
 
 absl::StatusOr<SecAggReply> SecAggParticipant::AdvertiseKeys(const ClientTask& task,
-                                                                      size_t dimension) {
+                                                             size_t dimension) {
   if (Answered(task)) return saved_;
   Reset();
   const absl::StatusOr<SecAggRoundParams>& params = task.secagg_params;

@@ -57,6 +57,8 @@ class SecAggParticipant {
 
   SecAggParticipant() = default;
   explicit SecAggParticipant(Randomness randomness) : randomness_(std::move(randomness)) {}
+  // Overwrites the shares of its last unmasking answer (kept to resend it) before they go.
+  ~SecAggParticipant();
 
   // Forgets the session unless it belongs to (`run_id`, `task_id`) (a task of another run or with
   // another id ends the round for this client). An empty id (WAIT, DONE) keeps it.
@@ -91,6 +93,8 @@ class SecAggParticipant {
 
  private:
   SecAggReply NewSubmission(const ClientTask& task) const;
+  // Overwrites the shares in saved_'s unmasking answer (fl::secagg::Wipe).
+  void WipeSavedShares();
   bool HasSessionFor(const ClientTask& task) const {
     return session_ != nullptr && task.run_id == run_id_ && task.task_id == task_id_;
   }
