@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fl/common/file_util.h"
 
 namespace fl::aggregation {
 namespace {
@@ -28,20 +29,11 @@ class FileSpillFile final : public SpillFile {
       return absl::OutOfRangeError(absl::StrCat("spill write of ", values.size(), " floats at ",
                                                 offset, " is past the update's ", num_floats_));
     }
-    const char* p = reinterpret_cast<const char*>(values.data());
-    size_t left = values.size_bytes();
-    off_t at = static_cast<off_t>(offset) * static_cast<off_t>(sizeof(float));
-    while (left > 0) {
-      const ssize_t n = ::pwrite(fd_, p, left, at);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return absl::InternalError(absl::StrCat("cannot write an update to the spill in ", dir_,
-                                                ": ",
-                                                n < 0 ? std::strerror(errno) : "no progress"));
-      }
-      p += n;
-      at += n;
-      left -= static_cast<size_t>(n);
+    if (int error =
+            PwriteAll(fd_, std::as_bytes(values), offset * static_cast<int64_t>(sizeof(float)));
+        error != 0) {
+      return absl::InternalError(absl::StrCat("cannot write an update to the spill in ", dir_, ": ",
+                                              std::strerror(error)));
     }
     return absl::OkStatus();
   }

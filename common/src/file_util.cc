@@ -172,4 +172,30 @@ absl::Status MakeDirectories(const std::string& dir) {
   return absl::OkStatus();
 }
 
+int PwriteAll(int fd, std::span<const std::byte> data, int64_t offset) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done,
+                               static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
+int PreadAll(int fd, std::span<std::byte> out, int64_t offset) {
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::pread(fd, out.data() + done, out.size() - done,
+                              static_cast<off_t>(offset + static_cast<int64_t>(done)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return -1;
+    done += static_cast<size_t>(n);
+  }
+  return 0;
+}
+
 }  // namespace fl

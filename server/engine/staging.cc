@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "fl/common/file_util.h"
 
 namespace fl::server {
 namespace {
@@ -21,31 +22,17 @@ class FileStagedUpload final : public StagedUpload {
   }
 
   absl::Status Write(int64_t offset, std::span<const std::byte> bytes) override {
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::pwrite(fd_, bytes.data() + done, bytes.size() - done,
-                                 offset + static_cast<int64_t>(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return absl::InternalError(absl::StrCat("cannot stage the update in ", path_, ": ",
-                                                n < 0 ? std::strerror(errno) : "nothing written"));
-      }
-      done += static_cast<size_t>(n);
+    if (int error = PwriteAll(fd_, bytes, offset); error != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot stage the update in ", path_, ": ", std::strerror(error)));
     }
     return absl::OkStatus();
   }
 
   absl::Status Read(int64_t offset, std::span<std::byte> out) const override {
-    size_t done = 0;
-    while (done < out.size()) {
-      const ssize_t n =
-          ::pread(fd_, out.data() + done, out.size() - done, offset + static_cast<int64_t>(done));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        return absl::InternalError(absl::StrCat("cannot read back the staged update ", path_, ": ",
-                                                n < 0 ? std::strerror(errno) : "short read"));
-      }
-      done += static_cast<size_t>(n);
+    if (int error = PreadAll(fd_, out, offset); error != 0) {
+      return absl::InternalError(absl::StrCat("cannot read back the staged update ", path_, ": ",
+                                              error < 0 ? "short read" : std::strerror(error)));
     }
     return absl::OkStatus();
   }

@@ -1,9 +1,12 @@
 #include "fl/common/file_util.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
+#include <span>
 #include <string>
 
 #include "absl/status/status.h"
@@ -39,6 +42,23 @@ class FileUtilTest : public ::testing::Test {
 
   std::filesystem::path dir_;
 };
+
+TEST_F(FileUtilTest, PositionalWritesAndReadsAreWholeOrNameWhyNot) {
+  const std::string path = Path("staged");
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+  ASSERT_GE(fd, 0);
+  const std::string first = "abcd", second = "wxyz";
+  EXPECT_EQ(PwriteAll(fd, std::as_bytes(std::span(second)), 4), 0);  // out of order
+  EXPECT_EQ(PwriteAll(fd, std::as_bytes(std::span(first)), 0), 0);
+  std::string back(8, '?');
+  EXPECT_EQ(PreadAll(fd, std::as_writable_bytes(std::span(back)), 0), 0);
+  EXPECT_EQ(back, "abcdwxyz");
+  std::string past(4, '?');
+  EXPECT_EQ(PreadAll(fd, std::as_writable_bytes(std::span(past)), 6), -1);  // the file ends
+  ::close(fd);
+  EXPECT_EQ(PwriteAll(fd, std::as_bytes(std::span(first)), 0), EBADF);
+  EXPECT_EQ(PreadAll(fd, std::as_writable_bytes(std::span(back)), 0), EBADF);
+}
 
 TEST_F(FileUtilTest, WriteFileAtomicThenReadFileRoundTrips) {
   const std::string path = Path("state.bin");

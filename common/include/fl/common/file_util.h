@@ -2,6 +2,9 @@
 #ifndef FL_COMMON_FILE_UTIL_H_
 #define FL_COMMON_FILE_UTIL_H_
 
+#include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -26,6 +29,13 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view contents,
 
 // fsyncs a directory so that a rename inside it is durable.
 absl::Status SyncDirectory(const std::string& dir);
+
+// Writes all of `data` at `offset` of `fd` (pwrite(2), retried on EINTR and short writes). 0, or
+// the errno of the failed call (EIO when a call wrote nothing).
+int PwriteAll(int fd, std::span<const std::byte> data, int64_t offset);
+// Reads exactly out.size() bytes at `offset` (pread(2), retried likewise). 0, the errno of the
+// failed call, or -1 when the file ends first.
+int PreadAll(int fd, std::span<std::byte> out, int64_t offset);
 
 // Creates `dir` and its parents if missing (mode 0700 for new ones; existing ones keep theirs).
 // An error names the component that could not be created.
