@@ -54,6 +54,14 @@ RoundState::RoundState() = default;
 RoundState::~RoundState() = default;
 
 std::string SecAggRound::RecordJson(bool failed) const {
+  return Record(failed, /*unmasking=*/false);
+}
+
+std::string SecAggRound::UnmaskingRecordJson() const {
+  return Record(/*failed=*/false, /*unmasking=*/true);
+}
+
+std::string SecAggRound::Record(bool failed, bool unmasking) const {
   const SecAggRound& s = *this;
   const secagg::SecAggParams& p = s.params;
   nlohmann::json dropped = nlohmann::json::array();
@@ -89,12 +97,7 @@ std::string SecAggRound::RecordJson(bool failed) const {
   };
   if (failed) j["failed_at"] = SecAggStageName(s.stage);
   if (s.sum_revealed) j["revealed"] = true;  // the server saw the sum: no other attempt may run
-  return j.dump();
-}
-
-std::string SecAggRound::UnmaskingRecordJson() const {
-  nlohmann::json j = nlohmann::json::parse(RecordJson(/*failed=*/false));
-  j["unmasking"] = true;
+  if (unmasking) j["unmasking"] = true;      // the masks are coming off (UnmaskingRecordJson)
   return j.dump();
 }
 

@@ -88,6 +88,8 @@ struct SecAggRound final : RoundInput {
   bool revealed() const override { return sum_revealed; }
   // RecordJson(false) with "unmasking": true.
   std::string UnmaskingRecordJson() const override;
+  // The record both of the above give.
+  std::string Record(bool failed, bool unmasking) const;
 
   // --- The stages, with the engine's mutex held (secagg_clients.cc). The engine keeps what is
   // its own: the clients' liveness, the uploads, the audit log and the round's end.
