@@ -48,6 +48,7 @@ struct ClientTask {
     kSecAggAdvertise,
     kSecAggShare,
     kSecAggMaskedInput,
+    kSecAggConsistency,
     kSecAggUnmask,
   };
   Kind kind = Kind::kWait;
@@ -79,6 +80,7 @@ struct ClientTask {
   absl::StatusOr<SecAggRoundParams> secagg_params = SecAggRoundParams{};
   absl::StatusOr<secagg::KeyDirectory> directory = secagg::KeyDirectory{};  // kSecAggShare
   absl::StatusOr<secagg::ShareBundle> bundle = secagg::ShareBundle{};       // kSecAggMaskedInput
+  absl::StatusOr<secagg::SurvivorList> survivors = secagg::SurvivorList{};  // kSecAggConsistency
   absl::StatusOr<secagg::UnmaskRequest> unmask = secagg::UnmaskRequest{};   // kSecAggUnmask
 };
 
@@ -140,6 +142,7 @@ struct SecAggReply {
   ClientTask::Kind stage = ClientTask::Kind::kWait;
   std::optional<secagg::KeyAdvertisement> keys;
   std::optional<secagg::EncryptedShares> shares;
+  std::optional<secagg::SurvivorSignature> survivor_signature;
   std::optional<secagg::UnmaskResponse> unmask;
   std::string decline_reason;
 };
@@ -202,10 +205,20 @@ absl::StatusOr<std::unique_ptr<Transport>> MakeGrpcTransport(
 
 namespace internal {
 
+// A site's identity in secure aggregation (SecAggParticipant::SetIdentity).
+struct SecAggIdentity {
+  std::shared_ptr<const secagg::IdentitySigner> signer;
+  std::shared_ptr<const secagg::IdentityVerifier> verifier;
+};
+
 // The SDK's client over any transport, and its loop one task at a time: for the simulation's
 // virtual clients (which a driver runs on a pool only when they have a task) and for tests.
+// Its secure-aggregation identity is `identity` when given, else made from the options'
+// certificate, key and CA files as Client::Create does (none in plaintext); errors reading
+// or parsing those files are returned.
 absl::StatusOr<std::unique_ptr<Client>> MakeClient(ClientOptions options, Trainer* trainer,
-                                                   std::unique_ptr<Transport> transport);
+                                                   std::unique_ptr<Transport> transport,
+                                                   SecAggIdentity identity = {});
 // Joins (as Client::Run does first). The client's id and run are then set.
 absl::Status JoinOnce(Client& client);
 // Does one task as Client::Run does after a poll, reporting fit and secure-aggregation stages

@@ -10,8 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client_sdk/src/client_impl.h"
+#include "fl/aggregation/secagg/identity.h"
 #include "fl/client/dataset.h"
 #include "fl/common/chunking.h"
+#include "fl/common/file_util.h"
 #include "fl/common/logging.h"
 #include "fl/common/update_codec.h"
 #include "openssl/rand.h"
@@ -410,6 +412,7 @@ absl::Status Client::Impl::RunTask(const ClientTask& task) {
     case ClientTask::Kind::kSecAggAdvertise:
     case ClientTask::Kind::kSecAggShare:
     case ClientTask::Kind::kSecAggMaskedInput:
+    case ClientTask::Kind::kSecAggConsistency:
     case ClientTask::Kind::kSecAggUnmask: {
       TaskReport report;
       report.round = task.round;
@@ -426,22 +429,64 @@ absl::Status Client::Impl::RunTask(const ClientTask& task) {
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
+namespace {
+
+// With mutual TLS, the site signs its secure-aggregation messages with its certificate's key and
+// checks its peers' against the federation's CA (the files the channel uses).
+absl::Status SetSecAggIdentity(const ClientOptions& options, internal::SecAggParticipant& p) {
+  if (options.insecure_plaintext || options.cert_path.empty() || options.key_path.empty() ||
+      options.ca_cert_path.empty()) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> cert = ReadFile(options.cert_path);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = ReadFile(options.key_path);
+  if (!key.ok()) return key.status();
+  absl::StatusOr<std::string> ca = ReadFile(options.ca_cert_path);
+  if (!ca.ok()) return ca.status();
+  absl::StatusOr<std::unique_ptr<secagg::IdentitySigner>> signer =
+      secagg::MakeX509Signer(*std::move(cert), *key);
+  if (!signer.ok()) {
+    return absl::Status(signer.status().code(),
+                        absl::StrCat("the site's certificate ", options.cert_path, " and key ",
+                                     options.key_path, ": ", signer.status().message()));
+  }
+  absl::StatusOr<std::unique_ptr<secagg::IdentityVerifier>> verifier =
+      secagg::MakeX509Verifier(*ca);
+  if (!verifier.ok()) {
+    return absl::Status(verifier.status().code(),
+                        absl::StrCat("the federation's CA ", options.ca_cert_path, ": ",
+                                     verifier.status().message()));
+  }
+  p.SetIdentity(*std::move(signer), *std::move(verifier));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Trainer* trainer) {
   if (trainer == nullptr) return absl::InvalidArgumentError("a client needs a trainer");
   absl::StatusOr<std::unique_ptr<Transport>> transport = MakeGrpcTransport(options);
   if (!transport.ok()) return transport.status();
-  return std::make_unique<Client>(
-      std::make_unique<Impl>(std::move(options), trainer, *std::move(transport)));
+  auto impl = std::make_unique<Impl>(std::move(options), trainer, *std::move(transport));
+  if (absl::Status s = SetSecAggIdentity(impl->options(), impl->secagg()); !s.ok()) return s;
+  return std::make_unique<Client>(std::move(impl));
 }
 
 namespace internal {
 
 absl::StatusOr<std::unique_ptr<Client>> MakeClient(ClientOptions options, Trainer* trainer,
-                                                   std::unique_ptr<Transport> transport) {
+                                                   std::unique_ptr<Transport> transport,
+                                                   SecAggIdentity identity) {
   if (trainer == nullptr) return absl::InvalidArgumentError("a client needs a trainer");
   if (transport == nullptr) return absl::InvalidArgumentError("a client needs a transport");
-  return std::make_unique<Client>(
-      std::make_unique<Client::Impl>(std::move(options), trainer, std::move(transport)));
+  auto impl = std::make_unique<Client::Impl>(std::move(options), trainer, std::move(transport));
+  if (identity.signer != nullptr || identity.verifier != nullptr) {
+    impl->secagg().SetIdentity(std::move(identity.signer), std::move(identity.verifier));
+  } else if (absl::Status s = SetSecAggIdentity(impl->options(), impl->secagg()); !s.ok()) {
+    return s;
+  }
+  return std::make_unique<Client>(std::move(impl));
 }
 
 struct ClientAccess {

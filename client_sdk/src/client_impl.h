@@ -40,6 +40,8 @@ class Client::Impl {
     transport_->Cancel();
   }
   absl::Status Join();
+  const ClientOptions& options() const { return options_; }
+  internal::SecAggParticipant& secagg() { return secagg_; }
   // One task, as Run does it after a poll (fit_backoff and the log of a failure are Run's).
   absl::Status RunTask(const ClientTask& task);
 

@@ -15,6 +15,8 @@ std::string StageName(ClientTask::Kind kind) {
       return "secagg_share_keys";
     case ClientTask::Kind::kSecAggMaskedInput:
       return "secagg_masked_input";
+    case ClientTask::Kind::kSecAggConsistency:
+      return "secagg_consistency";
     case ClientTask::Kind::kSecAggUnmask:
       return "secagg_unmask";
     default:
@@ -34,7 +36,8 @@ SecureRoundNoise NoiseOf(const SecAggRoundParams& p) {
 
 bool IsSecAgg(ClientTask::Kind kind) {
   return kind == ClientTask::Kind::kSecAggAdvertise || kind == ClientTask::Kind::kSecAggShare ||
-         kind == ClientTask::Kind::kSecAggMaskedInput || kind == ClientTask::Kind::kSecAggUnmask;
+         kind == ClientTask::Kind::kSecAggMaskedInput ||
+         kind == ClientTask::Kind::kSecAggConsistency || kind == ClientTask::Kind::kSecAggUnmask;
 }
 
 absl::Status Client::Impl::SecAggStage(const ClientTask& task, TaskReport& report) {
@@ -70,18 +73,22 @@ absl::Status Client::Impl::SecAggStage(const ClientTask& task, TaskReport& repor
       }
       return s;
     }
-    case ClientTask::Kind::kSecAggUnmask:
+    case ClientTask::Kind::kSecAggConsistency:
+    case ClientTask::Kind::kSecAggUnmask: {
+      const bool sign = task.kind == ClientTask::Kind::kSecAggConsistency;
+      const size_t listed = sign ? (task.survivors.ok() ? task.survivors->survivors.size() : 0)
+                                 : (task.unmask.ok() ? task.unmask->survivors.size() : 0);
+      const bool readable = sign ? task.survivors.ok() : task.unmask.ok();
       if (const int32_t least = options_.limits.min_sum_size;
-          least > 0 && task.unmask.ok() &&
-          static_cast<int32_t>(task.unmask->survivors.size()) < least) {
-        // The server would unmask a sum smaller than this site allows: no share leaves it.
-        // ABORTED: a refusal of this round's sum, not of the run.
+          least > 0 && readable && static_cast<int32_t>(listed) < least) {
+        // The server would unmask a sum smaller than this site allows: it signs no such set
+        // and no share leaves it. ABORTED: a refusal of this round's sum, not of the run.
         message = absl::AbortedError(
-            absl::StrCat("the unmasking lists ", task.unmask->survivors.size(),
+            absl::StrCat("the ", sign ? "survivor set" : "unmasking", " lists ", listed,
                          " inputs in the sum; this site reveals shares only for sums of at least ",
                          least, " (limits.min_sum_size)"));
       } else {
-        message = secagg_.Unmask(task);
+        message = sign ? secagg_.SignSurvivors(task) : secagg_.Unmask(task);
       }
       if (!message.ok()) {
         LogEvent(LogLevel::kError, "secagg_refused",
@@ -90,6 +97,7 @@ absl::Status Client::Impl::SecAggStage(const ClientTask& task, TaskReport& repor
                   {"why", message.status().ToString()}});
       }
       break;
+    }
     default:
       return absl::InternalError("not a secure-aggregation task");
   }

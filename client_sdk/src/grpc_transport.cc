@@ -42,6 +42,8 @@ ClientTask::Kind KindFromProto(fl::v1::Task::Kind kind) {
       return ClientTask::Kind::kSecAggShare;
     case fl::v1::Task::SECAGG_MASKED_INPUT:
       return ClientTask::Kind::kSecAggMaskedInput;
+    case fl::v1::Task::SECAGG_CONSISTENCY:
+      return ClientTask::Kind::kSecAggConsistency;
     case fl::v1::Task::SECAGG_UNMASK:
       return ClientTask::Kind::kSecAggUnmask;
     default:
@@ -57,6 +59,8 @@ fl::v1::Task::Kind KindToProto(ClientTask::Kind kind) {
       return fl::v1::Task::SECAGG_SHARE_KEYS;
     case ClientTask::Kind::kSecAggMaskedInput:
       return fl::v1::Task::SECAGG_MASKED_INPUT;
+    case ClientTask::Kind::kSecAggConsistency:
+      return fl::v1::Task::SECAGG_CONSISTENCY;
     case ClientTask::Kind::kSecAggUnmask:
       return fl::v1::Task::SECAGG_UNMASK;
     default:
@@ -105,6 +109,9 @@ ClientTask internal::TaskFromProto(const fl::v1::Task& in) {
     }
     if (t.kind == ClientTask::Kind::kSecAggMaskedInput) {
       t.bundle = wire::BundleFromProto(in.secagg());
+    }
+    if (t.kind == ClientTask::Kind::kSecAggConsistency) {
+      t.survivors = wire::SurvivorListFromProto(in.secagg());
     }
     if (t.kind == ClientTask::Kind::kSecAggUnmask) {
       t.unmask = wire::UnmaskRequestFromProto(in.secagg());
@@ -265,6 +272,10 @@ class GrpcTransport final : public Transport {
       wire::KeysToProto(*in.keys, message.mutable_keys());
     } else if (in.shares.has_value()) {
       wire::SharesToProto(*in.shares, message.mutable_shares());
+    } else if (in.survivor_signature.has_value()) {
+      const secagg::Bytes& signature = in.survivor_signature->signature;
+      message.set_survivor_signature(
+          std::string(reinterpret_cast<const char*>(signature.data()), signature.size()));
     } else if (in.unmask.has_value()) {
       wire::UnmaskToProto(*in.unmask, message.mutable_unmask());
     }

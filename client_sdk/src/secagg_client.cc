@@ -82,8 +82,12 @@ absl::StatusOr<SecAggReply> SecAggParticipant::AdvertiseKeys(const ClientTask& t
   Reset();
   const absl::StatusOr<SecAggRoundParams>& params = task.secagg_params;
   if (!params.ok()) return params.status();
+  secagg::SessionIdentity identity;
+  identity.context = secagg::SessionContext(task.run_id, task.round, task.task_id);
+  identity.signer = signer_;
+  identity.verifier = verifier_;
   absl::StatusOr<std::unique_ptr<secagg::ClientSession>> session = secagg::ClientSession::Create(
-      params->secagg, task.secagg_id, dimension, randomness_.protocol());
+      params->secagg, task.secagg_id, dimension, randomness_.protocol(), std::move(identity));
   if (!session.ok()) return session.status();
   absl::StatusOr<secagg::KeyAdvertisement> keys = (*session)->AdvertiseKeys();
   if (!keys.ok()) return keys.status();
@@ -147,6 +151,20 @@ absl::StatusOr<const MaskedUpload*> SecAggParticipant::MaskInput(const ClientTas
   answered_ = task.kind;
   saved_ = SecAggReply();
   return &saved_upload_;
+}
+
+absl::StatusOr<SecAggReply> SecAggParticipant::SignSurvivors(const ClientTask& task) {
+  if (Answered(task)) return saved_;
+  if (absl::Status s = CheckSession(task); !s.ok()) return s;
+  const absl::StatusOr<secagg::SurvivorList>& list = task.survivors;
+  if (!list.ok()) return list.status();
+  absl::StatusOr<secagg::SurvivorSignature> signature = session_->SignSurvivors(*list);
+  if (!signature.ok()) return signature.status();
+  answered_ = task.kind;
+  saved_upload_ = MaskedUpload();
+  saved_ = NewSubmission(task);
+  saved_.survivor_signature = *std::move(signature);
+  return saved_;
 }
 
 absl::StatusOr<SecAggReply> SecAggParticipant::Unmask(const ClientTask& task) {

@@ -1,5 +1,6 @@
 // SecAggParticipant: this client's side of one secure-aggregation round (SecAgg+ with double
-// masking, fl/aggregation/secagg/protocol.h), driven by the four SECAGG_* task kinds.
+// masking and the consistency check, fl/aggregation/secagg/protocol.h), driven by the five
+// SECAGG_* task kinds.
 //
 // It owns the round's fl::secagg::ClientSession (private keys, the self-mask seed, the shares it
 // holds), keyed by (run id, task id): task ids such as "r1.a0.<id>" repeat across runs, so a task
@@ -57,6 +58,17 @@ class SecAggParticipant {
 
   SecAggParticipant() = default;
   explicit SecAggParticipant(Randomness randomness) : randomness_(std::move(randomness)) {}
+
+  // The site's identity for the rounds to come (fl/aggregation/secagg/identity.h): with a signer
+  // it signs its keys and the survivor set; with a verifier it checks its neighbours' keys and
+  // refuses to unmask unless more than half of the round's sites signed the set it signed (what
+  // keeps a malicious server from collecting one site's update). Without (plaintext mode) it
+  // trusts the server.
+  void SetIdentity(std::shared_ptr<const secagg::IdentitySigner> signer,
+                   std::shared_ptr<const secagg::IdentityVerifier> verifier) {
+    signer_ = std::move(signer);
+    verifier_ = std::move(verifier);
+  }
   // Overwrites the shares of its last unmasking answer (kept to resend it) before they go.
   ~SecAggParticipant();
 
@@ -88,7 +100,10 @@ class SecAggParticipant {
   // task's bundle. The result stays valid until the next call on this object.
   absl::StatusOr<const MaskedUpload*> MaskInput(const ClientTask& task, std::span<float> change,
                                                 int64_t num_examples);
-  // Stage 4: the shares the server asks for. A refusal (FAILED_PRECONDITION) ends the session.
+  // Stage 4: this site's signature over the survivor set. A refusal (FAILED_PRECONDITION: a set
+  // it will not sign) ends the session.
+  absl::StatusOr<SecAggReply> SignSurvivors(const ClientTask& task);
+  // Stage 5: the shares the server asks for. A refusal (FAILED_PRECONDITION) ends the session.
   absl::StatusOr<SecAggReply> Unmask(const ClientTask& task);
 
  private:
@@ -100,13 +115,15 @@ class SecAggParticipant {
   }
 
   Randomness randomness_;
+  std::shared_ptr<const secagg::IdentitySigner> signer_;
+  std::shared_ptr<const secagg::IdentityVerifier> verifier_;
   int64_t run_id_ = 0;  // with task_id_, the key of the session and the saved messages
   std::string task_id_;
   int32_t secagg_id_ = -1;
   SecAggRoundParams params_;
   std::unique_ptr<secagg::ClientSession> session_;
   ClientTask::Kind answered_ = ClientTask::Kind::kWait;  // the last stage answered
-  SecAggReply saved_;                                    // its message (stages 1, 2, 4)
+  SecAggReply saved_;                                    // its message (stages 1, 2, 4, 5)
   MaskedUpload saved_upload_;                            // stage 3
 };
 

@@ -84,14 +84,17 @@ bool AnySecAgg(const std::vector<RoundRecord>& rounds) {
   return false;
 }
 
-// "10 > 10 > 9 > 9": the clients left after each secure stage (keys, shares, masked input,
-// unmasking), from the round's secagg_json; "-" for a round without it.
+// "10 > 10 > 9 > 9 > 9": the clients left after each secure stage (keys, shares, masked input,
+// the survivors' signatures, unmasking), from the round's secagg_json (rounds recorded before the
+// signatures have four); "-" for a round without it.
 std::string SecAggSummary(const RoundRecord& r) {
   if (r.secagg_json.empty()) return "-";
   Json j = Json::parse(r.secagg_json, nullptr, false);
   if (!j.is_object()) return "?";
   std::string out;
-  for (const char* key : {"u1", "u2", "u3", "u4"}) {
+  for (const char* key : {"u1", "u2", "u3", "signed", "u4"}) {
+    const bool old_record = std::string_view(key) == "signed" && !j.contains(key);
+    if (old_record) continue;
     if (!j.contains(key) || !j[key].is_number_integer()) break;
     absl::StrAppend(&out, out.empty() ? "" : ">", j[key].get<int64_t>());
   }

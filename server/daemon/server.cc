@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "fl/aggregation/secagg/identity.h"
 #include "fl/aggregation/strategies.h"
 #include "fl/common/address.h"
 #include "fl/common/crypto.h"
@@ -164,6 +165,15 @@ class ServerImpl final : public Server {
             absl::StrCat(options_.ca_cert_path, ": ", made.status().message()));
       }
       verifier = std::make_shared<const ClientCertificateVerifier>(*std::move(made));
+      // Secure aggregation: the sites' signed keys and survivor signatures are checked against
+      // the same CA as they arrive (a bad one drops its sender, not the round).
+      absl::StatusOr<std::unique_ptr<secagg::IdentityVerifier>> secagg_verifier =
+          secagg::MakeX509Verifier(ca_pem);
+      if (!secagg_verifier.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(options_.ca_cert_path, ": ", secagg_verifier.status().message()));
+      }
+      secagg_verifier_ = *std::move(secagg_verifier);
     }
     // A certificate listed in the configuration must not undo `fl admin revoke` at the next
     // restart: a revoked client stays revoked until an operator enrolls it again by hand.
@@ -219,7 +229,10 @@ class ServerImpl final : public Server {
     host_options.store = store_.get();
     // SCAFFOLD's N, unless configured: the clients enrolled and not revoked, at each round.
     host_options.enrolled_clients = [this] { return EnrolledClients(); };
-    host_options.wrap_hooks = [this](EngineHooks h) { return WithMetrics(std::move(h)); };
+    host_options.wrap_hooks = [this](EngineHooks h) {
+      if (h.secagg_verifier == nullptr) h.secagg_verifier = secagg_verifier_;
+      return WithMetrics(std::move(h));
+    };
     if (!options_.insecure_plaintext) {
       host_options.on_switch = [](RoundEngine* engine) {
         std::lock_guard<std::mutex> lock(g_log_mu);
@@ -531,6 +544,7 @@ class ServerImpl final : public Server {
   ServerOptions options_;
   int lock_fd_ = -1;  // flock'ed for the server's life
   std::unique_ptr<ServerMetrics> metrics_;
+  std::shared_ptr<const secagg::IdentityVerifier> secagg_verifier_;  // null in plaintext
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<RunHost> host_;

@@ -8,7 +8,7 @@
 //   plain_input.cc     a plain round's input: decoding, clipping, the strategy's aggregator
 //                      (round_input.h says what a round's input is)
 //   evaluation.cc      federated evaluation between rounds
-//   secagg_round.cc    secure-aggregation rounds: set-up, closing the four stages, the unmasked
+//   secagg_round.cc    secure-aggregation rounds: set-up, closing the five stages, the unmasked
 //                      result (a secure round's input)
 //   secagg_clients.cc  secure-aggregation rounds: stage tasks, messages, masked uploads
 //   server_exposure.cc distributed DP's epsilon against the server, per site

@@ -9,7 +9,7 @@
 //                     session; at the commit the survivors' sum is unmasked and handed to the
 //                     strategy as one update
 //
-// What differs in a secure round beyond this (its four stages, their tasks and messages) is the
+// What differs in a secure round beyond this (its five stages, their tasks and messages) is the
 // SecAggRound's own, in secagg_round.cc and secagg_clients.cc.
 //
 // Thread safety: CheckUpdate, NoteAccepted, RecordJson and revealed are called with the engine's

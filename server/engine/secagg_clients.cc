@@ -28,6 +28,8 @@ const char* StageNameOfKind(Task::Kind kind) {
       return SecAggStageName(SecAggStage::kShare);
     case Task::Kind::kSecAggMaskedInput:
       return SecAggStageName(SecAggStage::kMaskedInput);
+    case Task::Kind::kSecAggConsistency:
+      return SecAggStageName(SecAggStage::kConsistency);
     case Task::Kind::kSecAggUnmask:
       return SecAggStageName(SecAggStage::kUnmask);
     default:
@@ -113,18 +115,16 @@ void SecAggRound::FillStageTask(int sid, Task& t) const {
   switch (stage) {
     case SecAggStage::kAdvertise:
       break;
-    case SecAggStage::kShare: {
-      // Its own entry and its neighbours' (those that advertised): O(k), not O(n).
-      auto add = [&](int id) {
-        auto it = directory.keys.find(id);
-        if (it != directory.keys.end()) info.directory.keys[id] = it->second;
-      };
-      add(sid);
-      for (int v : graph.Neighbors(sid)) add(v);
+    case SecAggStage::kShare:
+      // Its own entry and its neighbours' (those that advertised) in full, O(k) certificates;
+      // the others' 32-byte digests, from which it computes the session's hash.
+      info.directory = session->DirectoryFor(sid);
       break;
-    }
     case SecAggStage::kMaskedInput:
       if (auto b = bundles.find(sid); b != bundles.end()) info.bundle = b->second;
+      break;
+    case SecAggStage::kConsistency:
+      info.survivors = survivors;
       break;
     case SecAggStage::kUnmask:
       info.unmask = unmask;
@@ -157,6 +157,10 @@ absl::Status SecAggRound::Receive(int sid, const SecAggMessage& m, bool& misdire
       misdirected = true;  // not a protocol violation
       return absl::FailedPreconditionError(
           "stage masked input takes the masked update through SubmitUpdate");
+    case SecAggStage::kConsistency:
+      refusal = pass(m.survivor_signature, "a signature over the survivors",
+                     [&](const auto& b) { return session->ReceiveSurvivorSignature(b); });
+      break;
     case SecAggStage::kUnmask:
       refusal = pass(m.unmask, "unmasking shares",
                      [&](const auto& b) { return session->ReceiveUnmask(b); });

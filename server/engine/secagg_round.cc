@@ -24,8 +24,8 @@ namespace fl::server::internal {
 
 namespace {
 
-// Public: derived from the run's seed, the round and the attempt, so that a retry gets a fresh
-// graph (SplitMix64's finaliser over the three).
+// Public: derived from the run's seed, the round and the attempt (SplitMix64's finaliser over the
+// three); the graph itself comes from a hash of it and of every site's fresh keys.
 uint64_t GraphSeed(uint64_t seed, int32_t round, int32_t attempt) {
   uint64_t z = seed ^ (static_cast<uint64_t>(static_cast<uint32_t>(round)) << 32) ^
                static_cast<uint32_t>(attempt) ^ 0x5ec2a66e5eedULL;
@@ -39,14 +39,14 @@ uint64_t GraphSeed(uint64_t seed, int32_t round, int32_t attempt) {
 
 const char* SecAggStageName(SecAggStage stage) {
   static constexpr const char* kNames[] = {"advertise keys", "share keys", "masked input",
-                                           "unmask"};
+                                           "consistency", "unmask"};
   return kNames[static_cast<int>(stage)];
 }
 
 Task::Kind SecAggTaskKind(SecAggStage stage) {
-  static constexpr Task::Kind kKinds[] = {Task::Kind::kSecAggAdvertise, Task::Kind::kSecAggShare,
-                                          Task::Kind::kSecAggMaskedInput,
-                                          Task::Kind::kSecAggUnmask};
+  static constexpr Task::Kind kKinds[] = {
+      Task::Kind::kSecAggAdvertise, Task::Kind::kSecAggShare, Task::Kind::kSecAggMaskedInput,
+      Task::Kind::kSecAggConsistency, Task::Kind::kSecAggUnmask};
   return kKinds[static_cast<int>(stage)];
 }
 
@@ -88,7 +88,8 @@ std::string SecAggRound::Record(bool failed, bool unmasking) const {
       {"u1", s.u1},
       {"u2", s.u2},
       {"u3", s.u3},
-      {"u4", s.u4},  // unmask responders
+      {"signed", s.signers},  // signed the survivor set (U4)
+      {"u4", s.u4},           // unmask responders
       {"dropped", dropped},
       {"relay_bytes", s.relay_bytes},
       {"relay_sha256", s.relay_sha256},
@@ -157,12 +158,12 @@ absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
       o.ParamsFor(n, GraphSeed(options_.seed, round.round, round.attempt));
   if (!params.ok()) return params.status();
   s.params = *params;
-  absl::StatusOr<secagg::NeighborGraph> graph =
-      secagg::NeighborGraph::Make(n, s.params.num_neighbors, s.params.graph_seed);
-  if (!graph.ok()) return graph.status();
-  s.graph = *std::move(graph);
-  absl::StatusOr<std::unique_ptr<secagg::ServerSession>> session =
-      secagg::ServerSession::Create(s.params, static_cast<size_t>(global_->spec().NumFloats()));
+  secagg::SessionIdentity identity;
+  identity.context =
+      secagg::SessionContext(run_.run_id, round.round, round.task_of.at(round.sampled.front()));
+  identity.verifier = hooks_.secagg_verifier;
+  absl::StatusOr<std::unique_ptr<secagg::ServerSession>> session = secagg::ServerSession::Create(
+      s.params, static_cast<size_t>(global_->spec().NumFloats()), std::move(identity));
   if (!session.ok()) return session.status();
   s.session = *std::move(session);
   if (options_.privacy.distributed()) {
@@ -214,8 +215,8 @@ std::string SecAggRound::CloseStageInSession(const std::string& why, int32_t min
         failure = std::string(dir.status().message());
         break;
       }
-      s.directory = *std::move(dir);
-      s.u1 = static_cast<int>(s.directory.keys.size());
+      s.graph = s.session->graph();
+      s.u1 = static_cast<int>(dir->keys.size());
       enough(s.u1, "advertised keys");
       if (failure.empty()) CrashPoint("secagg_keys_closed");
       break;
@@ -246,14 +247,25 @@ std::string SecAggRound::CloseStageInSession(const std::string& why, int32_t min
         failure = "a masked input could not be folded whole (spill unreadable)";
         break;
       }
-      absl::StatusOr<secagg::UnmaskRequest> request = s.session->CloseMaskedInput();
+      absl::StatusOr<secagg::SurvivorList> list = s.session->CloseMaskedInput();
+      if (!list.ok()) {
+        failure = std::string(list.status().message());
+        break;
+      }
+      s.survivors = *std::move(list);
+      s.u3 = static_cast<int>(s.survivors.survivors.size());
+      enough(s.u3, "delivered a masked input");
+      break;
+    }
+    case SecAggStage::kConsistency: {
+      s.signers = static_cast<int>(s.answered.size());
+      absl::StatusOr<secagg::UnmaskRequest> request = s.session->CloseConsistency();
       if (!request.ok()) {
         failure = std::string(request.status().message());
         break;
       }
       s.unmask = *std::move(request);
-      s.u3 = static_cast<int>(s.unmask.survivors.size());
-      enough(s.u3, "delivered a masked input");
+      enough(s.signers, "signed the survivor set");
       break;
     }
     case SecAggStage::kUnmask:

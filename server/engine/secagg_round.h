@@ -1,5 +1,5 @@
-// Internal to the engine: the state of one secure-aggregation attempt (SecAgg+, four stages:
-// advertise keys, share keys, masked input, unmask), held by its RoundState.
+// Internal to the engine: the state of one secure-aggregation attempt (SecAgg+, five stages:
+// advertise keys, share keys, masked input, consistency, unmask), held by its RoundState.
 //
 // The server relays and sums, never opens: it holds public keys, the encrypted shares until the
 // clients fetched them with their masked-input task, the masked inputs' running sum (inside the
@@ -38,9 +38,15 @@ namespace fl::server::internal {
 
 struct UploadState;
 
-enum class SecAggStage { kAdvertise = 0, kShare = 1, kMaskedInput = 2, kUnmask = 3 };
+enum class SecAggStage {
+  kAdvertise = 0,
+  kShare = 1,
+  kMaskedInput = 2,
+  kConsistency = 3,
+  kUnmask = 4
+};
 
-// "advertise keys", "share keys", "masked input", "unmask".
+// "advertise keys", "share keys", "masked input", "consistency", "unmask".
 const char* SecAggStageName(SecAggStage stage);
 Task::Kind SecAggTaskKind(SecAggStage stage);
 
@@ -101,7 +107,8 @@ struct SecAggRound final : RoundInput {
   // kept.
   void Drop(const std::string& client_id, aggregation::SiteFailure::Kind kind, std::string reason);
   // The open stage's task for secagg id `sid`: its kind and what it carries (the parameters; the
-  // neighbours' keys; the shares sent to it; the unmask request). The masked-input stage's fit
+  // neighbours' keys and the other entries' digests; the shares sent to it; the survivor set; the
+  // unmask request). The masked-input stage's fit
   // settings are the engine's to add.
   void FillStageTask(int sid, Task& t) const;
   // A message of secagg id `sid` for the open stage, handed to the session; the client is then
@@ -109,11 +116,11 @@ struct SecAggRound final : RoundInput {
   // set when it was a message the stage does not take at all (the masked input comes as an
   // upload), which does not drop the client.
   absl::Status Receive(int sid, const SecAggMessage& m, bool& misdirected);
-  // Closes the open stage in the session (the key directory, the share bundles, the unmask
-  // request, the responders) and counts who is left. Returns why the attempt cannot go on
-  // (fewer than `min_fit_clients` left, fewer than distributed DP's planned survivors, what the
-  // session refused, an aggregate `poisoned` by an unreadable spill), or an empty string. `why` and
-  // `sampled` are for the message.
+  // Closes the open stage in the session (the key directory, the share bundles, the survivor
+  // set, the unmask request, the responders) and counts who is left. Returns why the attempt cannot
+  // go on (fewer than `min_fit_clients` left, fewer than distributed DP's planned survivors, what
+  // the session refused, an aggregate `poisoned` by an unreadable spill), or an empty string. `why`
+  // and `sampled` are for the message.
   std::string CloseStageInSession(const std::string& why, int32_t min_fit_clients, size_t sampled,
                                   bool poisoned);
 
@@ -141,12 +148,14 @@ struct SecAggRound final : RoundInput {
 
   SecAggStage stage = SecAggStage::kAdvertise;
   absl::Time stage_deadline;
-  std::set<int> answered;                      // who answered the open stage
-  std::map<int, SecAggDrop> dropped;           // by secagg id; a client is dropped at most once
-  int u1 = 0, u2 = 0, u3 = 0, u4 = 0;          // sizes: advertised, shared, masked input, unmasked
-  secagg::KeyDirectory directory;              // after stage 1 (public keys)
+  std::set<int> answered;             // who answered the open stage
+  std::map<int, SecAggDrop> dropped;  // by secagg id; a client is dropped at most once
+  // Sizes: advertised, shared, masked input, unmasked; and who signed the survivor set.
+  int u1 = 0, u2 = 0, u3 = 0, u4 = 0;
+  int signers = 0;
   std::map<int, secagg::ShareBundle> bundles;  // after stage 2, by recipient (RAM only)
-  secagg::UnmaskRequest unmask;                // after stage 3
+  secagg::SurvivorList survivors;              // after stage 3
+  secagg::UnmaskRequest unmask;                // after stage 4
   int64_t relay_bytes = 0;                     // ciphertext bytes relayed at stage 2
   std::string relay_sha256;  // over the relayed ciphertexts, by recipient then sender
   // Milliseconds from the round's start to the close of each stage so far, and to the last

@@ -218,6 +218,7 @@ class FederationService final
       }
       case Task::Kind::kSecAggAdvertise:
       case Task::Kind::kSecAggShare:
+      case Task::Kind::kSecAggConsistency:
       case Task::Kind::kSecAggUnmask:
         SecAggTaskToProto(task.secagg, reply->mutable_secagg());
         break;

@@ -23,6 +23,8 @@ fl::v1::Task::Kind ToProtoKind(Task::Kind kind) {
       return fl::v1::Task::SECAGG_SHARE_KEYS;
     case Task::Kind::kSecAggMaskedInput:
       return fl::v1::Task::SECAGG_MASKED_INPUT;
+    case Task::Kind::kSecAggConsistency:
+      return fl::v1::Task::SECAGG_CONSISTENCY;
     case Task::Kind::kSecAggUnmask:
       return fl::v1::Task::SECAGG_UNMASK;
     case Task::Kind::kStatistics:
@@ -36,6 +38,7 @@ void SecAggTaskToProto(const SecAggTaskInfo& info, fl::v1::SecAggTask* out) {
   out->set_secagg_id(info.secagg_id);
   wire::DirectoryToProto(info.directory, out);
   wire::BundleToProto(info.bundle, out);
+  wire::SurvivorListToProto(info.survivors, out);
   wire::UnmaskRequestToProto(info.unmask, out);
 }
 
@@ -53,6 +56,9 @@ absl::StatusOr<SecAggMessage> SecAggMessageFromProto(const fl::v1::SecAggSubmiss
       break;
     case fl::v1::Task::SECAGG_MASKED_INPUT:
       m.stage = Task::Kind::kSecAggMaskedInput;
+      break;
+    case fl::v1::Task::SECAGG_CONSISTENCY:
+      m.stage = Task::Kind::kSecAggConsistency;
       break;
     case fl::v1::Task::SECAGG_UNMASK:
       m.stage = Task::Kind::kSecAggUnmask;
@@ -94,12 +100,24 @@ absl::StatusOr<SecAggMessage> SecAggMessageFromProto(const fl::v1::SecAggSubmiss
       m.unmask = *std::move(unmask);
       break;
     }
+    case fl::v1::SecAggSubmission::kSurvivorSignature: {
+      absl::StatusOr<secagg::SurvivorSignature> signature =
+          wire::SurvivorSignatureFromBytes(in.survivor_signature(), /*client=*/-1);
+      if (!signature.ok()) {
+        m.malformed = std::string(signature.status().message());
+        break;
+      }
+      m.survivor_signature = *std::move(signature);
+      break;
+    }
     case fl::v1::SecAggSubmission::kDeclineReason:
       m.decline_reason = in.decline_reason();
       if (m.decline_reason.empty()) m.decline_reason = "no reason given";
       break;
     case fl::v1::SecAggSubmission::BODY_NOT_SET:
-      m.malformed = "SecAggSubmission carries no body (keys, shares, unmask or decline_reason)";
+      m.malformed =
+          "SecAggSubmission carries no body (keys, shares, survivor_signature, unmask or "
+          "decline_reason)";
       break;
   }
   return m;

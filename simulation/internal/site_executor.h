@@ -19,6 +19,7 @@
 #include "client_sdk/internal/transport.h"
 #include "fl/client/trainer.h"
 #include "fl/simulation/attacks.h"
+#include "simulation/internal/site_identities.h"
 
 namespace fl::simulation {
 
@@ -79,6 +80,8 @@ struct LocalSiteOptions {
   int64_t open_transports = 0;
   // Keep each site's downloaded model and float32 update until delivery, for Poison (attacks).
   bool record_models = false;
+  // The sites' secure-aggregation identities (site_identities.h); null: none (plaintext).
+  std::shared_ptr<SiteIdentities> identities;
 };
 
 // Runs sites in this process on `options.workers` threads.

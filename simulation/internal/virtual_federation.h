@@ -80,6 +80,8 @@ struct VirtualFederationOptions {
   // Sites that attack (fl/simulation/attacks.h): AttackingSites(num_sites, fraction, seed) of
   // them; their updates are rewritten between their training and their delivery.
   AttackOptions attack;
+  // The sites' secure-aggregation identities (LocalSiteOptions::identities).
+  std::shared_ptr<SiteIdentities> identities;
 };
 
 struct VirtualFederationStats {

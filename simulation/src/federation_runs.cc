@@ -17,6 +17,7 @@
 #include "fl/common/logging.h"
 #include "fl/simulation/evaluation.h"
 #include "simulation/internal/sim_setup.h"
+#include "simulation/internal/site_identities.h"
 #include "simulation/internal/virtual_federation.h"
 
 namespace fl::simulation::internal {
@@ -156,6 +157,14 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   std::atomic<server::Store*> store_ptr{store->get()};
   server::EngineHooks hooks;
   hooks.evaluate = BuiltinTestSetEvaluation(data.arch, data.test, options.backend);
+  VirtualFederationOptions sites;
+  if (options.secure_aggregation.enabled) {
+    // Each site signs with a certificate of a CA made for this run, as deployed sites do.
+    absl::StatusOr<std::shared_ptr<SiteIdentities>> identities = MakeInMemorySiteIdentities();
+    if (!identities.ok()) return identities.status();
+    hooks.secagg_verifier = (*identities)->verifier();
+    sites.identities = *std::move(identities);
+  }
   const std::function<void()> training_started =
       MakeRoundRecorder(options, result, result_mu, store_ptr, callbacks.on_round, hooks);
   SimulatedClock clock(absl::Now());
@@ -165,7 +174,6 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   result.run_id = (*engine)->run_id();
   result.db_path = (*store)->db_path();
 
-  VirtualFederationOptions sites;
   sites.client_timeout = engine_options.client_timeout;
   if (absl::Status s = DriveSites(options, data, **engine, clock, spec, callbacks, sites,
                                   training_started, nullptr, &result.poisoned_updates);

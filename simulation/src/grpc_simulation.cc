@@ -17,6 +17,7 @@
 #include "fl/simulation/evaluation.h"
 #include "simulation/internal/mpi_sites.h"
 #include "simulation/internal/sim_setup.h"
+#include "simulation/internal/site_identities.h"
 #include "simulation/internal/virtual_federation.h"
 
 namespace fl::simulation::internal {
@@ -154,6 +155,12 @@ absl::StatusOr<SimulationResult> RunGrpcSimulation(const SimulationOptions& opti
   const std::string address = absl::StrCat(host, ":", (*server)->port());
   sites.make_transport = GrpcTransportFactory(address, provision.out_dir, options.tls);
   sites.open_transports = options.tls ? OpenTransportBudget(1) : 0;  // plaintext: one shared
+  if (options.tls && options.secure_aggregation.enabled) {
+    absl::StatusOr<std::shared_ptr<SiteIdentities>> identities =
+        LoadSiteIdentities(provision.out_dir);
+    if (!identities.ok()) return identities.status();
+    sites.identities = *std::move(identities);
+  }
   absl::Status driven;
   if (spread) {
     MpiSetup setup{options.work_dir, address, options.tls, result.run_id, ""};
@@ -190,6 +197,12 @@ absl::StatusOr<SimulationResult> RunMpiWorker(const SimulationOptions& options,
   local.workers = WorkersFor(options);
   local.persistent_trainers = options.strategy.name == "scaffold";
   local.open_transports = setup.tls ? OpenTransportBudget(mpi.size - 1) : 0;
+  if (setup.tls && options.secure_aggregation.enabled) {
+    absl::StatusOr<std::shared_ptr<SiteIdentities>> identities =
+        LoadSiteIdentities(setup.work_dir + "/certs");
+    if (!identities.ok()) return identities.status();
+    local.identities = *std::move(identities);
+  }
   std::unique_ptr<SiteExecutor> executor = MakeLocalSiteExecutor(
       local, TrainerFactoryFor(options, data),
       GrpcTransportFactory(setup.server_address, setup.work_dir + "/certs", setup.tls));

@@ -30,6 +30,8 @@ ClientTask::Kind ToClientKind(Task::Kind kind) {
       return ClientTask::Kind::kSecAggShare;
     case Task::Kind::kSecAggMaskedInput:
       return ClientTask::Kind::kSecAggMaskedInput;
+    case Task::Kind::kSecAggConsistency:
+      return ClientTask::Kind::kSecAggConsistency;
     case Task::Kind::kSecAggUnmask:
       return ClientTask::Kind::kSecAggUnmask;
   }
@@ -44,6 +46,8 @@ Task::Kind ToServerKind(ClientTask::Kind kind) {
       return Task::Kind::kSecAggShare;
     case ClientTask::Kind::kSecAggMaskedInput:
       return Task::Kind::kSecAggMaskedInput;
+    case ClientTask::Kind::kSecAggConsistency:
+      return Task::Kind::kSecAggConsistency;
     case ClientTask::Kind::kSecAggUnmask:
       return Task::Kind::kSecAggUnmask;
     default:
@@ -118,6 +122,7 @@ ClientTask ToClientTask(const Task& task) {
     t.secagg_params = s.round;
     t.directory = s.directory;
     t.bundle = s.bundle;
+    t.survivors = s.survivors;
     t.unmask = s.unmask;
   }
   return t;
@@ -211,6 +216,7 @@ absl::Status InprocTransport::SubmitSecAgg(const client::SecAggReply& reply) {
   message.stage = ToServerKind(reply.stage);
   message.keys = reply.keys;
   message.shares = reply.shares;
+  message.survivor_signature = reply.survivor_signature;
   message.unmask = reply.unmask;
   message.decline_reason = reply.decline_reason;
   return engine_->SubmitSecAgg(client_id_, message);

@@ -239,8 +239,18 @@ class LocalSiteExecutor final : public SiteExecutor {
       a.transport = transport.get();
       client::ClientOptions client_options;
       client_options.name = absl::StrCat(options_.name_prefix, w.site);
-      absl::StatusOr<std::unique_ptr<client::Client>> c =
-          client::internal::MakeClient(client_options, a.trainer.get(), std::move(transport));
+      client::internal::SecAggIdentity identity;
+      if (options_.identities != nullptr) {
+        absl::StatusOr<client::internal::SecAggIdentity> made =
+            options_.identities->For(w.site, client_options.name);
+        if (!made.ok()) {
+          w.error = made.status();
+          return;
+        }
+        identity = *std::move(made);
+      }
+      absl::StatusOr<std::unique_ptr<client::Client>> c = client::internal::MakeClient(
+          client_options, a.trainer.get(), std::move(transport), std::move(identity));
       if (!c.ok()) {
         w.error = c.status();
         return;

@@ -51,6 +51,7 @@ absl::StatusOr<VirtualFederationStats> RunVirtualFederation(
   local.persistent_trainers = options.persistent_trainers;
   local.open_transports = options.open_transports;
   local.record_models = options.attack.poisons_updates();
+  local.identities = options.identities;
   TransportFactory make_transport = options.make_transport;
   if (!make_transport) {
     make_transport = [&engine, &options](int32_t site) {

@@ -1,8 +1,8 @@
 // Secure aggregation end to end: the real server with [secure_aggregation] enabled and real SDK
 // clients training the built-in MLP on Fashion-MNIST slices over loopback gRPC with mutual TLS.
-// Every round runs the four stages (advertise keys, share keys, masked input, unmask) as tasks;
-// the server only sums masked words. Clients are stopped at a given stage from set_on_task, whose
-// TaskReport names the stage.
+// Every round runs the five stages (advertise keys, share keys, masked input, consistency,
+// unmask) as tasks, each site signing with its certificate's key; the server only sums masked
+// words. Clients are stopped at a given stage from set_on_task, whose TaskReport names the stage.
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -197,7 +197,8 @@ TEST(SecAggFederationTest, SixSitesCommitTwoSecureRoundsAndLearn) {
   std::unique_ptr<server::Server>* server = &f.server;
   for (auto& c : clients) EXPECT_TRUE(c->Join().ok());
   const std::vector<std::string> one_round = {"secagg_advertise_keys", "secagg_share_keys",
-                                              "secagg_masked_input", "secagg_unmask"};
+                                              "secagg_masked_input", "secagg_consistency",
+                                              "secagg_unmask"};
   std::vector<std::string> expected;
   for (int r = 0; r < kRounds; ++r)
     expected.insert(expected.end(), one_round.begin(), one_round.end());
@@ -253,7 +254,8 @@ TEST_P(SecAggFederationDropoutTest, ARoundCommitsWithoutASiteThatStopped) {
   const Model* initial = &f.initial;
   std::unique_ptr<server::Server>* server = &f.server;
   const std::vector<std::string> all = {"secagg_advertise_keys", "secagg_share_keys",
-                                        "secagg_masked_input", "secagg_unmask"};
+                                        "secagg_masked_input", "secagg_consistency",
+                                        "secagg_unmask"};
   EXPECT_EQ(clients.back()->Join().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(clients.back()->stages(),
             std::vector<std::string>(all.begin(), all.begin() + c.stages_done));
@@ -281,7 +283,8 @@ TEST_P(SecAggFederationDropoutTest, ARoundCommitsWithoutASiteThatStopped) {
 INSTANTIATE_TEST_SUITE_P(Stages, SecAggFederationDropoutTest,
                          ::testing::Values(StopCase{"secagg_advertise_keys", 1, 5},
                                            StopCase{"secagg_share_keys", 2, 5},
-                                           StopCase{"secagg_masked_input", 3, 6}),
+                                           StopCase{"secagg_masked_input", 3, 6},
+                                           StopCase{"secagg_consistency", 4, 6}),
                          [](const ::testing::TestParamInfo<StopCase>& info) {
                            return absl::StrCat("StoppedAfter_", info.param.stage);
                          });
@@ -429,9 +432,9 @@ TEST(SecAggFederationTest, ASiteDeclinesOnceItsEpsilonAgainstTheServerIsSpent) {
   ASSERT_NE(f.server, nullptr);
   for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
   const std::vector<std::string> stages = f.clients.back()->stages();
-  ASSERT_EQ(stages.size(), 5u);
-  EXPECT_EQ(stages[3], "secagg_unmask");
-  EXPECT_THAT(stages[4], HasSubstr(absl::StrCat(
+  ASSERT_EQ(stages.size(), 6u);
+  EXPECT_EQ(stages[4], "secagg_unmask");
+  EXPECT_THAT(stages[5], HasSubstr(absl::StrCat(
                              "secagg_advertise_keys failed: PERMISSION_DENIED: this round (noise "
                              "multiplier 0.5) would bring this site's epsilon against the server "
                              "to ",
@@ -446,10 +449,11 @@ TEST(SecAggFederationTest, ASiteDeclinesOnceItsEpsilonAgainstTheServerIsSpent) {
   f.clients.clear();
 }
 
-// A site that allows sums of no fewer than 6 inputs refuses to reveal shares when one of the six
-// dropped after sharing. One site alone cannot stop the unmasking (its neighbours hold its
-// self-mask seed's shares): the floor protects a sum when the sites holding its shares set it
-// too, so the round here commits with the others' shares, and the refusal is on record.
+// A site that allows sums of no fewer than 6 inputs refuses to sign a survivor set of five (and so
+// to reveal shares) when one of the six dropped after sharing. One site alone cannot stop the
+// unmasking (its neighbours hold its self-mask seed's shares): the floor protects a sum when the
+// sites holding its shares set it too, so the round here commits with the others' signatures and
+// shares, and the refusal is on record.
 TEST(SecAggFederationTest, ASiteRefusesToUnmaskASumSmallerThanItsFloor) {
   constexpr int kSites = 6;
   TempDir dir;
@@ -463,11 +467,12 @@ TEST(SecAggFederationTest, ASiteRefusesToUnmaskASumSmallerThanItsFloor) {
   EXPECT_EQ(f.clients.back()->Join().code(), absl::StatusCode::kCancelled);
   for (int i = 0; i + 1 < kSites; ++i) EXPECT_TRUE(f.clients[i]->Join().ok()) << "site " << i;
   const std::string refusal =
-      "ABORTED: the unmasking lists 5 inputs in the sum; this site reveals shares only for sums "
-      "of at least 6 (limits.min_sum_size)";
-  EXPECT_EQ(f.clients[0]->stages(),
-            (std::vector<std::string>{"secagg_advertise_keys", "secagg_share_keys",
-                                      "secagg_masked_input", "secagg_unmask failed: " + refusal}));
+      "ABORTED: the survivor set lists 5 inputs in the sum; this site reveals shares only for "
+      "sums of at least 6 (limits.min_sum_size)";
+  EXPECT_EQ(
+      f.clients[0]->stages(),
+      (std::vector<std::string>{"secagg_advertise_keys", "secagg_share_keys", "secagg_masked_input",
+                                "secagg_consistency failed: " + refusal}));
   ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
 }
 

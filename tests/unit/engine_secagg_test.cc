@@ -39,14 +39,14 @@ using ::fl::secagg::ClientSession;
 
 // 1000 parameters: small enough that a round of 10 sites takes milliseconds.
 ModelSpec SmallSpec() { return ModelSpec({{"w", {10, 99}}, {"b", {10}}}); }
-constexpr int kStages = 4;  // advertise, share, masked input, unmask
+constexpr int kStages = 5;  // advertise, share, masked input, consistency, unmask
 constexpr int kNoStop = kStages;
 
 struct Site {
   std::string id;
   int index = 0;
   int64_t examples = 1;
-  int stop_at = kNoStop;  // the stage (0..3) at which it stops answering
+  int stop_at = kNoStop;  // the stage (0..4) at which it stops answering
   std::string task_id;
   std::unique_ptr<ClientSession> session;
   std::vector<secagg::Key32> public_keys;  // every key it advertised
@@ -68,8 +68,10 @@ int StageOf(Task::Kind kind) {
       return 1;
     case Task::Kind::kSecAggMaskedInput:
       return 2;
-    case Task::Kind::kSecAggUnmask:
+    case Task::Kind::kSecAggConsistency:
       return 3;
+    case Task::Kind::kSecAggUnmask:
+      return 4;
     default:
       return -1;
   }
@@ -192,10 +194,13 @@ class EngineSecAggTest : public EngineTest {
     SecAggMessage m = MessageFor(t);
     switch (t.kind) {
       case Task::Kind::kSecAggAdvertise: {
+        secagg::SessionIdentity identity;
+        identity.context = secagg::SessionContext(t.run_id, t.round, t.task_id);
         absl::StatusOr<std::unique_ptr<ClientSession>> session = ClientSession::Create(
             t.secagg.round.secagg, t.secagg.secagg_id, spec_.NumFloats(),
             secagg::MakeDeterministicRandomSource(std::hash<std::string>()(t.task_id) ^
-                                                  (1234567u * site.index) ^ key_salt_));
+                                                  (1234567u * site.index) ^ key_salt_),
+            std::move(identity));
         EXPECT_TRUE(session.ok()) << session.status();
         if (!session.ok()) return false;
         site.session = *std::move(session);
@@ -254,6 +259,13 @@ class EngineSecAggTest : public EngineTest {
         EXPECT_TRUE(s.ok()) << s;
         site.uploaded.insert(t.task_id);
         return true;
+      }
+      case Task::Kind::kSecAggConsistency: {
+        absl::StatusOr<secagg::SurvivorSignature> signature =
+            site.session->SignSurvivors(t.secagg.survivors);
+        EXPECT_TRUE(signature.ok()) << signature.status();
+        m.survivor_signature = *signature;
+        break;
       }
       case Task::Kind::kSecAggUnmask: {
         absl::StatusOr<secagg::UnmaskResponse> unmask = site.session->Unmask(t.secagg.unmask);
@@ -533,7 +545,7 @@ TEST_F(EngineSecAggTest, ASiteThatDeclinesForGoodIsLeftOutOfTheNextSecureRounds)
 TEST_F(EngineSecAggTest, TooManyDropoutsFailTheAttemptAndTheRetryUsesFreshKeys) {
   StartSecure();
   JoinAll();
-  for (int i = 0; i < 6; ++i) sites_[i].stop_at = 3;
+  for (int i = 0; i < 6; ++i) sites_[i].stop_at = 4;
   RoundSummary failed = DriveAttempt();
   ASSERT_FALSE(failed.committed);
   EXPECT_THAT(failed.reason, ::testing::HasSubstr("of its neighbours revealed shares"));
@@ -1262,7 +1274,7 @@ TEST_F(EngineSecAggTest, ADropoutAtMaskedInputAndOneAtUnmaskingInOneRound) {
   StartSecure();
   JoinAll();
   sites_[2].stop_at = 2;
-  sites_[7].stop_at = 3;
+  sites_[7].stop_at = 4;
   std::shared_ptr<const Model> before = engine_->global_model();
   RoundSummary summary = DriveAttempt();
   ASSERT_TRUE(summary.committed) << summary.reason;

@@ -17,7 +17,9 @@
 #include "client_sdk/internal/transport.h"
 #include "client_sdk/src/grpc_wire.h"
 #include "fl/aggregation/dp/clipping.h"
+#include "fl/aggregation/secagg/identity.h"
 #include "fl/aggregation/secagg/quantization.h"
+#include "fl/common/crypto.h"
 #include "fl/wire/secagg_serde.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -25,11 +27,14 @@
 namespace fl::client::internal {
 namespace {
 
+using ::fl::wire::DirectoryToProto;
 using ::fl::wire::KeysFromProto;
 using ::fl::wire::KeysToProto;
 using ::fl::wire::ParamsToProto;
 using ::fl::wire::SharesToProto;
+using ::fl::wire::SurvivorListToProto;
 using ::fl::wire::UnmaskFromProto;
+using ::fl::wire::UnmaskRequestToProto;
 using ::fl::wire::UnmaskToProto;
 using ::testing::HasSubstr;
 
@@ -81,14 +86,30 @@ std::vector<uint64_t> WordsOf(const MaskedUpload& upload) {
 // One round of n participants against a ServerSession, the test playing the server's relay.
 class Round {
  public:
-  Round(int n, SecAggRoundParams params) : params_(params) {
+  // With `identities`, every participant signs with a certificate of one CA and checks its
+  // peers', and the server checks them too, as over mutual TLS.
+  Round(int n, SecAggRoundParams params, bool identities = false) : params_(params) {
     v1::SecAggParams proto;
     ParamsToProto(params, &proto);
     *base_.mutable_secagg()->mutable_params() = proto;
     base_.set_run_id(1);
     base_.set_round(3);
     for (int i = 0; i < n; ++i) clients_.push_back(std::make_unique<SecAggParticipant>(Seeded(i)));
-    server_ = *secagg::ServerSession::Create(params.secagg, kDim);
+    secagg::SessionIdentity identity;
+    identity.context = secagg::SessionContext(1, 3, "r3.a0.c0");  // what every client derives
+    if (identities) {
+      absl::StatusOr<CertAndKey> ca = MakeCertificateAuthority("test CA", 1);
+      EXPECT_TRUE(ca.ok()) << ca.status();
+      std::shared_ptr<const secagg::IdentityVerifier> verifier =
+          *secagg::MakeX509Verifier(ca->cert_pem);
+      for (int i = 0; i < n; ++i) {
+        absl::StatusOr<CertAndKey> site = MakeClientCertificate(*ca, absl::StrCat("site-", i), 1);
+        EXPECT_TRUE(site.ok()) << site.status();
+        clients_[i]->SetIdentity(*secagg::MakeX509Signer(site->cert_pem, site->key_pem), verifier);
+      }
+      identity.verifier = verifier;
+    }
+    server_ = *secagg::ServerSession::Create(params.secagg, kDim, std::move(identity));
   }
 
   v1::Task TaskFor(int i, v1::Task::Kind kind) const {
@@ -99,6 +120,7 @@ class Round {
     return t;
   }
   SecAggParticipant& client(int i) { return *clients_[i]; }
+  const secagg::KeyDirectory& directory() const { return directory_; }
   secagg::ServerSession& server() { return *server_; }
 
   void Advertise() {
@@ -186,13 +208,33 @@ class Round {
     }
   }
 
+  // Client `i` signs `survivors` (stage 4), as the server's consistency task asks.
+  absl::StatusOr<SecAggReply> Sign(int i, const std::vector<int>& survivors) {
+    v1::Task t = TaskFor(i, v1::Task::SECAGG_CONSISTENCY);
+    SurvivorListToProto({.survivors = survivors}, t.mutable_secagg());
+    return clients_[i]->SignSurvivors(TaskFromProto(t));
+  }
+
+  // Stages 4 and 5.
   absl::StatusOr<secagg::AggregateResult> Unmask() {
-    absl::StatusOr<secagg::UnmaskRequest> request = server_->CloseMaskedInput();
+    absl::StatusOr<secagg::SurvivorList> list = server_->CloseMaskedInput();
+    if (!list.ok()) return list.status();
+    for (int i : list->survivors) {
+      absl::StatusOr<SecAggReply> m = Sign(i, list->survivors);
+      if (!m.ok()) return m.status();
+      EXPECT_EQ(m->stage, ClientTask::Kind::kSecAggConsistency);
+      if (!m->survivor_signature.has_value()) {
+        return absl::InternalError(absl::StrCat("client ", i, "'s reply has no signature"));
+      }
+      if (absl::Status s = server_->ReceiveSurvivorSignature(*m->survivor_signature); !s.ok()) {
+        return s;
+      }
+    }
+    absl::StatusOr<secagg::UnmaskRequest> request = server_->CloseConsistency();
     if (!request.ok()) return request.status();
-    for (int i : request->survivors) {
+    for (const auto& [i, endorsement] : request->signatures) {
       v1::Task t = TaskFor(i, v1::Task::SECAGG_UNMASK);
-      for (int s : request->survivors) t.mutable_secagg()->add_survivors(s);
-      for (int d : request->dropped) t.mutable_secagg()->add_dropped(d);
+      UnmaskRequestToProto(*request, t.mutable_secagg());
       absl::StatusOr<SecAggReply> m = clients_[i]->Unmask(TaskFromProto(t));
       if (!m.ok()) return m.status();
       EXPECT_EQ(m->task_id, t.task_id());
@@ -281,6 +323,29 @@ TEST_P(SecAggParticipantRoundTest, SumIsTheWeightedMeanOfTheSurvivorsChanges) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Moduli, SecAggParticipantRoundTest, ::testing::Values(32, 64));
+
+// Sites with certificates: the round sums as without, and a site refuses a directory whose
+// neighbour entry lost its signature (a server that swaps in its own keys cannot sign them).
+TEST(SecAggParticipantTest, SitesWithCertificatesSignAndCheckEachOther) {
+  const int n = 5;
+  Round round(n, Params(n), /*identities=*/true);
+  ASSERT_NO_FATAL_FAILURE(round.Advertise());
+  ASSERT_NO_FATAL_FAILURE(round.Share());
+  ASSERT_NO_FATAL_FAILURE(round.Mask(Changes(n), {10, 10, 10, 10, 10}, {}));
+  absl::StatusOr<secagg::AggregateResult> result = round.Unmask();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->survivors, (std::vector<int>{0, 1, 2, 3, 4}));
+
+  Round evil(n, Params(n), /*identities=*/true);
+  ASSERT_NO_FATAL_FAILURE(evil.Advertise());
+  v1::Task t = evil.TaskFor(0, v1::Task::SECAGG_SHARE_KEYS);
+  secagg::KeyDirectory directory = evil.directory();
+  directory.keys.at(1).signature.clear();
+  DirectoryToProto(directory, t.mutable_secagg());
+  absl::Status s = evil.client(0).ShareKeys(TaskFromProto(t)).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("neighbour 1's keys are not signed"));
+}
 
 TEST(SecAggParticipantTest, DistributedDpClipsEachChangeAndWeighsEveryClientOne) {
   const int n = 4;
@@ -412,6 +477,7 @@ TEST(SecAggParticipantTest, AnUnmaskOfferedAgainWithOtherListsGetsTheFirstAnswer
     for (int d : dropped) t.mutable_secagg()->add_dropped(d);
     return TaskFromProto(t);
   };
+  ASSERT_TRUE(round.Sign(0, {0, 1, 3, 4}).ok());
   absl::StatusOr<SecAggReply> first = round.client(0).Unmask(unmask_task({0, 1, 3, 4}, {2}));
   ASSERT_TRUE(first.ok()) << first.status();
   ASSERT_TRUE(first->unmask.has_value());
@@ -501,6 +567,7 @@ TEST(SecAggParticipantTest, RefusesToRevealBothSharesOfOnePeer) {
   ASSERT_NO_FATAL_FAILURE(round.Advertise());
   ASSERT_NO_FATAL_FAILURE(round.Share());
   ASSERT_NO_FATAL_FAILURE(round.Mask(Changes(n), {1, 1, 1, 1}, {}));
+  ASSERT_TRUE(round.Sign(0, {0, 1, 2, 3}).ok());
   v1::Task t = round.TaskFor(0, v1::Task::SECAGG_UNMASK);
   for (int s : {0, 1, 2, 3}) t.mutable_secagg()->add_survivors(s);
   t.mutable_secagg()->add_dropped(2);  // a lying server: 2 both survived and dropped

@@ -200,5 +200,74 @@ TEST(SecAggSerdeTest, UnmaskRequestRefusesRepeatedIds) {
   EXPECT_EQ(UnmaskRequestFromProto(task).status().message(), "secagg.dropped lists client 2 twice");
 }
 
+// The identity and signature of a key advertisement, the directory's digests, the survivor set
+// and the unmask request's endorsements travel whole; what a client could make too large is
+// refused naming the field and the limit.
+TEST(SecAggSerdeTest, SignedKeysDigestsAndEndorsementsRoundTripWithinTheirLimits) {
+  secagg::KeyAdvertisement keys{.client = 3,
+                                .cipher_public = Filled(1),
+                                .mask_public = Filled(100),
+                                .identity = "-----BEGIN CERTIFICATE-----\nabc\n",
+                                .signature = {9, 8, 7}};
+  v1::SecAggKeys proto;
+  KeysToProto(keys, &proto);
+  absl::StatusOr<secagg::KeyAdvertisement> back = KeysFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->identity, keys.identity);
+  EXPECT_EQ(back->signature, keys.signature);
+
+  proto.set_identity(std::string(kMaxIdentityBytes + 1, 'x'));
+  EXPECT_THAT(std::string(KeysFromProto(proto, "SecAggSubmission.keys").status().message()),
+              HasSubstr("SecAggSubmission.keys.identity has 16385 bytes, at most 16384"));
+  proto.set_identity("");
+  proto.set_signature(std::string(kMaxSignatureBytes + 1, 's'));
+  EXPECT_THAT(std::string(KeysFromProto(proto).status().message()),
+              HasSubstr("keys.signature has 1025 bytes, at most 1024"));
+
+  secagg::KeyDirectory directory;
+  directory.keys[3] = keys;
+  directory.digests[0] = Filled(50);
+  directory.digests[4] = Filled(60);
+  v1::SecAggTask task;
+  DirectoryToProto(directory, &task);
+  absl::StatusOr<secagg::KeyDirectory> dir = DirectoryFromProto(task);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_EQ(dir->digests, directory.digests);
+  EXPECT_EQ(dir->keys.at(3).signature, keys.signature);
+  task.add_directory_digests()->set_secagg_id(3);  // also in full
+  task.mutable_directory_digests(2)->set_digest(std::string(32, 'd'));
+  EXPECT_THAT(std::string(DirectoryFromProto(task).status().message()),
+              HasSubstr("secagg.directory_digests[2].secagg_id 3 is listed twice"));
+  task.mutable_directory_digests(2)->set_secagg_id(7);
+  task.mutable_directory_digests(2)->set_digest("short");
+  EXPECT_THAT(std::string(DirectoryFromProto(task).status().message()),
+              HasSubstr("secagg.directory_digests[2].digest has 5 bytes, expected 32"));
+
+  secagg::UnmaskRequest request{.survivors = {0, 3, 4}, .dropped = {1}, .signatures = {}};
+  request.signatures[3] = {.keys = keys, .signature = {1, 2}};
+  v1::SecAggTask unmask;
+  UnmaskRequestToProto(request, &unmask);
+  absl::StatusOr<secagg::UnmaskRequest> got = UnmaskRequestFromProto(unmask);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->signatures.count(3), 1u);
+  EXPECT_EQ(got->signatures.at(3).signature, (secagg::Bytes{1, 2}));
+  EXPECT_EQ(got->signatures.at(3).keys.identity, keys.identity);
+  *unmask.add_signatures() = unmask.signatures(0);
+  EXPECT_THAT(std::string(UnmaskRequestFromProto(unmask).status().message()),
+              HasSubstr("secagg.signatures[1].keys.secagg_id 3 is listed twice"));
+
+  v1::SecAggTask consistency;
+  SurvivorListToProto({.survivors = {0, 2}}, &consistency);
+  absl::StatusOr<secagg::SurvivorList> list = SurvivorListFromProto(consistency);
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->survivors, (std::vector<int>{0, 2}));
+  EXPECT_EQ(SurvivorSignatureFromBytes(std::string(2000, 's'), 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<secagg::SurvivorSignature> signature = SurvivorSignatureFromBytes("ab", 1);
+  ASSERT_TRUE(signature.ok());
+  EXPECT_EQ(signature->client, 1);
+  EXPECT_EQ(signature->signature, (secagg::Bytes{'a', 'b'}));
+}
+
 }  // namespace
 }  // namespace fl::wire

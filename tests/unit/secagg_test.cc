@@ -1,5 +1,7 @@
 // Secure aggregation math: primitives against published vectors, Shamir, the Harary graph,
-// quantization bounds, parameter refusals, and whole protocol rounds with dropouts at every stage.
+// quantization bounds, parameter refusals, and whole protocol rounds (without identities: the
+// semi-honest setting) with dropouts at every stage, the consistency check included.
+// secagg_malicious_test.cc runs them with certificates against a server that lies.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -387,7 +389,14 @@ TEST(SecAggParamsTest, RefusesNoPrivacyAndOverflow) {
 // ---------------------------------------------------------------------------------------------
 // The protocol
 
-enum class DropAt { kNone, kBeforeSharing, kAfterSharing, kBeforeMaskedInput, kDuringUnmasking };
+enum class DropAt {
+  kNone,
+  kBeforeSharing,
+  kAfterSharing,
+  kBeforeMaskedInput,
+  kDuringConsistency,  // never signs the survivor set: not asked to unmask either
+  kDuringUnmasking
+};
 
 std::string Name(DropAt at) {
   switch (at) {
@@ -399,6 +408,8 @@ std::string Name(DropAt at) {
       return "AfterSharing";
     case DropAt::kBeforeMaskedInput:
       return "BeforeMaskedInput";
+    case DropAt::kDuringConsistency:
+      return "DuringConsistency";
     case DropAt::kDuringUnmasking:
       return "DuringUnmasking";
   }
@@ -437,15 +448,16 @@ Federation MakeFederation(const SecAggParams& params, size_t dim, uint64_t seed)
   return f;
 }
 
-// Runs one round; the clients in drops[stage] vanish at that stage. Returns the server's result.
-absl::StatusOr<AggregateResult> RunRound(Federation& f,
-                                         const std::map<DropAt, std::set<int>>& drops,
-                                         std::vector<MaskedInput>* masked_out = nullptr) {
+using Drops = std::map<DropAt, std::set<int>>;
+
+// Runs one round; the clients in drops[stage] vanish at that stage. `drops_for` is asked for them
+// once the keys are in, with the session's graph (it depends on the keys), so that a test can pick
+// a client's neighbours. Each client is sent its own directory (DirectoryFor). Returns the
+// server's result.
+absl::StatusOr<AggregateResult> RunRoundByGraph(
+    Federation& f, const std::function<Drops(const NeighborGraph&)>& drops_for,
+    std::vector<MaskedInput>* masked_out = nullptr) {
   const int n = f.params.num_clients;
-  auto gone = [&](int c, DropAt stage) {
-    auto it = drops.find(stage);
-    return it != drops.end() && it->second.count(c) != 0;
-  };
   for (int c = 0; c < n; ++c) {
     absl::StatusOr<KeyAdvertisement> adv = f.clients[c]->AdvertiseKeys();
     if (!adv.ok()) return adv.status();
@@ -453,9 +465,14 @@ absl::StatusOr<AggregateResult> RunRound(Federation& f,
   }
   absl::StatusOr<KeyDirectory> dir = f.server->CloseAdvertiseKeys();
   if (!dir.ok()) return dir.status();
+  const Drops drops = drops_for(f.server->graph());
+  auto gone = [&](int c, DropAt stage) {
+    auto it = drops.find(stage);
+    return it != drops.end() && it->second.count(c) != 0;
+  };
   for (int c = 0; c < n; ++c) {
     if (gone(c, DropAt::kBeforeSharing)) continue;
-    absl::StatusOr<EncryptedShares> shares = f.clients[c]->ShareKeys(*dir);
+    absl::StatusOr<EncryptedShares> shares = f.clients[c]->ShareKeys(f.server->DirectoryFor(c));
     if (!shares.ok()) return shares.status();
     if (absl::Status s = f.server->ReceiveShares(*shares); !s.ok()) return s;
   }
@@ -469,9 +486,20 @@ absl::StatusOr<AggregateResult> RunRound(Federation& f,
     if (masked_out != nullptr) masked_out->push_back(*masked);
     if (absl::Status s = f.server->ReceiveMaskedInput(*masked); !s.ok()) return s;
   }
-  absl::StatusOr<UnmaskRequest> request = f.server->CloseMaskedInput();
+  absl::StatusOr<SurvivorList> list = f.server->CloseMaskedInput();
+  if (!list.ok()) return list.status();
+  for (int c : list->survivors) {
+    if (gone(c, DropAt::kDuringConsistency)) continue;
+    absl::StatusOr<SurvivorSignature> signature = f.clients[c]->SignSurvivors(*list);
+    if (!signature.ok()) return signature.status();
+    if (absl::Status s = f.server->ReceiveSurvivorSignature(*signature); !s.ok()) return s;
+  }
+  absl::StatusOr<UnmaskRequest> request = f.server->CloseConsistency();
   if (!request.ok()) return request.status();
-  for (int c : request->survivors) {
+  if (request->survivors != list->survivors) {
+    return absl::InternalError("the unmask request's survivors are not the list signed");
+  }
+  for (const auto& [c, endorsement] : request->signatures) {
     if (gone(c, DropAt::kDuringUnmasking)) continue;
     absl::StatusOr<UnmaskResponse> response = f.clients[c]->Unmask(*request);
     if (!response.ok()) return response.status();
@@ -480,9 +508,15 @@ absl::StatusOr<AggregateResult> RunRound(Federation& f,
   return f.server->Finish();
 }
 
+absl::StatusOr<AggregateResult> RunRound(Federation& f, const Drops& drops,
+                                         std::vector<MaskedInput>* masked_out = nullptr) {
+  return RunRoundByGraph(
+      f, [&drops](const NeighborGraph&) { return drops; }, masked_out);
+}
+
 absl::StatusOr<AggregateResult> RunRound(Federation& f, DropAt at, const std::set<int>& drop,
                                          std::vector<MaskedInput>* masked_out = nullptr) {
-  return RunRound(f, std::map<DropAt, std::set<int>>{{at, drop}}, masked_out);
+  return RunRound(f, Drops{{at, drop}}, masked_out);
 }
 
 // The plain sum modulo 2^32 of the encodings of `survivors`.
@@ -495,7 +529,8 @@ std::vector<uint64_t> PlainSum32(const Federation& f, const std::vector<int>& su
 }
 
 // 30 clients on a 20-regular graph with t = 11: any 9 dropped clients leave every client at
-// least 11 live neighbours, so each case below must succeed.
+// least 11 live neighbours, and at least 21 >= ConsistencyThreshold(30) = 16 signers, so each case
+// below must succeed.
 SecAggParams ProtocolParams() {
   SecAggParams p = *DefaultSecAggParams(30);
   p.num_neighbors = 20;
@@ -524,10 +559,13 @@ TEST_P(SecAggDropoutTest, AggregateIsExactAndWithinBoundOfFedAvg) {
   absl::StatusOr<AggregateResult> result = RunRound(f, at, drop);
   ASSERT_TRUE(result.ok()) << result.status();
 
-  // Survivors: everyone but those dropped before their masked input arrived.
+  // Survivors: everyone but those dropped before their masked input arrived (a client that
+  // vanishes at the consistency check or the unmasking has its input in the sum).
   std::vector<int> survivors;
   for (int c = 0; c < params.num_clients; ++c) {
-    if (at == DropAt::kDuringUnmasking || drop.count(c) == 0) survivors.push_back(c);
+    if (at == DropAt::kDuringConsistency || at == DropAt::kDuringUnmasking || drop.count(c) == 0) {
+      survivors.push_back(c);
+    }
   }
   EXPECT_EQ(result->survivors, survivors);
   // Exact: the plain sum of the survivors' encodings modulo 2^32.
@@ -561,6 +599,8 @@ INSTANTIATE_TEST_SUITE_P(SecAggStages, SecAggDropoutTest,
                                            std::make_tuple(DropAt::kAfterSharing, 0.3),
                                            std::make_tuple(DropAt::kBeforeMaskedInput, 0.1),
                                            std::make_tuple(DropAt::kBeforeMaskedInput, 0.3),
+                                           std::make_tuple(DropAt::kDuringConsistency, 0.1),
+                                           std::make_tuple(DropAt::kDuringConsistency, 0.3),
                                            std::make_tuple(DropAt::kDuringUnmasking, 0.1),
                                            std::make_tuple(DropAt::kDuringUnmasking, 0.3)),
                          [](const auto& info) {
@@ -585,18 +625,19 @@ TEST(SecAggProtocolTest, Modulus64IsExact) {
 }
 
 TEST(SecAggProtocolTest, DropoutsAtEveryStageInOneRound) {
-  // 50 clients, k = 30, t = 16: three clients vanish at each of the four stages (24 % in all);
-  // every neighbourhood keeps at least 18 of 30.
+  // 50 clients, k = 32, t = 17: three clients vanish at each of the five stages (30 % in all);
+  // every neighbourhood keeps at least 17 of 32, and 38 >= 26 clients sign the survivors.
   SecAggParams params = *DefaultSecAggParams(50);
-  params.num_neighbors = 30;
-  params.threshold = 16;
+  params.num_neighbors = 32;
+  params.threshold = 17;
   params.graph_seed = 5;
   ASSERT_TRUE(ValidateSecAggParams(params).ok());
   Federation f = MakeFederation(params, 300, 21);
-  const std::map<DropAt, std::set<int>> drops = {{DropAt::kBeforeSharing, {1, 17, 33}},
-                                                 {DropAt::kAfterSharing, {4, 20, 36}},
-                                                 {DropAt::kBeforeMaskedInput, {9, 25, 41}},
-                                                 {DropAt::kDuringUnmasking, {12, 28, 44}}};
+  const Drops drops = {{DropAt::kBeforeSharing, {1, 17, 33}},
+                       {DropAt::kAfterSharing, {4, 20, 36}},
+                       {DropAt::kBeforeMaskedInput, {9, 25, 41}},
+                       {DropAt::kDuringConsistency, {6, 22, 38}},
+                       {DropAt::kDuringUnmasking, {12, 28, 44}}};
   absl::StatusOr<AggregateResult> result = RunRound(f, drops);
   ASSERT_TRUE(result.ok()) << result.status();
   std::vector<int> survivors;
@@ -612,57 +653,91 @@ TEST(SecAggProtocolTest, DropoutsAtEveryStageInOneRound) {
 }
 
 TEST(SecAggProtocolTest, FailsWhenFewerThanThresholdHoldersOfADroppedKeyAnswer) {
-  const SecAggParams params = ProtocolParams();
-  Federation f = MakeFederation(params, 100, 15);
-  absl::StatusOr<NeighborGraph> graph =
-      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
-  // Client 29 never sends its masked input; 10 of its 20 neighbours then vanish during
-  // unmasking, so only 10 < t = 11 shares of its mask key arrive.
-  const std::vector<int>& nb = graph->Neighbors(29);
-  const std::set<int> vanish(nb.end() - 10, nb.end());
-  absl::StatusOr<AggregateResult> result =
-      RunRound(f, {{DropAt::kBeforeMaskedInput, {29}}, {DropAt::kDuringUnmasking, vanish}});
-  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
-  EXPECT_THAT(std::string(result.status().message()),
-              HasSubstr("client 29 dropped after sharing: 10 of its neighbours revealed shares of "
-                        "its mask key, 11 needed"));
+  // Whether they never sign the survivors or sign and then vanish, they reveal nothing.
+  for (DropAt at : {DropAt::kDuringConsistency, DropAt::kDuringUnmasking}) {
+    SCOPED_TRACE(Name(at));
+    const SecAggParams params = ProtocolParams();
+    Federation f = MakeFederation(params, 100, 15);
+    // Client 29 never sends its masked input; 10 of its 20 neighbours then vanish, so only
+    // 10 < t = 11 shares of its mask key arrive.
+    absl::StatusOr<AggregateResult> result = RunRoundByGraph(f, [at](const NeighborGraph& graph) {
+      const std::vector<int>& nb = graph.Neighbors(29);
+      return Drops{{DropAt::kBeforeMaskedInput, {29}},
+                   {at, std::set<int>(nb.end() - 10, nb.end())}};
+    });
+    ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+    EXPECT_THAT(
+        std::string(result.status().message()),
+        HasSubstr("client 29 dropped after sharing: 10 of its neighbours revealed shares of "
+                  "its mask key, 11 needed"));
+  }
 }
 
 TEST(SecAggProtocolTest, FailsWhenFewerThanThresholdNeighboursAnswer) {
-  const SecAggParams params = ProtocolParams();
-  Federation f = MakeFederation(params, 100, 8);
-  absl::StatusOr<NeighborGraph> graph =
-      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
-  ASSERT_TRUE(graph.ok());
-  // Ten of client 0's twenty neighbours vanish during unmasking: 10 shares < t = 11.
-  const std::vector<int>& nb = graph->Neighbors(0);
-  const std::set<int> drop(nb.begin(), nb.begin() + 10);
-  absl::StatusOr<AggregateResult> result = RunRound(f, DropAt::kDuringUnmasking, drop);
-  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
-  EXPECT_THAT(std::string(result.status().message()),
-              HasSubstr("client 0: 10 of its neighbours revealed shares of its self-mask seed, "
-                        "11 needed"));
+  for (DropAt at : {DropAt::kDuringConsistency, DropAt::kDuringUnmasking}) {
+    SCOPED_TRACE(Name(at));
+    const SecAggParams params = ProtocolParams();
+    Federation f = MakeFederation(params, 100, 8);
+    // Ten of client 0's twenty neighbours vanish: 10 shares < t = 11.
+    absl::StatusOr<AggregateResult> result = RunRoundByGraph(f, [at](const NeighborGraph& graph) {
+      const std::vector<int>& nb = graph.Neighbors(0);
+      return Drops{{at, std::set<int>(nb.begin(), nb.begin() + 10)}};
+    });
+    ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
+    EXPECT_THAT(std::string(result.status().message()),
+                HasSubstr("client 0: 10 of its neighbours revealed shares of its self-mask seed, "
+                          "11 needed"));
+  }
 }
 
 TEST(SecAggProtocolTest, ClientRefusesWithTooFewNeighboursSharing) {
   const SecAggParams params = ProtocolParams();
   Federation f = MakeFederation(params, 50, 9);
-  absl::StatusOr<NeighborGraph> graph =
-      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
-  const std::vector<int>& nb = graph->Neighbors(0);
-  const std::set<int> drop(nb.begin(), nb.begin() + 10);
-  absl::StatusOr<AggregateResult> result = RunRound(f, DropAt::kBeforeSharing, drop);
-  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<AggregateResult> result = RunRoundByGraph(f, [](const NeighborGraph& graph) {
+    const std::vector<int>& nb = graph.Neighbors(0);
+    return Drops{{DropAt::kBeforeSharing, std::set<int>(nb.begin(), nb.begin() + 10)}};
+  });
+  ASSERT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition) << result.status();
   EXPECT_THAT(std::string(result.status().message()),
               HasSubstr("client 0: only 10 neighbours shared their keys"));
 }
 
-// Drives a round up to the unmask request; returns it.
-UnmaskRequest UpToUnmask(Federation& f, std::set<int> vanish_before_input) {
+TEST(SecAggProtocolTest, TheGraphComesFromTheSessionNotFromTheServersSeed) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 10, 30);
+  EXPECT_EQ(f.server->graph().num_clients(), 0) << "no graph before the keys are in";
+  for (int c = 0; c < params.num_clients; ++c) {
+    ASSERT_TRUE(f.server->ReceiveKeys(*f.clients[c]->AdvertiseKeys()).ok());
+  }
+  ASSERT_TRUE(f.server->CloseAdvertiseKeys().ok());
+  const NeighborGraph& graph = f.server->graph();
+  ASSERT_EQ(graph.num_clients(), params.num_clients);
+  EXPECT_EQ(graph.degree(), params.num_neighbors);
+  absl::StatusOr<NeighborGraph> from_seed =
+      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
+  ASSERT_TRUE(from_seed.ok());
+  int same = 0;
+  for (int c = 0; c < params.num_clients; ++c)
+    same += graph.Neighbors(c) == from_seed->Neighbors(c);
+  EXPECT_LT(same, params.num_clients / 2) << "the server's graph_seed alone fixed the graph";
+  // A client's directory: its own and its neighbours' entries in full, the others by digest.
+  for (int c : {0, 17}) {
+    const KeyDirectory dir = f.server->DirectoryFor(c);
+    EXPECT_EQ(dir.keys.size(), static_cast<size_t>(params.num_neighbors) + 1);
+    EXPECT_EQ(dir.digests.size(),
+              static_cast<size_t>(params.num_clients - params.num_neighbors - 1));
+    EXPECT_EQ(dir.keys.count(c), 1u);
+    for (int v : graph.Neighbors(c)) EXPECT_EQ(dir.keys.count(v), 1u) << v;
+  }
+}
+
+// Drives a round up to the survivor list (stage 4): every client advertises and shares; the clients
+// in `vanish_before_input` never send their masked input. Returns the list to sign.
+SurvivorList UpToConsistency(Federation& f, const std::set<int>& vanish_before_input) {
   for (int c = 0; c < f.params.num_clients; ++c) {
     EXPECT_TRUE(f.server->ReceiveKeys(*f.clients[c]->AdvertiseKeys()).ok());
   }
-  KeyDirectory dir = *f.server->CloseAdvertiseKeys();
+  KeyDirectory dir = *f.server->CloseAdvertiseKeys();  // every entry in full, to everyone
   for (int c = 0; c < f.params.num_clients; ++c) {
     EXPECT_TRUE(f.server->ReceiveShares(*f.clients[c]->ShareKeys(dir)).ok());
   }
@@ -674,30 +749,67 @@ UnmaskRequest UpToUnmask(Federation& f, std::set<int> vanish_before_input) {
       EXPECT_TRUE(f.server->ReceiveMaskedInput(*m).ok());
     }
   }
-  return *f.server->CloseMaskedInput();
+  absl::StatusOr<SurvivorList> list = f.server->CloseMaskedInput();
+  EXPECT_TRUE(list.ok()) << list.status();
+  return list.ok() ? *list : SurvivorList{};
+}
+
+// Every client of `list` but the `silent` ones signs it; returns the server's unmask request.
+UnmaskRequest SignAndClose(Federation& f, const SurvivorList& list,
+                           const std::set<int>& silent = {}) {
+  for (int c : list.survivors) {
+    if (silent.count(c) != 0) continue;
+    absl::StatusOr<SurvivorSignature> signature = f.clients[c]->SignSurvivors(list);
+    EXPECT_TRUE(signature.ok()) << signature.status();
+    if (signature.ok()) {
+      EXPECT_TRUE(f.server->ReceiveSurvivorSignature(*signature).ok());
+    }
+  }
+  absl::StatusOr<UnmaskRequest> request = f.server->CloseConsistency();
+  EXPECT_TRUE(request.ok()) << request.status();
+  return request.ok() ? *request : UnmaskRequest{};
+}
+
+// Drives a round up to the unmask request, every survivor signing; returns it.
+UnmaskRequest UpToUnmask(Federation& f, const std::set<int>& vanish_before_input) {
+  return SignAndClose(f, UpToConsistency(f, vanish_before_input));
 }
 
 TEST(SecAggProtocolTest, ClientRefusesToRevealBothSharesOfOnePeer) {
   const SecAggParams params = ProtocolParams();
   Federation f = MakeFederation(params, 50, 10);
-  UnmaskRequest honest = UpToUnmask(f, {});
-  absl::StatusOr<NeighborGraph> graph =
-      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
-  const int peer = graph->Neighbors(4)[0];
+  const SurvivorList list = UpToConsistency(f, {});
+  const int peer = f.server->graph().Neighbors(4)[0];
+  // A list without client 4, which sent its input (its neighbours would then be asked for its mask
+  // key): it refuses to sign it.
+  SurvivorList self_dropped = list;
+  self_dropped.survivors.erase(
+      std::find(self_dropped.survivors.begin(), self_dropped.survivors.end(), 4));
+  absl::StatusOr<SurvivorSignature> unsigned_list = f.clients[4]->SignSurvivors(self_dropped);
+  EXPECT_EQ(unsigned_list.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(unsigned_list.status().message()),
+              HasSubstr("client 4 refuses to sign the survivors: the server does not list it"));
+  const UnmaskRequest honest = SignAndClose(f, list);
+  ASSERT_EQ(honest.signatures.size(), 30u);
+  // The survivors it signed, and the peer also "dropped": asks for its mask key and its self seed.
   UnmaskRequest evil = honest;
-  evil.dropped.push_back(peer);  // also "dropped": asks for its mask key and its self seed
+  evil.dropped.push_back(peer);
   absl::StatusOr<UnmaskResponse> refused = f.clients[4]->Unmask(evil);
   ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("asks for both the self-mask-seed share and the mask-key share of client " +
                         std::to_string(peer)));
-  // Asking it as a dropped client is refused too; the honest request still works once.
-  UnmaskRequest self_dropped = honest;
-  self_dropped.survivors.erase(
-      std::find(self_dropped.survivors.begin(), self_dropped.survivors.end(), 4));
-  self_dropped.dropped.push_back(4);
-  EXPECT_EQ(f.clients[4]->Unmask(self_dropped).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  // Asking it as a dropped client (survivors other than the set it signed) is refused too; the
+  // honest request still works once.
+  UnmaskRequest as_dropped = honest;
+  as_dropped.survivors.erase(
+      std::find(as_dropped.survivors.begin(), as_dropped.survivors.end(), 4));
+  as_dropped.dropped.push_back(4);
+  absl::StatusOr<UnmaskResponse> not_signed = f.clients[4]->Unmask(as_dropped);
+  EXPECT_EQ(not_signed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(not_signed.status().message()),
+              HasSubstr("client 4 refuses to unmask: the survivors in the request are not the set "
+                        "it signed (29 listed, 30 signed)"));
   absl::StatusOr<UnmaskResponse> ok = f.clients[4]->Unmask(honest);
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->self_seed_shares.size(), 20u);
@@ -709,6 +821,29 @@ TEST(SecAggProtocolTest, ClientRefusesToRevealBothSharesOfOnePeer) {
   absl::StatusOr<UnmaskResponse> again = f.clients[4]->Unmask(later);
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(again.status().message()), HasSubstr("out of order"));
+}
+
+TEST(SecAggProtocolTest, ClientRefusesToSignASurvivorListWithTooFewOfItsNeighbours) {
+  const SecAggParams params = ProtocolParams();
+  Federation f = MakeFederation(params, 50, 25);
+  const SurvivorList list = UpToConsistency(f, {});
+  // Ten of client 0's twenty neighbours left out: its own seed could not be rebuilt (t = 11).
+  const std::vector<int>& nb = f.server->graph().Neighbors(0);
+  const std::set<int> left_out(nb.begin(), nb.begin() + 10);
+  SurvivorList few;
+  for (int c : list.survivors) {
+    if (left_out.count(c) == 0) few.survivors.push_back(c);
+  }
+  absl::StatusOr<SurvivorSignature> refused = f.clients[0]->SignSurvivors(few);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("client 0 refuses to sign the survivors: only 10 of its neighbours are "
+                        "listed, 11 needed"));
+  EXPECT_TRUE(f.clients[0]->holds_secrets());
+  // Nine left out still leave 11: signed.
+  few.survivors.push_back(nb[0]);
+  std::sort(few.survivors.begin(), few.survivors.end());
+  EXPECT_TRUE(f.clients[0]->SignSurvivors(few).ok());
 }
 
 TEST(SecAggProtocolTest, TamperedRelayedShareIsRefused) {
@@ -741,21 +876,88 @@ TEST(SecAggProtocolTest, ServerRefusesOutOfOrderDuplicateAndUnknownMessages) {
   EXPECT_EQ(f.server->ReceiveKeys(stranger).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.server->ReceiveMaskedInput(MaskedInput{.client = 0, .words = {}}).code(),
             absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      f.server->ReceiveSurvivorSignature(SurvivorSignature{.client = 0, .signature = {}}).code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(f.server->CloseConsistency().status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(f.server->CloseAdvertiseKeys().status().code(),
             absl::StatusCode::kFailedPrecondition);  // 1 < t + 1 clients
   EXPECT_EQ(f.clients[1]->ShareKeys(KeyDirectory{}).status().code(),
             absl::StatusCode::kFailedPrecondition);  // before AdvertiseKeys
+  EXPECT_EQ(f.clients[1]->SignSurvivors(SurvivorList{}).status().code(),
+            absl::StatusCode::kFailedPrecondition);  // before its masked input
+}
+
+TEST(SecAggProtocolTest, ConsistencyStageRefusesWhoCannotSignAndTooFewSigners) {
+  const SecAggParams params = *DefaultSecAggParams(8);  // k = 7, t = 4; 5 of U1 must sign
+  Federation f = MakeFederation(params, 10, 26);
+  const SurvivorList list = UpToConsistency(f, {6});
+  ASSERT_EQ(list.survivors, (std::vector<int>{0, 1, 2, 3, 4, 5, 7}));
+  absl::Status st =
+      f.server->ReceiveSurvivorSignature(SurvivorSignature{.client = 6, .signature = {}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("client 6 signed the survivors but is not one"));
+  st = f.server->ReceiveSurvivorSignature(SurvivorSignature{.client = 8, .signature = {}});
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("client id 8 is outside [0, 8)"));
+  for (int c : {0, 1, 2, 3}) {
+    absl::StatusOr<SurvivorSignature> signature = f.clients[c]->SignSurvivors(list);
+    ASSERT_TRUE(signature.ok()) << signature.status();
+    ASSERT_TRUE(f.server->ReceiveSurvivorSignature(*signature).ok());
+    if (c == 0) {
+      st = f.server->ReceiveSurvivorSignature(*signature);
+      EXPECT_EQ(st.code(), absl::StatusCode::kAlreadyExists);
+      EXPECT_THAT(std::string(st.message()), HasSubstr("client 0 already signed the survivors"));
+    }
+  }
+  // A client signs once.
+  EXPECT_EQ(f.clients[0]->SignSurvivors(list).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  // 4 of the 8 clients of U1 (not of the 7 survivors) signed: not more than half.
+  absl::StatusOr<UnmaskRequest> early = f.server->CloseConsistency();
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(early.status().message()),
+              HasSubstr("only 4 survivors signed the survivor set; more than half of the 8 clients "
+                        "that advertised keys (5) must sign it before any reveals a share"));
+  // The stage stays open: a fifth signature closes it.
+  ASSERT_TRUE(f.server->ReceiveSurvivorSignature(*f.clients[4]->SignSurvivors(list)).ok());
+  absl::StatusOr<UnmaskRequest> request = f.server->CloseConsistency();
+  ASSERT_TRUE(request.ok()) << request.status();
+  EXPECT_EQ(request->survivors, list.survivors);
+  EXPECT_EQ(request->dropped, std::vector<int>{6});
+  std::vector<int> signers;
+  for (const auto& [c, endorsement] : request->signatures) signers.push_back(c);
+  EXPECT_EQ(signers, (std::vector<int>{0, 1, 2, 3, 4}));
+  // Too late to sign; a survivor that did not sign is not heard at the unmasking.
+  absl::StatusOr<SurvivorSignature> late = f.clients[5]->SignSurvivors(list);
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(f.server->ReceiveSurvivorSignature(*late).code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<UnmaskResponse> unheard = f.clients[5]->Unmask(*request);
+  ASSERT_TRUE(unheard.ok()) << unheard.status();
+  st = f.server->ReceiveUnmask(*unheard);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("client 5 answered the unmasking but did not sign the survivor set"));
+  // The five signers' shares suffice (t = 4 per secret): exact.
+  for (const auto& [c, endorsement] : request->signatures) {
+    absl::StatusOr<UnmaskResponse> r = f.clients[c]->Unmask(*request);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_TRUE(f.server->ReceiveUnmask(*r).ok());
+  }
+  absl::StatusOr<AggregateResult> result = f.server->Finish();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->survivors, list.survivors);
+  EXPECT_TRUE(result->sum == PlainSum32(f, list.survivors));
 }
 
 TEST(SecAggProtocolTest, LateUnmaskAnswersLetAFailedFinishSucceed) {
   const SecAggParams params = ProtocolParams();
   Federation f = MakeFederation(params, 200, 16);
-  absl::StatusOr<NeighborGraph> graph =
-      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
   UnmaskRequest request = UpToUnmask(f, {});
-  const std::vector<int>& nb = graph->Neighbors(0);
+  const std::vector<int>& nb = f.server->graph().Neighbors(0);
   const std::set<int> late(nb.begin(), nb.begin() + 10);
-  for (int c : request.survivors) {
+  for (const auto& [c, endorsement] : request.signatures) {
     if (late.count(c) != 0) continue;
     ASSERT_TRUE(f.server->ReceiveUnmask(*f.clients[c]->Unmask(request)).ok());
   }
@@ -766,12 +968,12 @@ TEST(SecAggProtocolTest, LateUnmaskAnswersLetAFailedFinishSucceed) {
   EXPECT_TRUE(result->sum == PlainSum32(f, request.survivors));
 }
 
-// Answers the unmask request of every survivor, `tamper` changing each response before the server
+// Answers the unmask request of every signer, `tamper` changing each response before the server
 // receives it; the refused ones are collected by client. Returns Finish's result.
 absl::StatusOr<AggregateResult> UnmaskAndFinish(Federation& f, const UnmaskRequest& request,
                                                 const std::function<void(UnmaskResponse&)>& tamper,
                                                 std::map<int, absl::Status>* refused = nullptr) {
-  for (int c : request.survivors) {
+  for (const auto& [c, endorsement] : request.signatures) {
     absl::StatusOr<UnmaskResponse> r = f.clients[c]->Unmask(request);
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return r.status();
@@ -896,21 +1098,45 @@ TEST(SecAggProtocolTest, AnOutOfRangeTotalWeightIsRefusedWithoutItsValue) {
   EXPECT_THAT(message, ::testing::Not(HasSubstr(absl::StrCat(weight))));
 }
 
-TEST(SecAggProtocolTest, AClientRefusesAnUnmaskingListPaddedWithIdsThatAreNoClients) {
+TEST(SecAggProtocolTest, AClientRefusesListsPaddedWithIdsThatAreNoClients) {
   const SecAggParams params = ProtocolParams();
   Federation f = MakeFederation(params, 50, 23);
-  UnmaskRequest request = UpToUnmask(f, {});
-  const int asked = request.survivors[0];
-  for (int extra : {1000, -5, request.survivors[1]}) {
+  const SurvivorList list = UpToConsistency(f, {7});  // 7: advertised and shared, then dropped
+  const int asked = list.survivors[0];
+  // Stage 4: a survivor list padded with an id that is no client of the round, or repeating one.
+  for (int extra : {1000, -5, list.survivors[1]}) {
+    SurvivorList padded = list;
+    padded.survivors.push_back(extra);
+    absl::StatusOr<SurvivorSignature> s = f.clients[asked]->SignSurvivors(padded);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kFailedPrecondition) << extra;
+    EXPECT_THAT(
+        std::string(s.status().message()),
+        HasSubstr(absl::StrCat(
+            "client ", asked, " refuses to sign the survivors: the server's list holds ", extra,
+            extra == list.survivors[1] ? " twice"
+                                       : ", which did not advertise keys in this round")));
+  }
+  const UnmaskRequest request = SignAndClose(f, list);  // the refusals left it able to sign
+  ASSERT_EQ(request.dropped, std::vector<int>{7});
+  // Stage 5: survivors padded are not the set it signed; dropped ids padded are refused by name.
+  for (int extra : {1000, -5, list.survivors[1]}) {
     UnmaskRequest padded = request;
     padded.survivors.push_back(extra);
     absl::StatusOr<UnmaskResponse> r = f.clients[asked]->Unmask(padded);
-    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << extra;
+    EXPECT_THAT(std::string(r.status().message()),
+                HasSubstr("the survivors in the request are not the set it signed"));
+  }
+  for (int extra : {1000, -5, 7}) {
+    UnmaskRequest padded = request;
+    padded.dropped.push_back(extra);
+    absl::StatusOr<UnmaskResponse> r = f.clients[asked]->Unmask(padded);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << extra;
     EXPECT_THAT(
         std::string(r.status().message()),
         HasSubstr(absl::StrCat(
-            "holds ", extra,
-            extra == request.survivors[1] ? " twice" : ", which is not a client of this round")));
+            "client ", asked, " refuses to unmask: the server's list of dropped clients holds ",
+            extra, extra == 7 ? " twice" : ", which did not advertise keys in this round")));
   }
   EXPECT_TRUE(f.clients[asked]->Unmask(request).ok());  // refusals leave the session as it was
 }
@@ -924,10 +1150,16 @@ TEST(SecAggProtocolTest, AClientForgetsItsSecretsOnceItAnsweredTheUnmasking) {
   EXPECT_EQ(key, Key32{});
   const SecAggParams params = ProtocolParams();
   Federation f = MakeFederation(params, 50, 24);
-  UnmaskRequest request = UpToUnmask(f, {});
-  const int c = request.survivors[0];
+  const SurvivorList list = UpToConsistency(f, {});
+  const int c = list.survivors[0];
   EXPECT_TRUE(f.clients[c]->holds_secrets());
-  // A refused request (an id that is no client) keeps them: the right one may still come.
+  // A refused list or request (an id that is no client) keeps them: the right one may still come.
+  SurvivorList padded_list = list;
+  padded_list.survivors.push_back(params.num_clients);
+  EXPECT_FALSE(f.clients[c]->SignSurvivors(padded_list).ok());
+  EXPECT_TRUE(f.clients[c]->holds_secrets());
+  const UnmaskRequest request = SignAndClose(f, list);
+  EXPECT_TRUE(f.clients[c]->holds_secrets()) << "signing reveals nothing";
   UnmaskRequest padded = request;
   padded.survivors.push_back(params.num_clients);
   EXPECT_FALSE(f.clients[c]->Unmask(padded).ok());

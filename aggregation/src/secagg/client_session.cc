@@ -9,14 +9,18 @@
 
 namespace fl::secagg {
 
-enum class ClientStage { kAdvertise, kShare, kMask, kUnmask, kDone };
+enum class ClientStage { kAdvertise, kShare, kMask, kConsistency, kUnmask, kDone };
 
 struct ClientSession::State {
   SecAggParams params;
   int id = -1;
   size_t dimension = 0;
   std::unique_ptr<RandomSource> rng;
-  NeighborGraph graph;
+  SessionIdentity identity;
+  Key32 session{};                    // the session's hash, once the directory came (ShareKeys)
+  std::map<int, Key32> digests;       // of every entry of U1
+  NeighborGraph graph;                // from the session's hash
+  std::vector<int> signed_survivors;  // the set this client signed (SignSurvivors)
   ClientStage stage = ClientStage::kAdvertise;
   X25519KeyPair cipher_keys;
   X25519KeyPair mask_keys;
@@ -47,7 +51,7 @@ namespace {
 
 absl::Status OutOfOrder(const char* call, ClientStage stage) {
   static constexpr const char* kNames[] = {"advertise keys", "share keys", "masked input",
-                                           "unmasking", "done"};
+                                           "consistency",    "unmasking",  "done"};
   return absl::FailedPreconditionError(
       absl::StrCat(call, " called out of order: the client session is at stage '",
                    kNames[static_cast<int>(stage)], "'"));
@@ -59,7 +63,8 @@ ClientSession::ClientSession(std::unique_ptr<State> state) : state_(std::move(st
 ClientSession::~ClientSession() = default;
 
 absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Create(
-    const SecAggParams& params, int client, size_t dimension, std::unique_ptr<RandomSource> rng) {
+    const SecAggParams& params, int client, size_t dimension, std::unique_ptr<RandomSource> rng,
+    SessionIdentity identity) {
   if (absl::Status s = ValidateSecAggParams(params); !s.ok()) return s;
   if (client < 0 || client >= params.num_clients) {
     return absl::InvalidArgumentError(
@@ -67,15 +72,12 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Create(
   }
   if (dimension < 1) return absl::InvalidArgumentError("dimension must be at least 1");
   if (!rng) return absl::InvalidArgumentError("a RandomSource is required");
-  absl::StatusOr<NeighborGraph> graph =
-      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
-  if (!graph.ok()) return graph.status();
   auto state = std::make_unique<State>();
   state->params = params;
   state->id = client;
   state->dimension = dimension;
   state->rng = std::move(rng);
-  state->graph = *std::move(graph);
+  state->identity = std::move(identity);
   return std::unique_ptr<ClientSession>(new ClientSession(std::move(state)));
 }
 
@@ -86,11 +88,21 @@ absl::StatusOr<KeyAdvertisement> ClientSession::AdvertiseKeys() {
   if (!c.ok()) return c.status();
   absl::StatusOr<X25519KeyPair> m = GenerateX25519KeyPair(*s.rng);
   if (!m.ok()) return m.status();
+  KeyAdvertisement out;
+  out.client = s.id;
+  out.cipher_public = c->public_key;
+  out.mask_public = m->public_key;
+  if (s.identity.signer != nullptr) {
+    out.identity = s.identity.signer->identity();
+    absl::StatusOr<Bytes> signature =
+        s.identity.signer->Sign(internal::AdvertisementMessage(s.identity.context, out));
+    if (!signature.ok()) return signature.status();
+    out.signature = *std::move(signature);
+  }
   s.cipher_keys = *c;
   s.mask_keys = *m;
   s.stage = ClientStage::kShare;
-  return KeyAdvertisement{
-      .client = s.id, .cipher_public = c->public_key, .mask_public = m->public_key};
+  return out;
 }
 
 absl::StatusOr<EncryptedShares> ClientSession::ShareKeys(const KeyDirectory& directory) {
@@ -103,20 +115,67 @@ absl::StatusOr<EncryptedShares> ClientSession::ShareKeys(const KeyDirectory& dir
         absl::StrCat("client ", s.id, ": the key directory does not hold the keys it advertised"));
   }
   std::set<Key32> seen;
+  std::set<std::string> identities;
+  std::map<int, Key32> digests = directory.digests;
   for (const auto& [id, adv] : directory.keys) {
     if (adv.client != id) {
       return absl::FailedPreconditionError(
           absl::StrCat("key directory entry ", id, " names client ", adv.client));
     }
+    if (id < 0 || id >= s.params.num_clients) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key directory entry ", id, " is outside [0, ", s.params.num_clients, ")"));
+    }
     if (!seen.insert(adv.cipher_public).second || !seen.insert(adv.mask_public).second) {
       return absl::FailedPreconditionError(
           absl::StrCat("key directory repeats a public key (at client ", id, ")"));
     }
+    if (s.identity.verifier != nullptr && !identities.insert(adv.identity).second) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key directory gives client ", id, " the identity of another client"));
+    }
+    if (!digests.emplace(id, internal::EntryDigest(adv)).second) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key directory gives client ", id, " both in full and by digest"));
+    }
   }
+  for (const auto& [id, digest] : directory.digests) {
+    if (id < 0 || id >= s.params.num_clients) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("key directory entry ", id, " is outside [0, ", s.params.num_clients, ")"));
+    }
+  }
+  s.session = internal::SessionHash(s.identity.context, s.params, digests);
+  absl::StatusOr<NeighborGraph> graph = NeighborGraph::Make(
+      s.params.num_clients, s.params.num_neighbors, internal::SessionGraphSeed(s.session));
+  if (!graph.ok()) return graph.status();
+  s.graph = *std::move(graph);
+  s.digests = std::move(digests);
   std::vector<int> recipients;
   for (int v : s.graph.Neighbors(s.id)) {
+    if (s.digests.count(v) == 0) continue;  // did not advertise
     auto it = directory.keys.find(v);
-    if (it == directory.keys.end()) continue;
+    if (it == directory.keys.end()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "client ", s.id, ": the key directory gives its neighbour ", v,
+          " only by digest; a neighbour's keys must be sent in full (or the server derived "
+          "another session: other parameters or context, which give another graph)"));
+    }
+    if (s.identity.verifier != nullptr) {
+      if (it->second.identity.empty() || it->second.signature.empty()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("client ", s.id, " refuses the directory: neighbour ", v,
+                         "'s keys are not signed, and this site checks its peers' identities"));
+      }
+      absl::StatusOr<std::string> who = s.identity.verifier->Verify(
+          it->second.identity, internal::AdvertisementMessage(s.identity.context, it->second),
+          it->second.signature);
+      if (!who.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("client ", s.id, " refuses the directory: the keys of neighbour ", v,
+                         " do not verify: ", who.status().message()));
+      }
+    }
     s.neighbor_keys[v] = it->second;
     recipients.push_back(v);
   }
@@ -138,14 +197,16 @@ absl::StatusOr<EncryptedShares> ClientSession::ShareKeys(const KeyDirectory& dir
   EncryptedShares out{.client = s.id, .ciphertexts = {}};
   for (size_t i = 0; i < recipients.size(); ++i) {
     const int v = recipients[i];
-    absl::StatusOr<Key32> key =
-        internal::ShareEncryptionKey(s.cipher_keys.private_key, s.neighbor_keys[v].cipher_public);
+    absl::StatusOr<Key32> key = internal::ShareEncryptionKey(
+        s.cipher_keys.private_key, s.neighbor_keys[v].cipher_public, s.session);
     if (!key.ok()) return key.status();
     const Bytes plain = internal::SerializeSharePlaintext({.from = s.id,
                                                            .to = v,
                                                            .mask_key_share = (*key_shares)[i],
                                                            .self_seed_share = (*seed_shares)[i]});
-    absl::StatusOr<Bytes> sealed = AesGcmEncrypt(*key, plain, internal::ShareAad(s.id, v), *s.rng);
+    absl::StatusOr<Bytes> sealed =
+        AesGcmEncrypt(*key, plain, internal::ShareAad(s.id, v, s.session), *s.rng);
+    Wipe(*key);
     if (!sealed.ok()) return sealed.status();
     out.ciphertexts[v] = *std::move(sealed);
   }
@@ -192,10 +253,12 @@ absl::StatusOr<MaskedInput> ClientSession::MaskEncodedInput(const ShareBundle& b
           absl::StrCat("client ", s.id, " received shares from client ", from,
                        ", which is not a neighbour that advertised keys"));
     }
-    absl::StatusOr<Key32> key =
-        internal::ShareEncryptionKey(s.cipher_keys.private_key, keys->second.cipher_public);
+    absl::StatusOr<Key32> key = internal::ShareEncryptionKey(s.cipher_keys.private_key,
+                                                             keys->second.cipher_public, s.session);
     if (!key.ok()) return key.status();
-    absl::StatusOr<Bytes> plain = AesGcmDecrypt(*key, sealed, internal::ShareAad(from, s.id));
+    absl::StatusOr<Bytes> plain =
+        AesGcmDecrypt(*key, sealed, internal::ShareAad(from, s.id, s.session));
+    Wipe(*key);
     if (!plain.ok()) {
       return absl::Status(plain.status().code(),
                           absl::StrCat("shares from client ", from, " to client ", s.id, ": ",
@@ -221,12 +284,52 @@ absl::StatusOr<MaskedInput> ClientSession::MaskEncodedInput(const ShareBundle& b
   internal::MaskAdder adder(s.params.modulus_bits);
   if (absl::Status st = adder.Add(s.self_seed, +1, out.words); !st.ok()) return st;
   for (const auto& [v, unused] : held) {
-    absl::StatusOr<Key32> seed =
-        internal::PairwiseMaskSeed(s.mask_keys.private_key, s.neighbor_keys[v].mask_public);
+    absl::StatusOr<Key32> seed = internal::PairwiseMaskSeed(
+        s.mask_keys.private_key, s.neighbor_keys[v].mask_public, s.session);
     if (!seed.ok()) return seed.status();
-    if (absl::Status st = adder.Add(*seed, s.id < v ? +1 : -1, out.words); !st.ok()) return st;
+    absl::Status added = adder.Add(*seed, s.id < v ? +1 : -1, out.words);
+    Wipe(*seed);
+    if (!added.ok()) return added;
   }
   s.held = std::move(held);
+  s.stage = ClientStage::kConsistency;
+  return out;
+}
+
+absl::StatusOr<SurvivorSignature> ClientSession::SignSurvivors(const SurvivorList& list) {
+  State& s = *state_;
+  if (s.stage != ClientStage::kConsistency) return OutOfOrder("SignSurvivors", s.stage);
+  std::set<int> survivors;
+  for (int v : list.survivors) {
+    if (s.digests.count(v) == 0 || !survivors.insert(v).second) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "client ", s.id, " refuses to sign the survivors: the server's list holds ", v,
+          s.digests.count(v) == 0 ? ", which did not advertise keys in this round" : " twice"));
+    }
+  }
+  if (survivors.count(s.id) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", s.id,
+                     " refuses to sign the survivors: the server does not list it although it "
+                     "sent its masked input"));
+  }
+  int surviving_neighbors = 0;
+  for (int v : s.graph.Neighbors(s.id)) surviving_neighbors += survivors.count(v);
+  if (surviving_neighbors < s.params.threshold) {
+    // Bonawitz et al.'s check: with fewer than t survivors, this client's own seed cannot be
+    // rebuilt and the round cannot succeed; revealing would only leak.
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", s.id, " refuses to sign the survivors: only ", surviving_neighbors,
+                     " of its neighbours are listed, ", s.params.threshold, " needed"));
+  }
+  s.signed_survivors.assign(survivors.begin(), survivors.end());
+  SurvivorSignature out{.client = s.id, .signature = {}};
+  if (s.identity.signer != nullptr) {
+    absl::StatusOr<Bytes> signature =
+        s.identity.signer->Sign(internal::SurvivorMessage(s.session, s.signed_survivors));
+    if (!signature.ok()) return signature.status();
+    out.signature = *std::move(signature);
+  }
   s.stage = ClientStage::kUnmask;
   return out;
 }
@@ -234,25 +337,22 @@ absl::StatusOr<MaskedInput> ClientSession::MaskEncodedInput(const ShareBundle& b
 absl::StatusOr<UnmaskResponse> ClientSession::Unmask(const UnmaskRequest& request) {
   State& s = *state_;
   if (s.stage != ClientStage::kUnmask) return OutOfOrder("Unmask", s.stage);
-  // Each list names clients of this round, each once: a list padded with ids that are no client
-  // would make a sum look larger than it is to a site that counts it.
-  for (const std::vector<int>* list : {&request.survivors, &request.dropped}) {
-    std::set<int> seen;
-    for (int v : *list) {
-      const bool outside = v < 0 || v >= s.params.num_clients;
-      if (outside || !seen.insert(v).second) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("client ", s.id, " refuses to unmask: the server's list of ",
-                         list == &request.survivors ? "survivors" : "dropped clients", " holds ", v,
-                         outside ? absl::StrCat(", which is not a client of this round (ids 0..",
-                                                s.params.num_clients - 1, ")")
-                                 : " twice"));
-      }
-    }
+  std::vector<int> listed = request.survivors;
+  std::sort(listed.begin(), listed.end());
+  if (listed != s.signed_survivors) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", s.id,
+                     " refuses to unmask: the survivors in the request are not the set it signed (",
+                     listed.size(), " listed, ", s.signed_survivors.size(), " signed)"));
   }
-  const std::set<int> survivors(request.survivors.begin(), request.survivors.end());
-  const std::set<int> dropped(request.dropped.begin(), request.dropped.end());
-  for (int v : dropped) {
+  const std::set<int> survivors(listed.begin(), listed.end());
+  std::set<int> dropped;
+  for (int v : request.dropped) {
+    if (s.digests.count(v) == 0 || !dropped.insert(v).second) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "client ", s.id, " refuses to unmask: the server's list of dropped clients holds ", v,
+          s.digests.count(v) == 0 ? ", which did not advertise keys in this round" : " twice"));
+    }
     if (survivors.count(v) != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("client ", s.id,
@@ -261,20 +361,37 @@ absl::StatusOr<UnmaskResponse> ClientSession::Unmask(const UnmaskRequest& reques
                        v, ", which would reveal its input"));
     }
   }
-  if (dropped.count(s.id) != 0 || survivors.count(s.id) == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("client ", s.id,
-                     " refuses to unmask: the server does not list it as a survivor although "
-                     "it sent its masked input"));
-  }
-  int surviving_neighbors = 0;
-  for (int v : s.graph.Neighbors(s.id)) surviving_neighbors += survivors.count(v);
-  if (surviving_neighbors < s.params.threshold) {
-    // Bonawitz et al.'s check: with fewer than t survivors, this client's own seed cannot be
-    // rebuilt and the round cannot succeed; revealing would only leak.
-    return absl::FailedPreconditionError(
-        absl::StrCat("client ", s.id, " refuses to unmask: only ", surviving_neighbors,
-                     " of its neighbours are listed as survivors"));
+  if (s.identity.verifier != nullptr) {
+    // More than half of U1 must have signed this very set: no other set can then have such a
+    // majority, so every honest site that reveals sees the same survivors.
+    const Bytes message = internal::SurvivorMessage(s.session, s.signed_survivors);
+    const int needed = ConsistencyThreshold(static_cast<int>(s.digests.size()));
+    std::set<std::string> signers;
+    std::string first_reason;
+    for (const auto& [id, e] : request.signatures) {
+      // A majority is all it takes: each signature costs a verification (about 60 us).
+      if (static_cast<int>(signers.size()) >= needed) break;
+      std::string reason;
+      if (survivors.count(id) == 0 || e.keys.client != id) {
+        reason = absl::StrCat("client ", id, " is not a survivor");
+      } else if (internal::EntryDigest(e.keys) != s.digests.at(id)) {
+        reason = absl::StrCat("client ", id, "'s relayed keys are not those of the directory");
+      } else if (absl::StatusOr<std::string> who =
+                     s.identity.verifier->Verify(e.keys.identity, message, e.signature);
+                 !who.ok()) {
+        reason = absl::StrCat("client ", id, ": ", who.status().message());
+      } else {
+        signers.insert(*who);
+      }
+      if (first_reason.empty()) first_reason = reason;
+    }
+    if (static_cast<int>(signers.size()) < needed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "client ", s.id, " refuses to unmask: only ", signers.size(),
+          " survivors' signatures over the survivor set it signed verify, more than half of the ",
+          s.digests.size(), " clients that advertised keys (", needed, ") are needed",
+          first_reason.empty() ? "" : absl::StrCat("; ", first_reason)));
+    }
   }
   UnmaskResponse out{.client = s.id, .self_seed_shares = {}, .mask_key_shares = {}};
   for (const auto& [v, plain] : s.held) {

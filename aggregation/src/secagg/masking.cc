@@ -1,3 +1,8 @@
+#include <openssl/sha.h>
+
+#include <cstring>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "aggregation/internal/secagg_masking.h"
 
@@ -14,31 +19,113 @@ int GetInt(std::span<const uint8_t> in, size_t at) {
   return static_cast<int>(u);
 }
 
-absl::StatusOr<Key32> Derive(const Key32& own, const Key32& peer, std::string_view label) {
+absl::StatusOr<Key32> Derive(const Key32& own, const Key32& peer, std::string_view label,
+                             const Key32& session) {
   absl::StatusOr<Key32> shared = X25519Agree(own, peer);
   if (!shared.ok()) return shared.status();
-  absl::StatusOr<Key32> key = DeriveKey(*shared, label);
+  std::string info(label);
+  info.append(reinterpret_cast<const char*>(session.data()), session.size());
+  absl::StatusOr<Key32> key = DeriveKey(*shared, info);
   Wipe(*shared);
   return key;
 }
 
+void PutLabel(std::string_view label, Bytes& out) {
+  out.insert(out.end(), label.begin(), label.end());
+}
+
+void PutBytes(std::span<const uint8_t> bytes, Bytes& out) {
+  PutInt(static_cast<int>(bytes.size()), out);
+  out.insert(out.end(), bytes.begin(), bytes.end());
+}
+
+Key32 Sha256Of(const Bytes& bytes) {
+  Key32 out{};
+  SHA256(bytes.data(), bytes.size(), out.data());
+  return out;
+}
+
 }  // namespace
 
-absl::StatusOr<Key32> PairwiseMaskSeed(const Key32& own_mask_private, const Key32& peer_public) {
-  return Derive(own_mask_private, peer_public, "fl-secagg/v1 pairwise mask seed");
+absl::StatusOr<Key32> PairwiseMaskSeed(const Key32& own_mask_private, const Key32& peer_public,
+                                       const Key32& session) {
+  return Derive(own_mask_private, peer_public, "fl-secagg/v2 pairwise mask seed", session);
 }
 
-absl::StatusOr<Key32> ShareEncryptionKey(const Key32& own_cipher_private,
-                                         const Key32& peer_public) {
-  return Derive(own_cipher_private, peer_public, "fl-secagg/v1 share encryption key");
+absl::StatusOr<Key32> ShareEncryptionKey(const Key32& own_cipher_private, const Key32& peer_public,
+                                         const Key32& session) {
+  return Derive(own_cipher_private, peer_public, "fl-secagg/v2 share encryption key", session);
 }
 
-Bytes ShareAad(int from, int to) {
-  Bytes aad = {'f', 'l', '-', 's', 'e', 'c', 'a', 'g', 'g', '/',
-               'v', '1', ' ', 's', 'h', 'a', 'r', 'e', 's'};
+Bytes ShareAad(int from, int to, const Key32& session) {
+  Bytes aad;
+  PutLabel("fl-secagg/v2 shares", aad);
   PutInt(from, aad);
   PutInt(to, aad);
+  aad.insert(aad.end(), session.begin(), session.end());
   return aad;
+}
+
+Bytes AdvertisementMessage(std::span<const uint8_t> context, const KeyAdvertisement& keys) {
+  Bytes m;
+  PutLabel("fl-secagg/v2 key advertisement", m);
+  PutBytes(context, m);
+  PutInt(keys.client, m);
+  m.insert(m.end(), keys.cipher_public.begin(), keys.cipher_public.end());
+  m.insert(m.end(), keys.mask_public.begin(), keys.mask_public.end());
+  return m;
+}
+
+Key32 EntryDigest(const KeyAdvertisement& keys) {
+  Bytes m;
+  PutLabel("fl-secagg/v2 directory entry", m);
+  PutInt(keys.client, m);
+  m.insert(m.end(), keys.cipher_public.begin(), keys.cipher_public.end());
+  m.insert(m.end(), keys.mask_public.begin(), keys.mask_public.end());
+  PutBytes(std::span(reinterpret_cast<const uint8_t*>(keys.identity.data()), keys.identity.size()),
+           m);
+  return Sha256Of(m);
+}
+
+Key32 SessionHash(std::span<const uint8_t> context, const SecAggParams& p,
+                  const std::map<int, Key32>& digests) {
+  Bytes m;
+  PutLabel("fl-secagg/v2 session", m);
+  PutBytes(context, m);
+  for (int v : {p.num_clients, p.num_neighbors, p.threshold, p.quantization_bits, p.modulus_bits,
+                static_cast<int>(p.max_weight), static_cast<int>(p.graph_seed),
+                static_cast<int>(p.graph_seed >> 32)}) {
+    PutInt(v, m);
+  }
+  uint64_t clip_bits = 0;
+  std::memcpy(&clip_bits, &p.clip_range, sizeof(clip_bits));
+  PutInt(static_cast<int>(clip_bits), m);
+  PutInt(static_cast<int>(clip_bits >> 32), m);
+  PutInt(static_cast<int>(digests.size()), m);
+  for (const auto& [id, digest] : digests) {
+    PutInt(id, m);
+    m.insert(m.end(), digest.begin(), digest.end());
+  }
+  return Sha256Of(m);
+}
+
+uint64_t SessionGraphSeed(const Key32& session) {
+  Bytes m;
+  PutLabel("fl-secagg/v2 graph", m);
+  m.insert(m.end(), session.begin(), session.end());
+  const Key32 h = Sha256Of(m);
+  uint64_t seed = 0;
+  for (int i = 0; i < 8; ++i) seed |= uint64_t{h[i]} << (8 * i);
+  return seed;
+}
+
+Bytes SurvivorMessage(const Key32& session, const std::vector<int>& survivors) {
+  Bytes m;
+  PutLabel("fl-secagg/v2 survivors", m);
+  m.insert(m.end(), session.begin(), session.end());
+  PutInt(static_cast<int>(survivors.size()), m);
+  for (int v : survivors) PutInt(v, m);
+  return m;
 }
 
 Bytes SerializeSharePlaintext(const SharePlaintext& p) {
@@ -91,3 +178,15 @@ absl::Status MaskAdder::Add(const Key32& seed, int sign, std::span<uint64_t> acc
 }
 
 }  // namespace fl::secagg::internal
+
+namespace fl::secagg {
+
+Bytes SessionContext(int64_t run_id, int32_t round, std::string_view task_id) {
+  size_t end = task_id.find('.');
+  if (end != std::string_view::npos) end = task_id.find('.', end + 1);
+  const std::string text = absl::StrCat("fl run ", run_id, " round ", round, " task ",
+                                        std::string(task_id.substr(0, end)));
+  return Bytes(text.begin(), text.end());
+}
+
+}  // namespace fl::secagg

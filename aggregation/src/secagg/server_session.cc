@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "aggregation/internal/secagg_masking.h"
@@ -10,12 +11,15 @@
 
 namespace fl::secagg {
 
-enum class ServerStage { kAdvertise, kShare, kMask, kUnmask, kDone };
+enum class ServerStage { kAdvertise, kShare, kMask, kConsistency, kUnmask, kDone };
 
 struct ServerSession::State {
   SecAggParams params;
   size_t dimension = 0;
-  NeighborGraph graph;
+  SessionIdentity identity;
+  Key32 session{};               // the session's hash, from CloseAdvertiseKeys
+  std::map<int, Key32> digests;  // of every entry of U1
+  NeighborGraph graph;           // from the session's hash
   ServerStage stage = ServerStage::kAdvertise;
   std::map<int, KeyAdvertisement> u1;
   std::map<Key32, int> key_owner;  // every public key of U1, to the client that advertised it
@@ -23,7 +27,9 @@ struct ServerSession::State {
   std::set<int> u3;
   std::vector<uint64_t> accumulator;
   std::map<int, size_t> folded;  // words folded so far, by client still streaming (FoldMaskedWords)
-  std::set<int> responders;      // U4
+  std::set<std::string> identities;  // of U1 (with a verifier: verified fingerprints)
+  std::map<int, Bytes> signatures;   // U4: survivors' signatures over U3
+  std::set<int> responders;          // unmask answers (a subset of U4)
   std::map<int, std::vector<ShamirShare>> seed_shares;  // by survivor
   std::map<int, std::vector<ShamirShare>> key_shares;   // by dropped client
   std::set<int> dropped;                                // U2 \ U3
@@ -36,7 +42,7 @@ namespace {
 
 const char* StageName(ServerStage stage) {
   static constexpr const char* kNames[] = {"advertise keys", "share keys", "masked input",
-                                           "unmasking", "done"};
+                                           "consistency",    "unmasking",  "done"};
   return kNames[static_cast<int>(stage)];
 }
 
@@ -65,16 +71,15 @@ ServerSession::ServerSession(std::unique_ptr<State> state) : state_(std::move(st
 ServerSession::~ServerSession() = default;
 
 absl::StatusOr<std::unique_ptr<ServerSession>> ServerSession::Create(const SecAggParams& params,
-                                                                     size_t dimension) {
+                                                                     size_t dimension,
+                                                                     SessionIdentity identity) {
   if (absl::Status s = ValidateSecAggParams(params); !s.ok()) return s;
   if (dimension < 1) return absl::InvalidArgumentError("dimension must be at least 1");
-  absl::StatusOr<NeighborGraph> graph =
-      NeighborGraph::Make(params.num_clients, params.num_neighbors, params.graph_seed);
-  if (!graph.ok()) return graph.status();
   auto state = std::make_unique<State>();
   state->params = params;
   state->dimension = dimension;
-  state->graph = *std::move(graph);
+  identity.signer = nullptr;
+  state->identity = std::move(identity);
   return std::unique_ptr<ServerSession>(new ServerSession(std::move(state)));
 }
 
@@ -107,6 +112,28 @@ absl::Status ServerSession::ReceiveKeys(const KeyAdvertisement& m) {
                        "with it is known"));
     }
   }
+  std::string identity = m.identity;
+  if (s.identity.verifier != nullptr) {
+    if (m.identity.empty() || m.signature.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "client ", m.client,
+          " advertised keys without signing them with its certificate; this federation's sites "
+          "check each other's identities (update the client)"));
+    }
+    absl::StatusOr<std::string> who = s.identity.verifier->Verify(
+        m.identity, internal::AdvertisementMessage(s.identity.context, m), m.signature);
+    if (!who.ok()) {
+      return absl::Status(who.status().code(),
+                          absl::StrCat("the keys of client ", m.client,
+                                       " do not verify: ", who.status().message()));
+    }
+    identity = *std::move(who);
+  }
+  if (!identity.empty() && s.identities.count(identity) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client ", m.client, " advertised keys with the identity of another client of the round"));
+  }
+  if (!identity.empty()) s.identities.insert(identity);
   s.key_owner[m.cipher_public] = m.client;
   s.key_owner[m.mask_public] = m.client;
   s.u1[m.client] = m;
@@ -126,9 +153,31 @@ absl::StatusOr<KeyDirectory> ServerSession::CloseAdvertiseKeys() {
                      "threshold + 1 = ",
                      s.params.threshold + 1));
   }
+  for (const auto& [id, keys] : s.u1) s.digests[id] = internal::EntryDigest(keys);
+  s.session = internal::SessionHash(s.identity.context, s.params, s.digests);
+  absl::StatusOr<NeighborGraph> graph = NeighborGraph::Make(
+      s.params.num_clients, s.params.num_neighbors, internal::SessionGraphSeed(s.session));
+  if (!graph.ok()) return graph.status();
+  s.graph = *std::move(graph);
   s.stage = ServerStage::kShare;
-  return KeyDirectory{.keys = s.u1};
+  return KeyDirectory{.keys = s.u1, .digests = {}};
 }
+
+KeyDirectory ServerSession::DirectoryFor(int client) const {
+  const State& s = *state_;
+  KeyDirectory out;
+  if (s.stage == ServerStage::kAdvertise) return out;
+  for (const auto& [id, digest] : s.digests) {
+    if (id == client || s.graph.AreNeighbors(client, id)) {
+      out.keys[id] = s.u1.at(id);
+    } else {
+      out.digests[id] = digest;
+    }
+  }
+  return out;
+}
+
+const NeighborGraph& ServerSession::graph() const { return state_->graph; }
 
 absl::Status ServerSession::ReceiveShares(const EncryptedShares& m) {
   State& s = *state_;
@@ -249,7 +298,7 @@ absl::Status ServerSession::CompleteMaskedInput(int client) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<UnmaskRequest> ServerSession::CloseMaskedInput() {
+absl::StatusOr<SurvivorList> ServerSession::CloseMaskedInput() {
   State& s = *state_;
   if (absl::Status st = CheckStage("CloseMaskedInput", s.stage, ServerStage::kMask); !st.ok()) {
     return st;
@@ -257,13 +306,59 @@ absl::StatusOr<UnmaskRequest> ServerSession::CloseMaskedInput() {
   if (s.u3.empty()) {
     return absl::FailedPreconditionError("no client sent its masked input");
   }
+  for (const auto& [id, unused] : s.u2) {
+    if (s.u3.count(id) == 0) s.dropped.insert(id);
+  }
+  s.stage = ServerStage::kConsistency;
+  return SurvivorList{.survivors = std::vector<int>(s.u3.begin(), s.u3.end())};
+}
+
+absl::Status ServerSession::ReceiveSurvivorSignature(const SurvivorSignature& m) {
+  State& s = *state_;
+  if (absl::Status st = CheckClient(m.client, s.params.num_clients); !st.ok()) return st;
+  if (absl::Status st = CheckStage("SignSurvivors", s.stage, ServerStage::kConsistency); !st.ok()) {
+    return st;
+  }
+  if (s.u3.count(m.client) == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", m.client, " signed the survivors but is not one"));
+  }
+  if (s.signatures.count(m.client) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("client ", m.client, " already signed the survivors"));
+  }
+  if (s.identity.verifier != nullptr) {
+    const std::vector<int> survivors(s.u3.begin(), s.u3.end());
+    absl::StatusOr<std::string> who = s.identity.verifier->Verify(
+        s.u1.at(m.client).identity, internal::SurvivorMessage(s.session, survivors), m.signature);
+    if (!who.ok()) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("the signature of client ", m.client,
+                       " over the survivors does not verify: ", who.status().message()));
+    }
+  }
+  s.signatures[m.client] = m.signature;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<UnmaskRequest> ServerSession::CloseConsistency() {
+  State& s = *state_;
+  if (absl::Status st = CheckStage("CloseConsistency", s.stage, ServerStage::kConsistency);
+      !st.ok()) {
+    return st;
+  }
+  const int needed = ConsistencyThreshold(static_cast<int>(s.u1.size()));
+  if (static_cast<int>(s.signatures.size()) < needed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "only ", s.signatures.size(), " survivors signed the survivor set; more than half of the ",
+        s.u1.size(), " clients that advertised keys (", needed,
+        ") must sign it before any reveals a share"));
+  }
   UnmaskRequest request;
   request.survivors.assign(s.u3.begin(), s.u3.end());
-  for (const auto& [id, unused] : s.u2) {
-    if (s.u3.count(id) == 0) {
-      request.dropped.push_back(id);
-      s.dropped.insert(id);
-    }
+  request.dropped.assign(s.dropped.begin(), s.dropped.end());
+  for (const auto& [id, signature] : s.signatures) {
+    request.signatures[id] = SurvivorEndorsement{.keys = s.u1.at(id), .signature = signature};
   }
   s.stage = ServerStage::kUnmask;
   return request;
@@ -273,9 +368,9 @@ absl::Status ServerSession::ReceiveUnmask(const UnmaskResponse& m) {
   State& s = *state_;
   if (absl::Status st = CheckClient(m.client, s.params.num_clients); !st.ok()) return st;
   if (absl::Status st = CheckStage("Unmask", s.stage, ServerStage::kUnmask); !st.ok()) return st;
-  if (s.u3.count(m.client) == 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("client ", m.client, " answered the unmasking but is not a survivor"));
+  if (s.signatures.count(m.client) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client ", m.client, " answered the unmasking but did not sign the survivor set"));
   }
   if (s.responders.count(m.client) != 0) {
     return absl::AlreadyExistsError(absl::StrCat("client ", m.client, " already answered"));
@@ -367,7 +462,7 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
     // Survivor u added +PRG(s_uv) when u < v and -PRG(s_uv) otherwise: take it back out.
     for (int u : s.graph.Neighbors(v)) {
       if (s.u3.count(u) == 0) continue;
-      absl::StatusOr<Key32> seed = internal::PairwiseMaskSeed(*key, s.u1[u].mask_public);
+      absl::StatusOr<Key32> seed = internal::PairwiseMaskSeed(*key, s.u1[u].mask_public, s.session);
       if (!seed.ok()) {
         Wipe(*key);
         return seed.status();

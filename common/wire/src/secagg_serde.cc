@@ -137,6 +137,8 @@ void KeysToProto(const secagg::KeyAdvertisement& in, v1::SecAggKeys* out) {
   out->set_secagg_id(in.client);
   out->set_cipher_public(ToBytes(in.cipher_public));
   out->set_mask_public(ToBytes(in.mask_public));
+  out->set_identity(in.identity);
+  out->set_signature(ToBytes(in.signature));
 }
 
 absl::StatusOr<secagg::KeyAdvertisement> KeysFromProto(const v1::SecAggKeys& in,
@@ -151,6 +153,17 @@ absl::StatusOr<secagg::KeyAdvertisement> KeysFromProto(const v1::SecAggKeys& in,
   if (!mask.ok()) return mask.status();
   out.cipher_public = *cipher;
   out.mask_public = *mask;
+  if (in.identity().size() > kMaxIdentityBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".identity has ", in.identity().size(),
+                                                   " bytes, at most ", kMaxIdentityBytes));
+  }
+  if (in.signature().size() > kMaxSignatureBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ".signature has ", in.signature().size(),
+                                                   " bytes, at most ", kMaxSignatureBytes));
+  }
+  out.identity = in.identity();
+  const auto* sig = reinterpret_cast<const uint8_t*>(in.signature().data());
+  out.signature.assign(sig, sig + in.signature().size());
   return out;
 }
 
@@ -159,6 +172,11 @@ void DirectoryToProto(const secagg::KeyDirectory& in, v1::SecAggTask* out) {
     secagg::KeyAdvertisement entry = keys;
     entry.client = id;
     KeysToProto(entry, out->add_directory());
+  }
+  for (const auto& [id, digest] : in.digests) {
+    v1::SecAggDigest* d = out->add_directory_digests();
+    d->set_secagg_id(id);
+    d->set_digest(ToBytes(digest));
   }
 }
 
@@ -171,6 +189,16 @@ absl::StatusOr<secagg::KeyDirectory> DirectoryFromProto(const v1::SecAggTask& ta
     if (!out.keys.emplace(keys->client, *keys).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(field, ".secagg_id ", keys->client, " is listed twice"));
+    }
+  }
+  for (int i = 0; i < task.directory_digests_size(); ++i) {
+    const std::string field = absl::StrCat("secagg.directory_digests[", i, "]");
+    const v1::SecAggDigest& d = task.directory_digests(i);
+    absl::StatusOr<secagg::Key32> digest = KeyFromBytes(d.digest(), absl::StrCat(field, ".digest"));
+    if (!digest.ok()) return digest.status();
+    if (out.keys.count(d.secagg_id()) != 0 || !out.digests.emplace(d.secagg_id(), *digest).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".secagg_id ", d.secagg_id(), " is listed twice"));
     }
   }
   return out;
@@ -222,9 +250,37 @@ absl::StatusOr<secagg::ShareBundle> BundleFromProto(const v1::SecAggTask& task) 
   return out;
 }
 
+void SurvivorListToProto(const secagg::SurvivorList& in, v1::SecAggTask* out) {
+  for (int id : in.survivors) out->add_survivors(id);
+}
+
+absl::StatusOr<secagg::SurvivorList> SurvivorListFromProto(const v1::SecAggTask& task) {
+  absl::StatusOr<std::vector<int>> survivors = IdsFromProto(task.survivors(), "secagg.survivors");
+  if (!survivors.ok()) return survivors.status();
+  return secagg::SurvivorList{.survivors = *std::move(survivors)};
+}
+
+absl::StatusOr<secagg::SurvivorSignature> SurvivorSignatureFromBytes(const std::string& in,
+                                                                     int client) {
+  if (in.size() > kMaxSignatureBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("SecAggSubmission.survivor_signature has ",
+                                                   in.size(), " bytes, at most ",
+                                                   kMaxSignatureBytes));
+  }
+  const auto* p = reinterpret_cast<const uint8_t*>(in.data());
+  return secagg::SurvivorSignature{.client = client, .signature = secagg::Bytes(p, p + in.size())};
+}
+
 void UnmaskRequestToProto(const secagg::UnmaskRequest& in, v1::SecAggTask* out) {
   for (int id : in.survivors) out->add_survivors(id);
   for (int id : in.dropped) out->add_dropped(id);
+  for (const auto& [id, e] : in.signatures) {
+    v1::SecAggEndorsement* p = out->add_signatures();
+    secagg::KeyAdvertisement keys = e.keys;
+    keys.client = id;
+    KeysToProto(keys, p->mutable_keys());
+    p->set_signature(ToBytes(e.signature));
+  }
 }
 
 absl::StatusOr<secagg::UnmaskRequest> UnmaskRequestFromProto(const v1::SecAggTask& task) {
@@ -235,6 +291,23 @@ absl::StatusOr<secagg::UnmaskRequest> UnmaskRequestFromProto(const v1::SecAggTas
   if (!dropped.ok()) return dropped.status();
   out.survivors = *std::move(survivors);
   out.dropped = *std::move(dropped);
+  for (int i = 0; i < task.signatures_size(); ++i) {
+    const std::string field = absl::StrCat("secagg.signatures[", i, "]");
+    const v1::SecAggEndorsement& e = task.signatures(i);
+    absl::StatusOr<secagg::KeyAdvertisement> keys = KeysFromProto(e.keys(), field + ".keys");
+    if (!keys.ok()) return keys.status();
+    if (e.signature().size() > kMaxSignatureBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ".signature has ", e.signature().size(),
+                                                     " bytes, at most ", kMaxSignatureBytes));
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(e.signature().data());
+    secagg::SurvivorEndorsement endorsement{
+        .keys = *keys, .signature = secagg::Bytes(p, p + e.signature().size())};
+    if (!out.signatures.emplace(keys->client, std::move(endorsement)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".keys.secagg_id ", keys->client, " is listed twice"));
+    }
+  }
   return out;
 }
 

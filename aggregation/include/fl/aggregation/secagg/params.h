@@ -24,7 +24,9 @@ struct SecAggParams {
   int quantization_bits = 0;   // b: quantized values lie in [0, 2^b)
   int modulus_bits = 32;       // arithmetic modulo 2^modulus_bits; 32 or 64
   uint32_t max_weight = 1000;  // largest weight a client may give its update (Flower: 1000)
-  uint64_t graph_seed = 0;     // shuffles the graph's labels; public, chosen by the server
+  // Public, chosen by the server; the graph's labels are shuffled by a hash of it and of every
+  // client's fresh keys (the session's hash), so the server cannot pick the graph.
+  uint64_t graph_seed = 0;
 };
 
 // What the server tells every site of a secure-aggregation round with each stage task: the
@@ -45,6 +47,12 @@ struct RoundParams {
 // fits (use modulus_bits = 64 or a smaller max_weight).
 absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bits = 32,
                                                  uint32_t max_weight = 1000);
+
+// How many clients of U1 must sign one survivor set before any reveals a share: more than half
+// (|U1| / 2 + 1). Honest clients sign once, so two different sets cannot both gather that many
+// signatures, and a server cannot tell some sites that a client survived and others that it
+// dropped (which would give it both the client's self-mask seed and its neighbours' mask keys).
+inline int ConsistencyThreshold(int directory_size) { return directory_size / 2 + 1; }
 
 // OK, or INVALID_ARGUMENT naming the first offending field: n < 3; k outside [2, n - 1] or n * k
 // odd (no k-regular Harary graph); t <= k/2 ("gives no privacy": a server that lies about who

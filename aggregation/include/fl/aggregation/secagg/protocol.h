@@ -1,26 +1,36 @@
-// The SecAgg+ protocol (Bell et al. 2020) with the double masking of Bonawitz et al. 2017, as two
-// in-process state machines that exchange the message structs below. No network: the server
-// session relays what a transport hands it; a later layer carries the structs over gRPC.
+// The SecAgg+ protocol (Bell et al. 2020) with the double masking of Bonawitz et al. 2017 and
+// the consistency check that makes it hold against a malicious server (Bonawitz et al., section
+// 6), as two in-process state machines that exchange the message structs below. No network: the
+// server session relays what a transport hands it; a later layer carries the structs over gRPC.
 //
-// One round, for clients 0..n-1 on the neighbour graph of `SecAggParams`:
+// One round, for clients 0..n-1:
 //   1. AdvertiseKeys: each client sends two X25519 public keys (one to encrypt shares, one to
-//      agree pairwise masks). The server returns the directory of all keys it received (U1).
-//   2. ShareKeys: each client splits its mask private key and a fresh self-mask seed into t-of-k
-//      Shamir shares, one per neighbour in U1, each encrypted with AES-256-GCM under
-//      HKDF(X25519(own cipher key, neighbour's cipher key)). The server forwards to each client the
-//      ciphertexts addressed to it; who sent them is U2.
+//      agree pairwise masks), signed with its identity (identity.h) over the session's context.
+//      The server returns the directory of the keys it received (U1). The session's hash covers
+//      the context, the parameters and every entry of U1; the neighbour graph's seed comes from
+//      it, so the server cannot choose who neighbours whom.
+//   2. ShareKeys: each client checks its neighbours' signatures, splits its mask private key and
+//      a fresh self-mask seed into t-of-k Shamir shares, one per neighbour in U1, each encrypted
+//      with AES-256-GCM under HKDF(X25519(own cipher key, neighbour's cipher key), session). The
+//      server forwards to each client the ciphertexts addressed to it; who sent them is U2.
 //   3. MaskedInput: each client sends y = encoding + PRG(self seed) + sum over neighbours v in U2
 //      of +PRG(s_uv) (u < v) or -PRG(s_uv) (u > v), modulo 2^m, with s_uv =
-//      HKDF(X25519(own mask key, v's mask key)). The server adds each y into one accumulator
-//      (memory O(model), not O(clients x model)); who sent is U3.
-//   4. Unmasking: the server tells the clients of U3 who survived (U3) and who dropped after
-//      sharing (U2 \ U3). Each reveals, per neighbour, the share of its self-mask seed (survivor)
-//      or of its mask key (dropped), never both. The server reconstructs from t shares, removes
-//      the masks and obtains the exact sum of the survivors' encodings.
+//      HKDF(X25519(own mask key, v's mask key), session). The server adds each y into one
+//      accumulator (memory O(model), not O(clients x model)); who sent is U3.
+//   4. Consistency: the server sends U3 to its clients; each signs (session, U3) once. Those who
+//      signed are U4; at least ConsistencyThreshold(|U1|) of them are needed.
+//   5. Unmasking: the server tells the clients of U4 the survivors (U3), who dropped after sharing
+//      (U2 \ U3), and relays the signatures of U4. Each client checks that more than half of U1
+//      signed the very survivor set it signed (honest clients sign once, so no other set can have
+//      such a majority: every honest client that reveals anything sees the same U3), then
+//      reveals, per neighbour, the share of its self-mask seed (survivor) or of its mask key
+//      (dropped), never both. The server reconstructs from t shares, removes the masks and obtains
+//      the exact sum of the survivors' encodings.
 //
-// A client refuses (FAILED_PRECONDITION) to reveal both shares of one peer, or to answer twice.
-// The server fails the round (FAILED_PRECONDITION naming the client and the counts) when fewer
-// than t neighbours of a client whose mask must be removed answered. Neither class is thread-safe.
+// A client refuses (FAILED_PRECONDITION) to reveal both shares of one peer, to sign or unmask
+// for a set other than the one it signed, or to answer twice. The server fails the round
+// (FAILED_PRECONDITION naming the client and the counts) when fewer than t neighbours of a client
+// whose mask must be removed answered. Neither class is thread-safe.
 #ifndef FL_AGGREGATION_SECAGG_PROTOCOL_H_
 #define FL_AGGREGATION_SECAGG_PROTOCOL_H_
 
@@ -28,26 +38,55 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fl/aggregation/secagg/graph.h"
+#include "fl/aggregation/secagg/identity.h"
 #include "fl/aggregation/secagg/params.h"
 #include "fl/aggregation/secagg/primitives.h"
 #include "fl/aggregation/secagg/shamir.h"
 
 namespace fl::secagg {
 
+// What a session is bound to, and how its clients prove who they are.
+struct SessionIdentity {
+  // Public bytes both ends know before the round (the run, the round, the attempt): part of every
+  // signature, of the session's hash and so of every derived key; nothing made for another
+  // session is accepted in this one.
+  Bytes context;
+  // Client: signs its key advertisement and the survivor set (none: it signs nothing, and a peer
+  // that verifies refuses it).
+  std::shared_ptr<const IdentitySigner> signer;
+  // Client: checks its neighbours' advertisements and the survivors' signatures; without one it
+  // trusts the server (semi-honest). Server: checks both as they arrive, so that one client's bad
+  // signature drops that client instead of failing the round at its peers.
+  std::shared_ptr<const IdentityVerifier> verifier;
+};
+
+// The context both ends of the federation's rounds bind a session to: the run, the round and the
+// attempt, which the round's task id names in its first two parts ("r3.a1.<client>").
+Bytes SessionContext(int64_t run_id, int32_t round, std::string_view task_id);
+
 // Stage 1, client -> server.
 struct KeyAdvertisement {
   int client = -1;
   Key32 cipher_public{};  // encrypts the shares
   Key32 mask_public{};    // agrees the pairwise masks
+  std::string identity;   // the signer's certificate (PEM); empty when the client has none
+  Bytes signature;        // by the identity over the context, the id and both keys
 };
 
-// Stage 1, server -> every client of U1: the keys of U1, by client id.
+// Stage 1, server -> every client of U1: the entries of U1, by client id: the client's own and its
+// neighbours' in full (`keys`), every other one by its digest (`digests`, SHA-256 over the id, the
+// keys and the identity), from which the session's hash is computed without sending every
+// certificate to everyone. ServerSession::DirectoryFor gives a client's.
 struct KeyDirectory {
   std::map<int, KeyAdvertisement> keys;
+  std::map<int, Key32> digests;
 };
 
 // The size of one sealed pair of shares: nonce, the plaintext (sender and recipient ids, 4 bytes
@@ -73,13 +112,32 @@ struct MaskedInput {
   std::vector<uint64_t> words;
 };
 
-// Stage 4, server -> every client of U3.
-struct UnmaskRequest {
-  std::vector<int> survivors;  // U3: their self masks are removed
-  std::vector<int> dropped;    // U2 \ U3: their pairwise masks are removed
+// Stage 4, server -> every client of U3: the survivor set, ascending.
+struct SurvivorList {
+  std::vector<int> survivors;
 };
 
-// Stage 4, client -> server: shares of neighbours' secrets, by the neighbour they belong to.
+// Stage 4, client -> server: its signature over (session, survivors); empty without a signer.
+struct SurvivorSignature {
+  int client = -1;
+  Bytes signature;
+};
+
+// One signer of the survivor set, as relayed to the others: its directory entry (which a client
+// that holds only the entry's digest checks against it) and its signature.
+struct SurvivorEndorsement {
+  KeyAdvertisement keys;
+  Bytes signature;
+};
+
+// Stage 5, server -> every client of U4.
+struct UnmaskRequest {
+  std::vector<int> survivors;                     // U3: their self masks are removed
+  std::vector<int> dropped;                       // U2 \ U3: their pairwise masks are removed
+  std::map<int, SurvivorEndorsement> signatures;  // U4's, by signer
+};
+
+// Stage 5, client -> server: shares of neighbours' secrets, by the neighbour they belong to.
 struct UnmaskResponse {
   int client = -1;
   std::map<int, ShamirShare> self_seed_shares;  // of survivors
@@ -99,16 +157,21 @@ class ClientSession {
   // or a dimension < 1. `rng` supplies every secret (keys, seeds, nonces, share polynomials).
   static absl::StatusOr<std::unique_ptr<ClientSession>> Create(const SecAggParams& params,
                                                                int client, size_t dimension,
-                                                               std::unique_ptr<RandomSource> rng);
+                                                               std::unique_ptr<RandomSource> rng,
+                                                               SessionIdentity identity = {});
   ~ClientSession();
   ClientSession(const ClientSession&) = delete;
   ClientSession& operator=(const ClientSession&) = delete;
 
-  // Stage 1: fresh key pairs. FAILED_PRECONDITION when called out of order (for all stages).
+  // Stage 1: fresh key pairs, signed when the session has a signer. FAILED_PRECONDITION when
+  // called out of order (for all stages); what the signer returns when it fails.
   absl::StatusOr<KeyAdvertisement> AdvertiseKeys();
 
   // Stage 2. FAILED_PRECONDITION when the directory lacks this client's own keys as advertised,
-  // holds one public key for two clients, or holds fewer than t of this client's neighbours.
+  // holds one public key or (with a verifier) one identity for two clients, gives a neighbour
+  // only by its digest, names an id twice or outside [0, n), or holds fewer than t of this
+  // client's neighbours; with a verifier, when a neighbour's advertisement is unsigned or its
+  // signature or certificate does not verify (the verifier's reason).
   absl::StatusOr<EncryptedShares> ShareKeys(const KeyDirectory& directory);
 
   // Stage 3 with an encoding already made by EncodeWeightedUpdate (dimension + 1 words).
@@ -122,10 +185,16 @@ class ClientSession {
   absl::StatusOr<MaskedInput> MaskUpdate(const ShareBundle& bundle, std::span<const float> update,
                                          uint32_t weight);
 
-  // Stage 4. FAILED_PRECONDITION when a list names an id outside [0, n) or one id twice, when a
-  // peer is listed both as survivor and as dropped ("reveal both shares"), when this client is
-  // listed as dropped, when fewer than t of its neighbours are
-  // listed as survivors, or when it already answered.
+  // Stage 4: signs the survivor set, once. FAILED_PRECONDITION when the list names an id outside
+  // U1 or one id twice, does not list this client, or lists fewer than t of its neighbours (its
+  // own seed could not be rebuilt: revealing would only leak).
+  absl::StatusOr<SurvivorSignature> SignSurvivors(const SurvivorList& list);
+
+  // Stage 5. FAILED_PRECONDITION when the survivors differ from the set this client signed, when
+  // a peer is listed both as survivor and as dropped ("reveal both shares"), when a dropped id is
+  // outside U1 or repeated, or (with a verifier) when fewer than ConsistencyThreshold(|U1|)
+  // distinct survivors' signatures over this set verify (a signature that does not is not
+  // counted; the message gives the count and the first reason); or when it already answered.
   absl::StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 
   // Whether the session still holds its private keys, self-mask seed and the shares it was sent:
@@ -141,9 +210,11 @@ class ClientSession {
 
 class ServerSession {
  public:
-  // INVALID_ARGUMENT for parameters ValidateSecAggParams refuses or a dimension < 1.
+  // INVALID_ARGUMENT for parameters ValidateSecAggParams refuses or a dimension < 1. Only the
+  // identity's context and verifier are used.
   static absl::StatusOr<std::unique_ptr<ServerSession>> Create(const SecAggParams& params,
-                                                               size_t dimension);
+                                                               size_t dimension,
+                                                               SessionIdentity identity = {});
   ~ServerSession();
   ServerSession(const ServerSession&) = delete;
   ServerSession& operator=(const ServerSession&) = delete;
@@ -155,10 +226,17 @@ class ServerSession {
   //
   // Also INVALID_ARGUMENT naming the client for keys its neighbours would refuse: the same key
   // twice, a key another client already advertised, or a point of small order (all zeros, u = 1,
-  // ...: every shared secret with it is known).
+  // ...: every shared secret with it is known); with a verifier, an advertisement without an
+  // identity, with the identity of another client, or whose signature or certificate does not
+  // verify (the verifier's code and reason).
   absl::Status ReceiveKeys(const KeyAdvertisement& message);
-  // Closes stage 1. FAILED_PRECONDITION when fewer than t + 1 clients advertised.
+  // Closes stage 1: the whole directory (every entry in full), the session's hash and its graph
+  // fixed. FAILED_PRECONDITION when fewer than t + 1 clients advertised.
   absl::StatusOr<KeyDirectory> CloseAdvertiseKeys();
+  // After stage 1: what `client` is sent, its own entry and its neighbours' in full, the others'
+  // digests. The graph after stage 1 (empty before).
+  KeyDirectory DirectoryFor(int client) const;
+  const NeighborGraph& graph() const;
 
   // INVALID_ARGUMENT unless the message holds exactly one ciphertext for every neighbour of the
   // sender in U1 and none for anyone else, each of kSealedShareBytes.
@@ -177,12 +255,21 @@ class ServerSession {
   // input they have verified whole. Sums modulo 2^m: the order of clients does not matter.
   absl::Status FoldMaskedWords(int client, size_t first_word, std::span<const uint64_t> words);
   absl::Status CompleteMaskedInput(int client);
-  // Closes stage 3. FAILED_PRECONDITION when no client sent its masked input.
-  absl::StatusOr<UnmaskRequest> CloseMaskedInput();
+  // Closes stage 3: the survivor set to sign. FAILED_PRECONDITION when no client sent its masked
+  // input.
+  absl::StatusOr<SurvivorList> CloseMaskedInput();
 
-  // INVALID_ARGUMENT naming the client and the owner when a share belongs to a client the request
-  // did not list in that role, to a non-neighbour, is not at the responder's point, or holds a
-  // value outside the field (y >= kShamirPrime).
+  // A survivor's signature (refused like the others; FAILED_PRECONDITION for a client not in U3).
+  // With a verifier, what it refuses: UNAUTHENTICATED for a signature that does not verify.
+  absl::Status ReceiveSurvivorSignature(const SurvivorSignature& message);
+  // Closes stage 4: the unmask request for the signers. FAILED_PRECONDITION naming the counts when
+  // fewer than ConsistencyThreshold(|U1|) signed.
+  absl::StatusOr<UnmaskRequest> CloseConsistency();
+
+  // From a client of U4 (FAILED_PRECONDITION for one that did not sign). INVALID_ARGUMENT naming
+  // the client and the owner when a share belongs to a client the request did not list in that
+  // role, to a non-neighbour, is not at the responder's point, or holds a value outside the
+  // field (y >= kShamirPrime).
   absl::Status ReceiveUnmask(const UnmaskResponse& message);
   // Reconstructs and removes the masks. FAILED_PRECONDITION ("client 7: 4 of its neighbours
   // revealed shares of its self-mask seed, 6 needed") when a needed secret has fewer than t

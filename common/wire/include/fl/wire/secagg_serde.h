@@ -24,11 +24,17 @@ namespace fl::wire {
 absl::StatusOr<secagg::RoundParams> ParamsFromProto(const v1::SecAggParams& in);
 void ParamsToProto(const secagg::RoundParams& in, v1::SecAggParams* out);
 
-// Stage 1: 32-byte X25519 public keys.
+// At most what a site's certificate and signature may take in a key advertisement.
+inline constexpr size_t kMaxIdentityBytes = 16384;
+inline constexpr size_t kMaxSignatureBytes = 1024;
+
+// Stage 1: 32-byte X25519 public keys; the identity and signature no longer than the limits
+// above.
 void KeysToProto(const secagg::KeyAdvertisement& in, v1::SecAggKeys* out);
 absl::StatusOr<secagg::KeyAdvertisement> KeysFromProto(const v1::SecAggKeys& in,
                                                        absl::string_view field = "keys");
-// A stage-2 task's directory, by client id; INVALID_ARGUMENT also for a client id listed twice.
+// A stage-2 task's directory, by client id (entries in full and by digest); INVALID_ARGUMENT
+// also for a client id listed twice or a digest not of 32 bytes.
 void DirectoryToProto(const secagg::KeyDirectory& in, v1::SecAggTask* out);
 absl::StatusOr<secagg::KeyDirectory> DirectoryFromProto(const v1::SecAggTask& task);
 
@@ -41,7 +47,15 @@ absl::StatusOr<secagg::EncryptedShares> SharesFromProto(const v1::SecAggShares& 
 void BundleToProto(const secagg::ShareBundle& in, v1::SecAggTask* out);
 absl::StatusOr<secagg::ShareBundle> BundleFromProto(const v1::SecAggTask& task);
 
-// Stage 4: the request (survivors and dropped, each id once) and the response.
+// Stage 4: the survivor list (each id once), and the signature (no longer than
+// kMaxSignatureBytes).
+void SurvivorListToProto(const secagg::SurvivorList& in, v1::SecAggTask* out);
+absl::StatusOr<secagg::SurvivorList> SurvivorListFromProto(const v1::SecAggTask& task);
+absl::StatusOr<secagg::SurvivorSignature> SurvivorSignatureFromBytes(const std::string& in,
+                                                                     int client);
+
+// Stage 5: the request (survivors and dropped, each id once, and the signers' endorsements,
+// each signer once) and the response.
 void UnmaskRequestToProto(const secagg::UnmaskRequest& in, v1::SecAggTask* out);
 absl::StatusOr<secagg::UnmaskRequest> UnmaskRequestFromProto(const v1::SecAggTask& task);
 void UnmaskToProto(const secagg::UnmaskResponse& in, v1::SecAggUnmask* out);

@@ -88,13 +88,13 @@ struct PrivacyOptions {
 };
 
 // Secure aggregation (SecAgg+ with the double masking of Bonawitz et al.; fl/aggregation/secagg/):
-// every round runs four stages (advertise keys, share keys, masked input, unmask) so that the
-// server learns only the weighted sum of the sampled clients' changes from the global model, never
-// one client's. Clients of a round get secagg ids 0..n-1 in the order of their sorted client ids.
-// Each round derives DefaultSecAggParams(n, modulus_bits, max_weight) and overrides it with the
-// keys set here (0: keep the default). Stages 1, 2 and 4 close when every client still in them
-// answered, or after `stage_timeout`; stage 3 (training) after round_timeout. A client that does
-// not answer a stage is dropped from the round; the round survives while the library can
+// every round runs five stages (advertise keys, share keys, masked input, consistency, unmask) so
+// that the server learns only the weighted sum of the sampled clients' changes from the global
+// model, never one client's. Clients of a round get secagg ids 0..n-1 in the order of their sorted
+// client ids. Each round derives DefaultSecAggParams(n, modulus_bits, max_weight) and overrides it
+// with the keys set here (0: keep the default). Stages 1, 2, 4 and 5 close when every client still
+// in them answered, or after `stage_timeout`; stage 3 (training) after round_timeout. A client that
+// does not answer a stage is dropped from the round; the round survives while the library can
 // recover the dropped clients' masks.
 struct SecureAggregationOptions {
   bool enabled = false;
@@ -201,8 +201,10 @@ inline constexpr std::string_view kScaffoldCommittedRoundKey = "scaffold_committ
 struct SecAggTaskInfo {
   secagg::RoundParams round;  // the protocol's parameters, weights, distributed DP
   int32_t secagg_id = -1;
-  secagg::KeyDirectory directory;  // kSecAggShare: this client's keys and its neighbours'
+  // kSecAggShare: this client's keys and its neighbours' in full, the others' digests.
+  secagg::KeyDirectory directory;
   secagg::ShareBundle bundle;      // kSecAggMaskedInput: the shares addressed to it, by sender
+  secagg::SurvivorList survivors;  // kSecAggConsistency: the survivor set to sign
   secagg::UnmaskRequest unmask;    // kSecAggUnmask
 };
 
@@ -230,6 +232,7 @@ struct Task {
     kSecAggAdvertise,
     kSecAggShare,
     kSecAggMaskedInput,  // `fit`, `spec`, `model_*` as for kFit
+    kSecAggConsistency,
     kSecAggUnmask,
     kStatistics,  // report FeatureSumsReport through SubmitEvaluation (round 0)
   };
@@ -263,6 +266,7 @@ struct SecAggMessage {
   Task::Kind stage = Task::Kind::kWait;  // the kSecAgg* kind this answers
   std::optional<secagg::KeyAdvertisement> keys;
   std::optional<secagg::EncryptedShares> shares;
+  std::optional<secagg::SurvivorSignature> survivor_signature;
   std::optional<secagg::UnmaskResponse> unmask;
   std::string decline_reason;  // non-empty: the client leaves the round
   // Non-empty: the message's body could not be read (the transport says why); the client is
@@ -329,6 +333,11 @@ struct EngineHooks {
   // stored seed: empty (the default) draws it from OpenSSL's CSPRNG, kept nowhere. Tests inject
   // a fixed one.
   std::function<uint64_t()> dp_draw_seed;
+  // Secure aggregation: checks each site's signed keys and survivor signature as they arrive
+  // (fl/aggregation/secagg/identity.h), so that one bad signature drops that site instead of
+  // failing the round at its peers. Null: the sites alone check each other (a site that does not
+  // sign is then dropped by its peers, not here). The server binary gives one for its CA.
+  std::shared_ptr<const secagg::IdentityVerifier> secagg_verifier;
 };
 
 // One client's update while its chunks stream in. Destroying it before Finish refuses it as
