@@ -292,6 +292,12 @@ const std::vector<Key>& Keys() {
           "the sites holding each other's shares set it alike). 0: no floor.",
           0, [](auto& c) -> auto& { return c.client.limits.min_sum_size; })
           .Flag("--min-sum-size", "Refuse to unmask sums of fewer inputs (0: no floor)"),
+      tk::FloatKey<C>(
+          "limits", "min_corrupt_fraction",
+          "Secure rounds: decline a round whose consistency check holds against fewer colluding "
+          "sites than this share, in [0, 0.5). 0: any.",
+          Range::kHalfOpenFraction,
+          [](auto& c) -> auto& { return c.client.limits.min_corrupt_fraction; }),
       tk::BoolKey<C>(
           "limits", "share_site_evaluation",
           "In runs with secure aggregation, let the server record this site's own evaluation "

@@ -29,7 +29,8 @@ namespace {
 SecureRoundNoise NoiseOf(const SecAggRoundParams& p) {
   return {.num_sites = p.secagg.num_clients,
           .clip_norm = p.dp_clip_norm,
-          .noise_stddev = p.dp_noise_stddev};
+          .noise_stddev = p.dp_noise_stddev,
+          .corrupt_fraction = p.secagg.corrupt_fraction};
 }
 
 }  // namespace

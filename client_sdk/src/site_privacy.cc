@@ -23,6 +23,16 @@ absl::Status CheckSecureRoundLimits(const SiteLimits& limits, const SecureRoundN
     return absl::InvalidArgumentError(
         "limits.min_sum_size, min_noise_multiplier and max_epsilon must be >= 0");
   }
+  if (!(limits.min_corrupt_fraction >= 0 && limits.min_corrupt_fraction < 0.5)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "limits.min_corrupt_fraction must be in [0, 0.5), got ", limits.min_corrupt_fraction));
+  }
+  if (round.corrupt_fraction < limits.min_corrupt_fraction) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the round's consistency check holds with up to ", round.corrupt_fraction,
+                     " of its sites colluding with the server; this site requires at least ",
+                     limits.min_corrupt_fraction, " (limits.min_corrupt_fraction)"));
+  }
   if (limits.max_epsilon > 0 && !(limits.epsilon_delta > 0 && limits.epsilon_delta < 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("limits.epsilon_delta must be in (0, 1), got ", limits.epsilon_delta));

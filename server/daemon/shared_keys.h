@@ -219,8 +219,8 @@ std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
           1, [secagg](auto& c) -> auto& { return secagg(c).example_unit; }),
       tk::SecondsKey<C>(
           "secure_aggregation", "stage_timeout_s",
-          "Deadline of the key, sharing and unmasking stages; clients silent by then drop out "
-          "(seconds).",
+          "Deadline of the key, sharing, signing and unmasking stages; clients silent by then "
+          "drop out (seconds).",
           Range::kPositive, [secagg](auto& c) -> auto& { return secagg(c).stage_timeout; })
           .Flag("--secagg-stage-timeout",
                 "SecAgg: seconds for the key, sharing and unmasking stages"),
@@ -228,7 +228,15 @@ std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
           "secure_aggregation", "max_dropout",
           "Distributed DP: the share of sampled clients that may drop out; the noise is planned "
           "for the rest, and a round with fewer survivors fails.",
-          Range::kHalfOpenFraction, [secagg](auto& c) -> auto& { return secagg(c).max_dropout; })};
+          Range::kHalfOpenFraction, [secagg](auto& c) -> auto& { return secagg(c).max_dropout; }),
+      tk::FloatKey<C>(
+          "secure_aggregation", "corrupt_fraction",
+          "The share of a round's sites that may collude with a malicious server, in [0, 0.5): "
+          "sites reveal shares only once a majority of them that holds with this many colluders "
+          "signed one survivor set, so more dropouts before that stage fail the round.",
+          Range::kHalfOpenFraction, [secagg](auto& c) -> auto& {
+            return secagg(c).corrupt_fraction;
+          })};
 }
 
 }  // namespace fl::server::config_keys

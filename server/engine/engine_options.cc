@@ -73,6 +73,9 @@ absl::Status SecureAggregationOptions::Validate() const {
     return bad("stage_timeout_s", absl::FormatDuration(stage_timeout), "positive");
   }
   if (!(max_dropout >= 0 && max_dropout < 1)) return bad("max_dropout", max_dropout, "in [0, 1)");
+  if (!(corrupt_fraction >= 0 && corrupt_fraction < 0.5)) {
+    return bad("corrupt_fraction", corrupt_fraction, "in [0, 0.5)");
+  }
   return absl::OkStatus();
 }
 
@@ -123,6 +126,7 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
   if (threshold != 0) p->threshold = threshold;
   p->clip_range = clip_range;
   p->graph_seed = graph_seed;
+  p->corrupt_fraction = corrupt_fraction;
   if (absl::Status s = secagg::ValidateSecAggParams(*p); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("secure aggregation for ", num_clients, " clients: ", s.message()));
@@ -172,7 +176,8 @@ std::string EngineOptions::ToJson() const {
         {"max_weight", secure_aggregation.max_weight},
         {"example_unit", secure_aggregation.example_unit},
         {"stage_timeout_ms", absl::ToInt64Milliseconds(secure_aggregation.stage_timeout)},
-        {"max_dropout", secure_aggregation.max_dropout}}},
+        {"max_dropout", secure_aggregation.max_dropout},
+        {"corrupt_fraction", secure_aggregation.corrupt_fraction}}},
   };
   if (strategy.has_value()) {
     j["strategy"] = {{"name", strategy->name},
@@ -256,6 +261,7 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
       sa.stage_timeout = absl::Milliseconds(
           a.value("stage_timeout_ms", absl::ToInt64Milliseconds(sa.stage_timeout)));
       sa.max_dropout = a.value("max_dropout", sa.max_dropout);
+      sa.corrupt_fraction = a.value("corrupt_fraction", sa.corrupt_fraction);
     }
     if (j.contains("strategy")) {  // absent: a run from before it was recorded
       const nlohmann::json& s = j.at("strategy");

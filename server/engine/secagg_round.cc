@@ -83,6 +83,7 @@ std::string SecAggRound::Record(bool failed, bool unmasking) const {
         {"max_weight", p.max_weight},
         {"example_unit", s.example_unit},
         {"graph_seed", p.graph_seed},
+        {"corrupt_fraction", p.corrupt_fraction},
         {"dp_noise_stddev", s.dp_noise_stddev},
         {"dp_min_survivors", s.dp_min_survivors}}},
       {"u1", s.u1},

@@ -461,6 +461,7 @@ max_weight = 50
 example_unit = 100
 stage_timeout_s = 12.5
 max_dropout = 0.2
+corrupt_fraction = 0.2
 )"),
                                      c);
   ASSERT_TRUE(s.ok()) << s;
@@ -475,6 +476,8 @@ max_dropout = 0.2
   EXPECT_EQ(sa.example_unit, 100);
   EXPECT_EQ(sa.stage_timeout, absl::Milliseconds(12500));
   EXPECT_EQ(sa.max_dropout, 0.2);
+  EXPECT_EQ(sa.corrupt_fraction, 0.2);
+  EXPECT_EQ(Defaults().server.engine.secure_aggregation.corrupt_fraction, 1.0 / 3);
   EXPECT_TRUE(c.server.engine.privacy.distributed());
   EXPECT_FALSE(Defaults().server.engine.secure_aggregation.enabled);  // off by default
 }
@@ -500,6 +503,8 @@ TEST_F(ConfigTest, SecureAggregationRefusesWhatCannotWorkTogether) {
   EXPECT_THAT(s.message(), HasSubstr("modulus_bits"));
   EXPECT_THAT(ApplyText(on + "max_dropout = 1\n").message(),
               HasSubstr("secure_aggregation.max_dropout"));
+  EXPECT_THAT(ApplyText(on + "corrupt_fraction = 0.5\n").message(),
+              HasSubstr("secure_aggregation.corrupt_fraction must be in [0, 0.5), got 0.5"));
 }
 
 TEST_F(ConfigTest, UpdateEncodingIsReadAndRefusedWithSecureAggregation) {
@@ -578,7 +583,7 @@ TEST_F(ConfigTest, ReferenceListsEveryKeyWithACommentAndReadsBackToTheDefaults) 
         "init_seed"}},
       {"secure_aggregation",
        {"enabled", "num_neighbors", "threshold", "clip_range", "quantization_bits", "modulus_bits",
-        "max_weight", "example_unit", "stage_timeout_s", "max_dropout"}},
+        "max_weight", "example_unit", "stage_timeout_s", "max_dropout", "corrupt_fraction"}},
   };
   for (const auto& [table, names] : keys) {
     const size_t table_at = reference.find(absl::StrCat("\n[", table, "]\n"));

@@ -248,7 +248,7 @@ TEST(SecAggMaliciousServerTest, AnHonestRoundWithIdentitiesIsExact) {
 // of a split can ever reveal anything.
 TEST(SecAggMaliciousServerTest, ASplitSurvivorSetCannotBeUnmaskedOnBothSides) {
   const SecAggParams params = *DefaultSecAggParams(9);  // k = 8 (everyone), t = 5
-  ASSERT_EQ(ConsistencyThreshold(9), 5);
+  ASSERT_EQ(ConsistencyThreshold(9, 0), 5);
   const int victim = 0;
   // What the second group is told dropped: the victim itself, or one of its neighbours.
   for (const int claimed : {victim, 1}) {
@@ -298,8 +298,8 @@ TEST(SecAggMaliciousServerTest, ASplitSurvivorSetCannotBeUnmaskedOnBothSides) {
     // 2. Its own set with every signature the server holds: those over B do not verify over A.
     m = expect_refused(unmask(2, set_a, {}, every), "all signatures to group A");
     EXPECT_THAT(m, HasSubstr("client 2 refuses to unmask: only 4 survivors' signatures over the "
-                             "survivor set it signed verify, more than half of the 9 clients that "
-                             "advertised keys (5) are needed"));
+                             "survivor set it signed verify; 5 of the 9 clients that advertised "
+                             "keys are needed"));
     EXPECT_THAT(m, HasSubstr("client 4: signature by site-4"));
     EXPECT_THAT(m, HasSubstr("does not verify"));
     // 3. One of A's signatures relayed a second time as site 4's (with site 0's certificate in
@@ -585,16 +585,17 @@ TEST(SecAggMaliciousServerTest, TheConsistencyCheckNeedsMoreThanHalfOfTheSitesTh
   EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(
       std::string(early.status().message()),
-      HasSubstr("only 4 survivors signed the survivor set; more than half of the 8 "
-                "clients that advertised keys (5) must sign it before any reveals a share"));
+      HasSubstr("only 4 survivors signed the survivor set; 5 of the 8 clients that advertised "
+                "keys (a majority with 0 of them colluding) must sign it before any reveals a "
+                "share"));
   // A server that skips its own check: the sites count for themselves.
   absl::StatusOr<UnmaskResponse> refused = r.clients[0]->Unmask(
       UnmaskRequest{.survivors = survivors, .dropped = {6, 7}, .signatures = endorsements});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("client 0 refuses to unmask: only 4 survivors' signatures over the "
-                        "survivor set it signed verify, more than half of the 8 clients that "
-                        "advertised keys (5) are needed"));
+                        "survivor set it signed verify; 5 of the 8 clients that advertised keys "
+                        "are needed"));
   EXPECT_TRUE(r.clients[0]->holds_secrets());
   // A fifth signature: the stage closes and the round is exact over the six survivors.
   ASSERT_TRUE(

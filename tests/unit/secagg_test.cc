@@ -357,6 +357,30 @@ TEST(SecAggParamsTest, DefaultsAreValidAndDerivedFromN) {
   EXPECT_TRUE(DefaultSecAggParams(100000, 64).ok());
 }
 
+// The consistency check's majority: with c = floor(gamma |U1|) colluders able to sign every set,
+// two sets would need 2T <= |U1| + c signers, so T = floor((|U1| + c) / 2) + 1 keeps one.
+TEST(SecAggParamsTest, ConsistencyThresholdHoldsWithTheColludingShare) {
+  EXPECT_EQ(ConsistencyThreshold(9, 0), 5);
+  EXPECT_EQ(ConsistencyThreshold(10, 0), 6);
+  EXPECT_EQ(ConsistencyThreshold(9, 1.0 / 3), 7);     // c = 3
+  EXPECT_EQ(ConsistencyThreshold(10, 1.0 / 3), 7);    // c = 3
+  EXPECT_EQ(ConsistencyThreshold(100, 1.0 / 3), 67);  // c = 33
+  EXPECT_EQ(ConsistencyThreshold(100, 0.49), 75);     // c = 49
+  for (int n : {3, 7, 50, 1001}) {
+    for (double gamma : {0.0, 0.1, 1.0 / 3, 0.45}) {
+      const int c = static_cast<int>(std::floor(gamma * n));
+      const int t = ConsistencyThreshold(n, gamma);
+      EXPECT_GT(2 * t, n + c) << n << " " << gamma;        // no two sets
+      EXPECT_LE(2 * (t - 1), n + c) << n << " " << gamma;  // the least that does it
+      EXPECT_LE(t, n) << n << " " << gamma;                // reachable with no dropout
+    }
+  }
+  SecAggParams p = *DefaultSecAggParams(10);
+  p.corrupt_fraction = 0.5;
+  EXPECT_THAT(std::string(ValidateSecAggParams(p).message()),
+              HasSubstr("corrupt_fraction must be in [0, 0.5)"));
+}
+
 TEST(SecAggParamsTest, RefusesNoPrivacyAndOverflow) {
   SecAggParams p = *DefaultSecAggParams(30);
   SecAggParams q = p;
@@ -529,8 +553,8 @@ std::vector<uint64_t> PlainSum32(const Federation& f, const std::vector<int>& su
 }
 
 // 30 clients on a 20-regular graph with t = 11: any 9 dropped clients leave every client at
-// least 11 live neighbours, and at least 21 >= ConsistencyThreshold(30) = 16 signers, so each case
-// below must succeed.
+// least 11 live neighbours, and at least 21 >= ConsistencyThreshold(30, 0) = 16 signers, so each
+// case below must succeed.
 SecAggParams ProtocolParams() {
   SecAggParams p = *DefaultSecAggParams(30);
   p.num_neighbors = 20;
@@ -917,8 +941,9 @@ TEST(SecAggProtocolTest, ConsistencyStageRefusesWhoCannotSignAndTooFewSigners) {
   absl::StatusOr<UnmaskRequest> early = f.server->CloseConsistency();
   EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(early.status().message()),
-              HasSubstr("only 4 survivors signed the survivor set; more than half of the 8 clients "
-                        "that advertised keys (5) must sign it before any reveals a share"));
+              HasSubstr("only 4 survivors signed the survivor set; 5 of the 8 clients that "
+                        "advertised keys (a majority with 0 of them colluding) must sign it before "
+                        "any reveals a share"));
   // The stage stays open: a fifth signature closes it.
   ASSERT_TRUE(f.server->ReceiveSurvivorSignature(*f.clients[4]->SignSurvivors(list)).ok());
   absl::StatusOr<UnmaskRequest> request = f.server->CloseConsistency();

@@ -105,7 +105,8 @@ SecureRoundNoise Round(int32_t n, double c, double sigma) {
 }
 
 TEST(SecureRoundLimitsTest, TheSiteCountsOnlyItsOwnNoise) {
-  // A server that shows sites different survivor lists can isolate one input: sigma / C.
+  // A server with more colluders than the round's corrupt_fraction (or its own CA) can still
+  // isolate one input: sigma / C.
   EXPECT_DOUBLE_EQ(WorstCaseNoiseMultiplier(Round(20, 2.0, 0.5)), 0.25);
   EXPECT_EQ(WorstCaseNoiseMultiplier(Round(20, 0, 0.5)), 0);  // no distributed DP
   EXPECT_EQ(WorstCaseNoiseMultiplier(Round(20, 2.0, 0)), 0);
@@ -140,6 +141,26 @@ TEST(SecureRoundLimitsTest, TooLittleNoiseOrNoneOrTooFewSitesAreRefusedWithTheFi
   limits.epsilon_delta = 0;
   EXPECT_EQ(CheckSecureRoundLimits(limits, Round(20, 1.0, 0.5), {}).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// A site that wants the consistency check to hold against a share of colluding sites declines a
+// round sized for fewer, naming both figures; a limit out of range is refused as such.
+TEST(SecureRoundLimitsTest, ARoundSizedForFewerColludingSitesThanTheSiteWantsIsDeclined) {
+  SiteLimits limits;
+  limits.min_corrupt_fraction = 0.25;
+  SecureRoundNoise round = Round(20, 0, 0);
+  round.corrupt_fraction = 0.2;
+  absl::Status s = CheckSecureRoundLimits(limits, round, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(),
+            "the round's consistency check holds with up to 0.2 of its sites colluding with the "
+            "server; this site requires at least 0.25 (limits.min_corrupt_fraction)");
+  round.corrupt_fraction = 1.0 / 3;
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, round, {}).ok());
+  limits.min_corrupt_fraction = 0.5;
+  s = CheckSecureRoundLimits(limits, round, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "limits.min_corrupt_fraction must be in [0, 0.5), got 0.5");
 }
 
 // With a noise limit a plain round is declined: the server would read the update.

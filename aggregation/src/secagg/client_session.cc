@@ -145,15 +145,15 @@ absl::StatusOr<EncryptedShares> ClientSession::ShareKeys(const KeyDirectory& dir
           absl::StrCat("key directory entry ", id, " is outside [0, ", s.params.num_clients, ")"));
     }
   }
-  s.session = internal::SessionHash(s.identity.context, s.params, digests);
+  // Kept in the session only once the directory is accepted: a refused one leaves it as it was.
+  const Key32 session = internal::SessionHash(s.identity.context, s.params, digests);
   absl::StatusOr<NeighborGraph> graph = NeighborGraph::Make(
-      s.params.num_clients, s.params.num_neighbors, internal::SessionGraphSeed(s.session));
+      s.params.num_clients, s.params.num_neighbors, internal::SessionGraphSeed(session));
   if (!graph.ok()) return graph.status();
-  s.graph = *std::move(graph);
-  s.digests = std::move(digests);
+  std::map<int, KeyAdvertisement> neighbor_keys;
   std::vector<int> recipients;
-  for (int v : s.graph.Neighbors(s.id)) {
-    if (s.digests.count(v) == 0) continue;  // did not advertise
+  for (int v : graph->Neighbors(s.id)) {
+    if (digests.count(v) == 0) continue;  // did not advertise
     auto it = directory.keys.find(v);
     if (it == directory.keys.end()) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -176,14 +176,18 @@ absl::StatusOr<EncryptedShares> ClientSession::ShareKeys(const KeyDirectory& dir
                          " do not verify: ", who.status().message()));
       }
     }
-    s.neighbor_keys[v] = it->second;
+    neighbor_keys[v] = it->second;
     recipients.push_back(v);
   }
   if (static_cast<int>(recipients.size()) < s.params.threshold) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "client ", s.id, ": only ", recipients.size(), " of its ", s.graph.degree(),
+        "client ", s.id, ": only ", recipients.size(), " of its ", graph->degree(),
         " neighbours advertised keys; at least threshold = ", s.params.threshold, " are needed"));
   }
+  s.session = session;
+  s.graph = *std::move(graph);
+  s.digests = std::move(digests);
+  s.neighbor_keys = std::move(neighbor_keys);
   if (absl::Status st = s.rng->Fill(s.self_seed); !st.ok()) return st;
   std::vector<uint64_t> xs;
   for (int v : recipients) xs.push_back(static_cast<uint64_t>(v) + 1);
@@ -365,7 +369,8 @@ absl::StatusOr<UnmaskResponse> ClientSession::Unmask(const UnmaskRequest& reques
     // More than half of U1 must have signed this very set: no other set can then have such a
     // majority, so every honest site that reveals sees the same survivors.
     const Bytes message = internal::SurvivorMessage(s.session, s.signed_survivors);
-    const int needed = ConsistencyThreshold(static_cast<int>(s.digests.size()));
+    const int needed =
+        ConsistencyThreshold(static_cast<int>(s.digests.size()), s.params.corrupt_fraction);
     std::set<std::string> signers;
     std::string first_reason;
     for (const auto& [id, e] : request.signatures) {
@@ -388,8 +393,9 @@ absl::StatusOr<UnmaskResponse> ClientSession::Unmask(const UnmaskRequest& reques
     if (static_cast<int>(signers.size()) < needed) {
       return absl::FailedPreconditionError(absl::StrCat(
           "client ", s.id, " refuses to unmask: only ", signers.size(),
-          " survivors' signatures over the survivor set it signed verify, more than half of the ",
-          s.digests.size(), " clients that advertised keys (", needed, ") are needed",
+          " survivors' signatures over the survivor set it signed verify; ", needed, " of the ",
+          s.digests.size(), " clients that advertised keys are needed (a majority with ",
+          s.params.corrupt_fraction, " of them colluding)",
           first_reason.empty() ? "" : absl::StrCat("; ", first_reason)));
     }
   }

@@ -97,10 +97,12 @@ Key32 SessionHash(std::span<const uint8_t> context, const SecAggParams& p,
                 static_cast<int>(p.graph_seed >> 32)}) {
     PutInt(v, m);
   }
-  uint64_t clip_bits = 0;
-  std::memcpy(&clip_bits, &p.clip_range, sizeof(clip_bits));
-  PutInt(static_cast<int>(clip_bits), m);
-  PutInt(static_cast<int>(clip_bits >> 32), m);
+  for (double v : {p.clip_range, p.corrupt_fraction}) {
+    uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(bits));
+    PutInt(static_cast<int>(bits), m);
+    PutInt(static_cast<int>(bits >> 32), m);
+  }
   PutInt(static_cast<int>(digests.size()), m);
   for (const auto& [id, digest] : digests) {
     PutInt(id, m);

@@ -55,6 +55,11 @@ absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bi
   return p;
 }
 
+int ConsistencyThreshold(int directory_size, double corrupt_fraction) {
+  const int corrupt = static_cast<int>(std::floor(corrupt_fraction * directory_size));
+  return (directory_size + corrupt) / 2 + 1;
+}
+
 absl::Status ValidateSecAggParams(const SecAggParams& p) {
   const int n = p.num_clients;
   const int k = p.num_neighbors;
@@ -92,6 +97,12 @@ absl::Status ValidateSecAggParams(const SecAggParams& p) {
         absl::StrCat("quantization_bits must be in [1, 62], got ", p.quantization_bits));
   }
   if (p.max_weight == 0) return absl::InvalidArgumentError("max_weight must be at least 1");
+  if (!(p.corrupt_fraction >= 0 && p.corrupt_fraction < 0.5)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "corrupt_fraction must be in [0, 0.5) (with half the clients colluding with the server, "
+        "no survivor set can be held to one), got ",
+        p.corrupt_fraction));
+  }
   if (!SumFits(n, p.max_weight, p.quantization_bits, p.modulus_bits)) {
     return absl::InvalidArgumentError(
         absl::StrCat("the sum can wrap the modulus: ", n, " clients x max_weight ", p.max_weight,

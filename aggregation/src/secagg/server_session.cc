@@ -347,12 +347,12 @@ absl::StatusOr<UnmaskRequest> ServerSession::CloseConsistency() {
       !st.ok()) {
     return st;
   }
-  const int needed = ConsistencyThreshold(static_cast<int>(s.u1.size()));
+  const int needed = ConsistencyThreshold(static_cast<int>(s.u1.size()), s.params.corrupt_fraction);
   if (static_cast<int>(s.signatures.size()) < needed) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "only ", s.signatures.size(), " survivors signed the survivor set; more than half of the ",
-        s.u1.size(), " clients that advertised keys (", needed,
-        ") must sign it before any reveals a share"));
+        "only ", s.signatures.size(), " survivors signed the survivor set; ", needed, " of the ",
+        s.u1.size(), " clients that advertised keys (a majority with ", s.params.corrupt_fraction,
+        " of them colluding) must sign it before any reveals a share"));
   }
   UnmaskRequest request;
   request.survivors.assign(s.u3.begin(), s.u3.end());

@@ -94,6 +94,7 @@ absl::StatusOr<secagg::RoundParams> ParamsFromProto(const v1::SecAggParams& in) 
   out.secagg.modulus_bits = in.modulus_bits();
   out.secagg.max_weight = in.max_weight();
   out.secagg.graph_seed = in.graph_seed();
+  out.secagg.corrupt_fraction = in.corrupt_fraction();
   if (absl::Status s = secagg::ValidateSecAggParams(out.secagg); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("secagg.params: ", s.message()));
   }
@@ -128,6 +129,7 @@ void ParamsToProto(const secagg::RoundParams& in, v1::SecAggParams* out) {
   out->set_modulus_bits(in.secagg.modulus_bits);
   out->set_max_weight(in.secagg.max_weight);
   out->set_graph_seed(in.secagg.graph_seed);
+  out->set_corrupt_fraction(in.secagg.corrupt_fraction);
   out->set_example_unit(in.example_unit);
   out->set_dp_clip_norm(in.dp_clip_norm);
   out->set_dp_noise_stddev(in.dp_noise_stddev);

@@ -58,11 +58,11 @@ struct SiteLimits {
   // Noise this site enforces in secure rounds with distributed DP, judged against the server
   // (CheckSecureRoundLimits). The server chooses the noise each site adds and knows who took
   // part in a sum, so a site that trusted the task could be told to add none, and against the
-  // server sampling amplifies nothing. Until the protocol has its consistency round, a server
-  // that shows different sites different survivor lists can isolate one site's masked input (its
-  // self-mask seed from some neighbours, its neighbours' mask keys from others), so the noise a
-  // site counts on is its own: sigma / C. Setting either noise limit also declines plain rounds
-  // (the server would read the update). 0 (the defaults): no limit.
+  // server sampling amplifies nothing. The consistency check keeps a server from isolating one
+  // site's input only while no more sites than the round's corrupt_fraction collude with it (and
+  // while it cannot issue certificates), so the noise a site counts on is its own: sigma / C.
+  // Setting either noise limit also declines plain rounds (the server would read the update).
+  // 0 (the defaults): no limit.
   double min_noise_multiplier = 0;
   // The most epsilon (at epsilon_delta, in (0, 1)) this site spends against the server: each input
   // it masks is one release of the Gaussian mechanism at sigma / C, composed in RDP over every
@@ -75,13 +75,18 @@ struct SiteLimits {
   // rather than for one site: the sites holding this site's shares (its neighbours) can still
   // reveal its self-mask seed, so a smaller sum stays masked only when they set it too. 0: none.
   int32_t min_sum_size = 0;
+  // The least share of colluding sites a secure round's consistency check must be sized for
+  // (its corrupt_fraction, gamma): a round sized for fewer is declined at its first stage. In
+  // [0, 0.5); 0: any (the check still holds against the server alone).
+  double min_corrupt_fraction = 0;
 };
 
 // A secure round's noise as its tasks state it (SecAggTaskInfo's round parameters).
 struct SecureRoundNoise {
-  int32_t num_sites = 0;    // n, the sites in the round
-  double clip_norm = 0;     // C each site clips its change to; 0: no distributed DP
-  double noise_stddev = 0;  // sigma each site adds
+  int32_t num_sites = 0;        // n, the sites in the round
+  double clip_norm = 0;         // C each site clips its change to; 0: no distributed DP
+  double noise_stddev = 0;      // sigma each site adds
+  double corrupt_fraction = 0;  // gamma the consistency check is sized for
 };
 
 // The noise multiplier this site's input has against the server at worst: sigma / C (see

@@ -27,6 +27,9 @@ struct SecAggParams {
   // Public, chosen by the server; the graph's labels are shuffled by a hash of it and of every
   // client's fresh keys (the session's hash), so the server cannot pick the graph.
   uint64_t graph_seed = 0;
+  // gamma: the share of the round's clients that may collude with the server (sign two survivor
+  // sets, reveal what they hold). The consistency check is sized for it (ConsistencyThreshold).
+  double corrupt_fraction = 0;
 };
 
 // What the server tells every site of a secure-aggregation round with each stage task: the
@@ -48,16 +51,19 @@ struct RoundParams {
 absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bits = 32,
                                                  uint32_t max_weight = 1000);
 
-// How many clients of U1 must sign one survivor set before any reveals a share: more than half
-// (|U1| / 2 + 1). Honest clients sign once, so two different sets cannot both gather that many
-// signatures, and a server cannot tell some sites that a client survived and others that it
-// dropped (which would give it both the client's self-mask seed and its neighbours' mask keys).
-inline int ConsistencyThreshold(int directory_size) { return directory_size / 2 + 1; }
+// How many clients of U1 must sign one survivor set before any reveals a share:
+// T = floor((|U1| + c) / 2) + 1 with c = floor(corrupt_fraction x |U1|) colluding clients. Honest
+// clients sign once and colluders may sign every set, so two different sets would need
+// 2T <= |U1| + c signers: at most one set can gather T. A server therefore cannot tell some sites
+// that a client survived and others that it dropped (which would give it the client's self-mask
+// seed and its neighbours' mask keys), unless more than c clients collude with it.
+int ConsistencyThreshold(int directory_size, double corrupt_fraction);
 
 // OK, or INVALID_ARGUMENT naming the first offending field: n < 3; k outside [2, n - 1] or n * k
 // odd (no k-regular Harary graph); t <= k/2 ("gives no privacy": a server that lies about who
 // dropped could collect both shares of one client) or t > k; clip_range not positive and finite;
-// b outside [1, 62]; modulus_bits not 32 or 64; max_weight 0; or
+// b outside [1, 62]; modulus_bits not 32 or 64; max_weight 0; corrupt_fraction outside
+// [0, 0.5) (with half the clients colluding no survivor set is unique); or
 // n * max_weight * (2^b - 1) >= 2^modulus_bits (the sum could wrap the modulus).
 absl::Status ValidateSecAggParams(const SecAggParams& params);
 

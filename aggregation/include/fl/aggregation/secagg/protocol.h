@@ -18,11 +18,12 @@
 //      HKDF(X25519(own mask key, v's mask key), session). The server adds each y into one
 //      accumulator (memory O(model), not O(clients x model)); who sent is U3.
 //   4. Consistency: the server sends U3 to its clients; each signs (session, U3) once. Those who
-//      signed are U4; at least ConsistencyThreshold(|U1|) of them are needed.
+//      signed are U4; at least ConsistencyThreshold(|U1|, gamma) of them are needed.
 //   5. Unmasking: the server tells the clients of U4 the survivors (U3), who dropped after sharing
-//      (U2 \ U3), and relays the signatures of U4. Each client checks that more than half of U1
-//      signed the very survivor set it signed (honest clients sign once, so no other set can have
-//      such a majority: every honest client that reveals anything sees the same U3), then
+//      (U2 \ U3), and relays the signatures of U4. Each client checks that T of U1 signed the very
+//      survivor set it signed, T a majority even if params.corrupt_fraction of U1 collude with
+//      the server and sign every set (honest clients sign once, so no other set can have such a
+//      majority: every honest client that reveals anything sees the same U3), then
 //      reveals, per neighbour, the share of its self-mask seed (survivor) or of its mask key
 //      (dropped), never both. The server reconstructs from t shares, removes the masks and obtains
 //      the exact sum of the survivors' encodings.
@@ -192,9 +193,10 @@ class ClientSession {
 
   // Stage 5. FAILED_PRECONDITION when the survivors differ from the set this client signed, when
   // a peer is listed both as survivor and as dropped ("reveal both shares"), when a dropped id is
-  // outside U1 or repeated, or (with a verifier) when fewer than ConsistencyThreshold(|U1|)
-  // distinct survivors' signatures over this set verify (a signature that does not is not
-  // counted; the message gives the count and the first reason); or when it already answered.
+  // outside U1 or repeated, or (with a verifier) when fewer than ConsistencyThreshold(|U1|,
+  // corrupt_fraction) distinct survivors' signatures over this set verify (a signature that does
+  // not is not counted; the message gives the count and the first reason); or when it already
+  // answered.
   absl::StatusOr<UnmaskResponse> Unmask(const UnmaskRequest& request);
 
   // Whether the session still holds its private keys, self-mask seed and the shares it was sent:
@@ -263,7 +265,7 @@ class ServerSession {
   // With a verifier, what it refuses: UNAUTHENTICATED for a signature that does not verify.
   absl::Status ReceiveSurvivorSignature(const SurvivorSignature& message);
   // Closes stage 4: the unmask request for the signers. FAILED_PRECONDITION naming the counts when
-  // fewer than ConsistencyThreshold(|U1|) signed.
+  // fewer than ConsistencyThreshold(|U1|, corrupt_fraction) signed.
   absl::StatusOr<UnmaskRequest> CloseConsistency();
 
   // From a client of U4 (FAILED_PRECONDITION for one that did not sign). INVALID_ARGUMENT naming

@@ -108,6 +108,10 @@ struct SecureAggregationOptions {
   int64_t example_unit = 1;
   absl::Duration stage_timeout = absl::Seconds(60);
   double max_dropout = 0.3;  // distributed DP plans its noise for this share of dropouts
+  // gamma: the share of a round's sites that may collude with a malicious server. The sites
+  // reveal shares only once floor((|U1| + gamma |U1|) / 2) + 1 of them signed one survivor set,
+  // so a round with more dropouts before the consistency stage fails. In [0, 0.5).
+  double corrupt_fraction = 1.0 / 3;
 
   // OK, or INVALID_ARGUMENT naming the key and its value (e.g. "secure_aggregation.threshold
   // must be >= 0, got -1"). Only checked when enabled.
