@@ -7,6 +7,7 @@
 // certificates are checked against the CA) is reported apart. Rounds of both kinds alternate;
 // medians are printed, with the ratio.
 //   secagg_consistency_bench [--clients 100] [--params 1000000] [--repeats 3] [--dropout 0.05]
+//                            [--corrupt-fraction 0.333] (the server's default gamma)
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -161,15 +162,20 @@ int main(int argc, char** argv) {
   size_t params_count = 1000000;
   int repeats = 3;
   double dropout = 0.05;
+  double corrupt_fraction = 1.0 / 3;
   app.add_option("--clients", clients)->check(CLI::Range(3, 10000));
   app.add_option("--params", params_count)->check(CLI::PositiveNumber);
   app.add_option("--repeats", repeats)->check(CLI::Range(1, 100));
   app.add_option("--dropout", dropout, "fraction that drops before its masked input")
       ->check(CLI::Range(0.0, 0.3));
+  app.add_option("--corrupt-fraction", corrupt_fraction,
+                 "gamma: the consistency check needs floor((|U1| + gamma |U1|) / 2) + 1 signers")
+      ->check(CLI::Range(0.0, 0.49));
   CLI11_PARSE(app, argc, argv);
 
   SecAggParams params = Check(DefaultSecAggParams(clients), "params");
   params.graph_seed = 7;
+  params.corrupt_fraction = corrupt_fraction;
   Sites sites;
   fl::CertAndKey ca = Check(fl::MakeCertificateAuthority("bench CA", 1), "CA");
   fl::CertificateIssuer issuer = Check(fl::CertificateIssuer::Load(ca), "issuer");
@@ -184,8 +190,9 @@ int main(int argc, char** argv) {
 
   std::printf(
       "secagg_consistency_bench: %d sites, %zu parameters, k %d, t %d, %zu drop before "
-      "their input, %d repeats (interleaved)\n",
-      clients, params_count, params.num_neighbors, params.threshold, dropped.size(), repeats);
+      "their input, gamma %.3f (%d signatures needed), %d repeats (interleaved)\n",
+      clients, params_count, params.num_neighbors, params.threshold, dropped.size(),
+      corrupt_fraction, ConsistencyThreshold(clients, corrupt_fraction), repeats);
   std::vector<double> plain_round, signed_round, plain_site, signed_site, plain_server,
       signed_server;
   size_t request_bytes = 0;

@@ -61,9 +61,9 @@ class SecAggParticipant {
 
   // The site's identity for the rounds to come (fl/aggregation/secagg/identity.h): with a signer
   // it signs its keys and the survivor set; with a verifier it checks its neighbours' keys and
-  // refuses to unmask unless more than half of the round's sites signed the set it signed (what
-  // keeps a malicious server from collecting one site's update). Without (plaintext mode) it
-  // trusts the server.
+  // refuses to unmask unless a majority of the round's sites (ConsistencyThreshold) signed the
+  // set it signed, which keeps a malicious server from collecting one site's update from honest
+  // sites. Without (plaintext mode) it trusts the server.
   void SetIdentity(std::shared_ptr<const secagg::IdentitySigner> signer,
                    std::shared_ptr<const secagg::IdentityVerifier> verifier) {
     signer_ = std::move(signer);

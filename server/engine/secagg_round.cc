@@ -163,6 +163,7 @@ absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
   identity.context =
       secagg::SessionContext(run_.run_id, round.round, round.task_of.at(round.sampled.front()));
   identity.verifier = hooks_.secagg_verifier;
+  s.signatures_verified = identity.verifier != nullptr;
   absl::StatusOr<std::unique_ptr<secagg::ServerSession>> session = secagg::ServerSession::Create(
       s.params, static_cast<size_t>(global_->spec().NumFloats()), std::move(identity));
   if (!session.ok()) return session.status();
@@ -216,7 +217,6 @@ std::string SecAggRound::CloseStageInSession(const std::string& why, int32_t min
         failure = std::string(dir.status().message());
         break;
       }
-      s.graph = s.session->graph();
       s.u1 = static_cast<int>(dir->keys.size());
       enough(s.u1, "advertised keys");
       if (failure.empty()) CrashPoint("secagg_keys_closed");
@@ -266,7 +266,21 @@ std::string SecAggRound::CloseStageInSession(const std::string& why, int32_t min
         break;
       }
       s.unmask = *std::move(request);
-      enough(s.signers, "signed the survivor set");
+      if (s.signatures_verified) {
+        // The signatures were verified as they came, and a site checks no more than the
+        // majority: only that many travel (each task O(n), not O(|U4|) entries of a kilobyte).
+        const int needed =
+            secagg::ConsistencyThreshold(s.params.num_clients, s.params.corrupt_fraction);
+        auto& all = s.unmask.signatures;
+        while (static_cast<int>(all.size()) > needed) all.erase(std::prev(all.end()));
+      }
+      // Sites that do not sign are still in the sum (and their noise with it): only the count
+      // of the round's sites is checked here, not distributed DP's survivors.
+      if (s.signers < min_fit_clients) {
+        failure = absl::StrCat("secure aggregation: only ", s.signers, " of ", sampled,
+                               " sampled clients signed the survivor set (", why,
+                               "); min_fit_clients is ", min_fit_clients);
+      }
       break;
     }
     case SecAggStage::kUnmask:

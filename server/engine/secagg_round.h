@@ -138,7 +138,6 @@ struct SecAggRound final : RoundInput {
   double dp_clip_norm = 0;  // distributed DP (0: off)
   double dp_noise_stddev = 0;
   int32_t dp_min_survivors = 0;  // n_min: the noise is planned for this many summed inputs
-  secagg::NeighborGraph graph;
   // Immutable once the round opens: secagg id <-> client id (ids in sorted client-id order).
   std::map<std::string, int> id_of;
   std::vector<std::string> client_of;
@@ -153,6 +152,7 @@ struct SecAggRound final : RoundInput {
   // Sizes: advertised, shared, masked input, unmasked; and who signed the survivor set.
   int u1 = 0, u2 = 0, u3 = 0, u4 = 0;
   int signers = 0;
+  bool signatures_verified = false;            // the session checks signatures (EngineHooks)
   std::map<int, secagg::ShareBundle> bundles;  // after stage 2, by recipient (RAM only)
   secagg::SurvivorList survivors;              // after stage 3
   secagg::UnmaskRequest unmask;                // after stage 4

@@ -298,8 +298,8 @@ TEST(SecAggMaliciousServerTest, ASplitSurvivorSetCannotBeUnmaskedOnBothSides) {
     // 2. Its own set with every signature the server holds: those over B do not verify over A.
     m = expect_refused(unmask(2, set_a, {}, every), "all signatures to group A");
     EXPECT_THAT(m, HasSubstr("client 2 refuses to unmask: only 4 survivors' signatures over the "
-                             "survivor set it signed verify; 5 of the 9 clients that advertised "
-                             "keys are needed"));
+                             "survivor set it signed verify; 5 of the 9 sites of the round are "
+                             "needed"));
     EXPECT_THAT(m, HasSubstr("client 4: signature by site-4"));
     EXPECT_THAT(m, HasSubstr("does not verify"));
     // 3. One of A's signatures relayed a second time as site 4's (with site 0's certificate in
@@ -373,12 +373,29 @@ TEST(SecAggMaliciousServerTest, ASiteRefusesANeighboursSubstitutedUnsignedOrFore
   EXPECT_THAT(m, HasSubstr("client 0 refuses the directory: the keys of neighbour 2 do not verify: "
                            "the certificate of outsider"));
   EXPECT_THAT(m, HasSubstr("is not trusted"));
-  // Keys for id 2 signed by site-1 of the federation, colluding: its identity is then twice in the
-  // directory.
+  // Keys for id 2 signed by site-1 of the federation, colluding: its identity is then twice among
+  // client 0's neighbours.
   dir = honest;
   dir.keys[2] = Must(Impostor(r, 2, ThePki().sites[1])->AdvertiseKeys(), "colluder's keys");
   EXPECT_THAT(refused(dir, "colluding site"),
-              HasSubstr("key directory gives client 2 the identity of another client"));
+              HasSubstr("client 0 refuses the directory: neighbour 2 signs with the certificate "
+                        "of client 1 (one site may hold one place in a round)"));
+  // The same, its certificate respelled (text before the PEM block, which parses the same) so
+  // that the two entries' identities differ as strings: the fingerprint is what counts.
+  dir = honest;
+  {
+    std::unique_ptr<ClientSession> respelled = Impostor(r, 2, ThePki().sites[1]);
+    KeyAdvertisement keys = Must(respelled->AdvertiseKeys(), "colluder's keys");
+    ASSERT_EQ(keys.identity.rfind("-----BEGIN", 0), 0u);
+    dir.keys[2] = keys;
+  }
+  {
+    // Re-sign under a respelled identity: the signature covers the keys, not the PEM text.
+    KeyAdvertisement& k = dir.keys[2];
+    k.identity = "respelled\n" + k.identity;
+  }
+  EXPECT_THAT(refused(dir, "respelled colluder"),
+              HasSubstr("neighbour 2 signs with the certificate of client 1"));
 
   // None of it cost the round: the honest directory is taken, and the sum is exact.
   for (int c = 0; c < 6; ++c) {
@@ -585,17 +602,16 @@ TEST(SecAggMaliciousServerTest, TheConsistencyCheckNeedsMoreThanHalfOfTheSitesTh
   EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(
       std::string(early.status().message()),
-      HasSubstr("only 4 survivors signed the survivor set; 5 of the 8 clients that advertised "
-                "keys (a majority with 0 of them colluding) must sign it before any reveals a "
-                "share"));
+      HasSubstr("only 4 survivors signed the survivor set; 5 of the 8 sites of the round (a "
+                "majority with 0 of them colluding) must sign it before any reveals a share"));
   // A server that skips its own check: the sites count for themselves.
   absl::StatusOr<UnmaskResponse> refused = r.clients[0]->Unmask(
       UnmaskRequest{.survivors = survivors, .dropped = {6, 7}, .signatures = endorsements});
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(refused.status().message()),
               HasSubstr("client 0 refuses to unmask: only 4 survivors' signatures over the "
-                        "survivor set it signed verify; 5 of the 8 clients that advertised keys "
-                        "are needed"));
+                        "survivor set it signed verify; 5 of the 8 sites of the round are "
+                        "needed"));
   EXPECT_TRUE(r.clients[0]->holds_secrets());
   // A fifth signature: the stage closes and the round is exact over the six survivors.
   ASSERT_TRUE(
@@ -607,6 +623,48 @@ TEST(SecAggMaliciousServerTest, TheConsistencyCheckNeedsMoreThanHalfOfTheSitesTh
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->survivors, survivors);
   EXPECT_TRUE(result->sum == PlainSum(r, survivors));
+}
+
+// The count is of the round's n sites, not of the directory the server sent: a server that left
+// honest sites out (here three of nine never advertise) must not lower the majority with them.
+TEST(SecAggMaliciousServerTest, TheMajorityIsOfTheRoundsSitesNotOfTheDirectory) {
+  const SecAggParams params = *DefaultSecAggParams(9);  // k 8, t 5; T(9, 0) = 5
+  Round r = MakeRound(params, 30, {.seed = 91});
+  const std::vector<int> present = {0, 1, 2, 3, 4, 5};  // U1 = 6: its own majority would be 4
+  for (int c : present) {
+    KeyAdvertisement keys = Must(r.clients[c]->AdvertiseKeys(), "advertise");
+    ASSERT_TRUE(r.server->ReceiveKeys(keys).ok());
+  }
+  ASSERT_TRUE(r.server->CloseAdvertiseKeys().ok());
+  for (int c : present) {
+    EncryptedShares shares = Must(r.clients[c]->ShareKeys(r.server->DirectoryFor(c)), "share");
+    ASSERT_TRUE(r.server->ReceiveShares(shares).ok());
+  }
+  std::map<int, ShareBundle> bundles = Must(r.server->CloseShareKeys(), "close shares");
+  for (int c : present) {
+    MaskedInput masked = Must(r.clients[c]->MaskEncodedInput(bundles[c], r.encodings[c]), "mask");
+    ASSERT_TRUE(r.server->ReceiveMaskedInput(masked).ok());
+  }
+  const SurvivorList list = Must(r.server->CloseMaskedInput(), "close input");
+  for (int c : {0, 1, 2, 3}) {
+    ASSERT_TRUE(
+        r.server->ReceiveSurvivorSignature(Must(r.clients[c]->SignSurvivors(list), "sign")).ok());
+  }
+  absl::StatusOr<UnmaskRequest> early = r.server->CloseConsistency();
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(early.status().message()),
+              HasSubstr("only 4 survivors signed the survivor set; 5 of the 9 sites of the round"));
+  ASSERT_TRUE(
+      r.server->ReceiveSurvivorSignature(Must(r.clients[4]->SignSurvivors(list), "sign")).ok());
+  absl::StatusOr<UnmaskRequest> request = r.server->CloseConsistency();
+  ASSERT_TRUE(request.ok()) << request.status();
+  // A site given only four of the signatures refuses, whatever the directory's size.
+  UnmaskRequest four = *request;
+  four.signatures.erase(4);
+  absl::StatusOr<UnmaskResponse> refused = r.clients[0]->Unmask(four);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("only 4 survivors' signatures over the survivor set it signed verify; 5 "
+                        "of the 9 sites of the round are needed"));
 }
 
 }  // namespace

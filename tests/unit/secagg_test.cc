@@ -941,8 +941,8 @@ TEST(SecAggProtocolTest, ConsistencyStageRefusesWhoCannotSignAndTooFewSigners) {
   absl::StatusOr<UnmaskRequest> early = f.server->CloseConsistency();
   EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(early.status().message()),
-              HasSubstr("only 4 survivors signed the survivor set; 5 of the 8 clients that "
-                        "advertised keys (a majority with 0 of them colluding) must sign it before "
+              HasSubstr("only 4 survivors signed the survivor set; 5 of the 8 sites of the "
+                        "round (a majority with 0 of them colluding) must sign it before "
                         "any reveals a share"));
   // The stage stays open: a fifth signature closes it.
   ASSERT_TRUE(f.server->ReceiveSurvivorSignature(*f.clients[4]->SignSurvivors(list)).ok());

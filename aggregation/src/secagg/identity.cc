@@ -8,6 +8,7 @@
 #include <openssl/x509_vfy.h>
 #include <openssl/x509v3.h>
 
+#include <array>
 #include <climits>
 #include <cstddef>
 #include <memory>
@@ -198,6 +199,31 @@ class X509Verifier final : public IdentityVerifier {
                                      std::span<const uint8_t> signature) const override {
     absl::StatusOr<Trusted> trusted = TrustedIdentity(identity);
     if (!trusted.ok()) return trusted.status();
+    if (trusted->prepared != nullptr) {
+      // The key's context, set up once: SHA-256 of the message, then the signature over it.
+      std::array<unsigned char, 32> digest;
+      unsigned int digest_size = 0;
+      if (EVP_Digest(DataOf(message), message.size(), digest.data(), &digest_size,
+                     DigestFor(trusted->key.get()), nullptr) != 1 ||
+          digest_size != digest.size()) {
+        return Internal("hashing the signed message");
+      }
+      int verified = 0;
+      {
+        std::lock_guard<std::mutex> lock(trusted->prepared->mu);
+        verified = signature.empty()
+                       ? 0
+                       : EVP_PKEY_verify(trusted->prepared->ctx.get(), signature.data(),
+                                         signature.size(), digest.data(), digest.size());
+      }
+      if (verified != 1) {
+        ERR_clear_error();
+        return absl::UnauthenticatedError(absl::StrCat("signature by ", trusted->common_name, " (",
+                                                       trusted->fingerprint.substr(0, 16),
+                                                       ") does not verify"));
+      }
+      return std::move(trusted->fingerprint);
+    }
     ERR_clear_error();
     EvpMdCtxPtr ctx(EVP_MD_CTX_new());
     if (ctx == nullptr) return Internal("EVP_MD_CTX_new");
@@ -222,16 +248,39 @@ class X509Verifier final : public IdentityVerifier {
 
  private:
   // A certificate that chained to the store, as Verify needs it.
+  // A key's verification context, initialized once (EVP_PKEY_verify_init, SHA-256): OpenSSL 3
+  // looks the algorithms up again at every initialization, which cost about as much as the
+  // verification a site repeats for each survivor. One caller at a time (`mu`).
+  struct Prepared {
+    std::mutex mu;
+    std::unique_ptr<EVP_PKEY_CTX, fl::internal::OpenSslDeleter<EVP_PKEY_CTX_free>> ctx;
+  };
+  // Null for a key that signs the message itself (EdDSA), or when OpenSSL cannot set one up.
+  static std::shared_ptr<Prepared> Prepare(EVP_PKEY* key) {
+    const EVP_MD* md = DigestFor(key);
+    if (md == nullptr) return nullptr;
+    auto prepared = std::make_shared<Prepared>();
+    prepared->ctx.reset(EVP_PKEY_CTX_new(key, nullptr));
+    if (prepared->ctx == nullptr || EVP_PKEY_verify_init(prepared->ctx.get()) != 1 ||
+        EVP_PKEY_CTX_set_signature_md(prepared->ctx.get(), md) != 1) {
+      ERR_clear_error();
+      return nullptr;
+    }
+    return prepared;
+  }
+
   struct Trusted {
     std::string fingerprint;
     std::string common_name;
     EvpPkeyPtr key;
+    std::shared_ptr<Prepared> prepared;
   };
   struct Entry {
     std::string fingerprint;
     std::string common_name;
     X509Ptr cert;  // for its notAfter
     EvpPkeyPtr key;
+    std::shared_ptr<Prepared> prepared;
   };
 
   static EvpPkeyPtr Share(EVP_PKEY* key) {
@@ -248,7 +297,7 @@ class X509Verifier final : public IdentityVerifier {
         // Checked again once it has expired, so that the expiry is reported as such.
         if (X509_cmp_current_time(X509_get0_notAfter(it->second.cert.get())) > 0) {
           return Trusted{it->second.fingerprint, it->second.common_name,
-                         Share(it->second.key.get())};
+                         Share(it->second.key.get()), it->second.prepared};
         }
         cache_.erase(it);
       }
@@ -267,15 +316,16 @@ class X509Verifier final : public IdentityVerifier {
                                                       fingerprint->substr(0, 16),
                                                       ") holds no public key that OpenSSL reads"));
     }
-    Trusted trusted{*fingerprint, common_name, Share(key.get())};
+    Trusted trusted{*fingerprint, common_name, Share(key.get()), Prepare(key.get())};
     // Only an identity in the form signers give (PemOf) is remembered: other spellings of the
     // same certificate (a server could make endless ones) verify, but each time in full.
     absl::StatusOr<std::string> canonical = PemOf(cert->get());
     if (!canonical.ok() || *canonical != cache_key) return trusted;
     std::lock_guard<std::mutex> lock(mu_);
     // A thread that verified the same certificate meanwhile left an equal entry: keep either.
-    cache_.try_emplace(std::move(cache_key), Entry{*std::move(fingerprint), std::move(common_name),
-                                                   *std::move(cert), std::move(key)});
+    cache_.try_emplace(std::move(cache_key),
+                       Entry{*std::move(fingerprint), std::move(common_name), *std::move(cert),
+                             std::move(key), trusted.prepared});
     return trusted;
   }
 

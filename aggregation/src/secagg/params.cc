@@ -55,9 +55,9 @@ absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bi
   return p;
 }
 
-int ConsistencyThreshold(int directory_size, double corrupt_fraction) {
-  const int corrupt = static_cast<int>(std::floor(corrupt_fraction * directory_size));
-  return (directory_size + corrupt) / 2 + 1;
+int ConsistencyThreshold(int num_clients, double corrupt_fraction) {
+  const int corrupt = static_cast<int>(std::floor(corrupt_fraction * num_clients));
+  return (num_clients + corrupt) / 2 + 1;
 }
 
 absl::Status ValidateSecAggParams(const SecAggParams& p) {

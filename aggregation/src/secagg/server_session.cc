@@ -347,11 +347,12 @@ absl::StatusOr<UnmaskRequest> ServerSession::CloseConsistency() {
       !st.ok()) {
     return st;
   }
-  const int needed = ConsistencyThreshold(static_cast<int>(s.u1.size()), s.params.corrupt_fraction);
+  // Of the n sites the round was set for (bound in the session's hash), whoever advertised.
+  const int needed = ConsistencyThreshold(s.params.num_clients, s.params.corrupt_fraction);
   if (static_cast<int>(s.signatures.size()) < needed) {
     return absl::FailedPreconditionError(absl::StrCat(
         "only ", s.signatures.size(), " survivors signed the survivor set; ", needed, " of the ",
-        s.u1.size(), " clients that advertised keys (a majority with ", s.params.corrupt_fraction,
+        s.params.num_clients, " sites of the round (a majority with ", s.params.corrupt_fraction,
         " of them colluding) must sign it before any reveals a share"));
   }
   UnmaskRequest request;

@@ -58,9 +58,9 @@ struct SiteLimits {
   // Noise this site enforces in secure rounds with distributed DP, judged against the server
   // (CheckSecureRoundLimits). The server chooses the noise each site adds and knows who took
   // part in a sum, so a site that trusted the task could be told to add none, and against the
-  // server sampling amplifies nothing. The consistency check keeps a server from isolating one
-  // site's input only while no more sites than the round's corrupt_fraction collude with it (and
-  // while it cannot issue certificates), so the noise a site counts on is its own: sigma / C.
+  // server sampling amplifies nothing. The consistency check keeps honest sites from revealing
+  // enough to isolate one site's input, but t colluding neighbours of a site, or a server that
+  // can issue certificates, still can, so the noise a site counts on is its own: sigma / C.
   // Setting either noise limit also declines plain rounds (the server would read the update).
   // 0 (the defaults): no limit.
   double min_noise_multiplier = 0;

@@ -2,7 +2,7 @@
 // 2017, section 6): each site signs its key advertisement and the survivor set it is asked to
 // unmask for, with the key of its certificate, and verifies its peers' signatures against the
 // federation's certificate authority. The server relays signatures it cannot forge, so it cannot
-// substitute a neighbour's keys or show different sites different survivor sets.
+// substitute a neighbour's keys, nor get survivor sets it showed different sites both unmasked.
 //
 // The guarantee is only as good as the authority: a server operator who also runs the CA can
 // mint certificates for sites that do not exist (Sybils). docs/design-decisions.md says more.

@@ -25,7 +25,7 @@ struct SecAggParams {
   int modulus_bits = 32;       // arithmetic modulo 2^modulus_bits; 32 or 64
   uint32_t max_weight = 1000;  // largest weight a client may give its update (Flower: 1000)
   // Public, chosen by the server; the graph's labels are shuffled by a hash of it and of every
-  // client's fresh keys (the session's hash), so the server cannot pick the graph.
+  // client's fresh keys (the session's hash), so the server cannot set the graph outright.
   uint64_t graph_seed = 0;
   // gamma: the share of the round's clients that may collude with the server (sign two survivor
   // sets, reveal what they hold). The consistency check is sized for it (ConsistencyThreshold).
@@ -51,13 +51,15 @@ struct RoundParams {
 absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bits = 32,
                                                  uint32_t max_weight = 1000);
 
-// How many clients of U1 must sign one survivor set before any reveals a share:
-// T = floor((|U1| + c) / 2) + 1 with c = floor(corrupt_fraction x |U1|) colluding clients. Honest
-// clients sign once and colluders may sign every set, so two different sets would need
-// 2T <= |U1| + c signers: at most one set can gather T. A server therefore cannot tell some sites
-// that a client survived and others that it dropped (which would give it the client's self-mask
-// seed and its neighbours' mask keys), unless more than c clients collude with it.
-int ConsistencyThreshold(int directory_size, double corrupt_fraction);
+// How many sites must sign one survivor set before any reveals a share:
+// T = floor((n + c) / 2) + 1 with n the round's sites (num_clients, not the directory the server
+// sent, which it could shrink for some of them) and c = floor(corrupt_fraction x n) colluding with
+// the server. Honest sites sign once and colluders may sign every set, so two different sets would
+// need 2T <= n + c signers: within one session at most one set gathers T, and a server cannot get
+// honest sites to reveal a client's self-mask seed to some and its neighbours' mask keys to others.
+// What colluding neighbours hold themselves is another matter: t must exceed them (see
+// ValidateSecAggParams and the design notes).
+int ConsistencyThreshold(int num_clients, double corrupt_fraction);
 
 // OK, or INVALID_ARGUMENT naming the first offending field: n < 3; k outside [2, n - 1] or n * k
 // odd (no k-regular Harary graph); t <= k/2 ("gives no privacy": a server that lies about who

@@ -8,7 +8,8 @@
 //      agree pairwise masks), signed with its identity (identity.h) over the session's context.
 //      The server returns the directory of the keys it received (U1). The session's hash covers
 //      the context, the parameters and every entry of U1; the neighbour graph's seed comes from
-//      it, so the server cannot choose who neighbours whom.
+//      it, so the server cannot set the graph outright (it can still try many directories, with
+//      colluders' fresh keys or another choice of U1, until one suits it: see the design notes).
 //   2. ShareKeys: each client checks its neighbours' signatures, splits its mask private key and
 //      a fresh self-mask seed into t-of-k Shamir shares, one per neighbour in U1, each encrypted
 //      with AES-256-GCM under HKDF(X25519(own cipher key, neighbour's cipher key), session). The
@@ -18,15 +19,17 @@
 //      HKDF(X25519(own mask key, v's mask key), session). The server adds each y into one
 //      accumulator (memory O(model), not O(clients x model)); who sent is U3.
 //   4. Consistency: the server sends U3 to its clients; each signs (session, U3) once. Those who
-//      signed are U4; at least ConsistencyThreshold(|U1|, gamma) of them are needed.
+//      signed are U4; at least T = ConsistencyThreshold(n, gamma) of them are needed.
 //   5. Unmasking: the server tells the clients of U4 the survivors (U3), who dropped after sharing
-//      (U2 \ U3), and relays the signatures of U4. Each client checks that T of U1 signed the very
-//      survivor set it signed, T a majority even if params.corrupt_fraction of U1 collude with
-//      the server and sign every set (honest clients sign once, so no other set can have such a
-//      majority: every honest client that reveals anything sees the same U3), then
-//      reveals, per neighbour, the share of its self-mask seed (survivor) or of its mask key
-//      (dropped), never both. The server reconstructs from t shares, removes the masks and obtains
-//      the exact sum of the survivors' encodings.
+//      (U2 \ U3), and relays the signatures of U4. Each client checks that T distinct sites (by
+//      certificate) signed the very survivor set it signed, T a majority of the round's n sites
+//      even if floor(gamma n) of them collude with the server and sign every set: honest clients
+//      sign once, so within one session no other set can gather T, and every honest client that
+//      reveals anything sees the same U3. Then it reveals, per neighbour, the share of its
+//      self-mask seed (survivor) or of its mask key (dropped), never both. The server
+//      reconstructs from t shares, removes the masks and obtains the exact sum of the survivors'
+//      encodings. (Colluding neighbours reveal what they hold anyway: a client with t of them
+//      is exposed whatever the others do, which t and k must make unlikely.)
 //
 // A client refuses (FAILED_PRECONDITION) to reveal both shares of one peer, to sign or unmask
 // for a set other than the one it signed, or to answer twice. The server fails the round
