@@ -186,13 +186,17 @@ std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
                 "Secure aggregation (SecAgg+): the server sees only the sum of the changes"),
       tk::IntKey<C, int32_t>(
           "secure_aggregation", "num_neighbors",
-          "k: each client shares its secrets with k neighbours; 0: n - 1 up to 16 clients, "
-          "about 3 log2(n) above.",
+          "k: each client shares its secrets with k neighbours; 0: the least k (from n - 1 up to "
+          "16 clients, 3 log2(n) above) whose threshold keeps a site's input from its colluding "
+          "neighbours (corrupt_fraction, risk <= 2^-40) and the round live with max_dropout "
+          "dropping (<= 2^-20).",
           0, [secagg](auto& c) -> auto& { return secagg(c).num_neighbors; })
           .Flag("--secagg-neighbors", "SecAgg: k (0: default for n)"),
       tk::IntKey<C, int32_t>(
           "secure_aggregation", "threshold",
-          "t: shares needed to recover a dropped client's masks, in (k/2, k]; 0: k/2 + 1.",
+          "t: shares needed to recover a dropped client's masks, in (k/2, k]; 0: the least that "
+          "keeps the privacy risk <= 2^-40 with corrupt_fraction colluding. Settings with more "
+          "risk are refused with the figures.",
           0, [secagg](auto& c) -> auto& { return secagg(c).threshold; })
           .Flag("--secagg-threshold", "SecAgg: t, in (k/2, k] (0: k/2 + 1)"),
       tk::FloatKey<C>(

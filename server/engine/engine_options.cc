@@ -1,6 +1,7 @@
 // EngineOptions' JSON form (recorded with each run) and the real clock.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -85,7 +86,8 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
   // With b set, the defaults only choose k and t (at max_weight 1, which always fits b >= 8);
   // with b = 0, the library picks the largest b that fits max_weight.
   absl::StatusOr<secagg::SecAggParams> p = secagg::DefaultSecAggParams(
-      num_clients, modulus_bits, quantization_bits == 0 ? max_weight : 1);
+      num_clients, modulus_bits, quantization_bits == 0 ? max_weight : 1,
+      num_neighbors == 0 ? corrupt_fraction : 0, num_neighbors == 0 ? max_dropout : 0);
   if (!p.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("secure aggregation for ", num_clients, " clients: ", p.status().message()));
@@ -127,6 +129,25 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
   p->clip_range = clip_range;
   p->graph_seed = graph_seed;
   p->corrupt_fraction = corrupt_fraction;
+  if (num_neighbors != 0 || threshold != 0) {
+    // Settings of one's own: the least private threshold for the given k, and nothing that
+    // leaves a site's input to its colluding neighbours more often than the defaults would.
+    if (num_neighbors != 0 && threshold == 0) {
+      if (std::optional<int> t = secagg::LeastPrivateThreshold(*p); t.has_value()) {
+        p->threshold = *t;
+      }
+    }
+    const secagg::SecAggRisk risk = secagg::SecAggRiskOf(*p, max_dropout);
+    if (risk.privacy > secagg::kMaxPrivacyRisk) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "secure aggregation for ", num_clients, " clients: num_neighbors ", p->num_neighbors,
+          " and threshold ", p->threshold, " leave a site with ", p->threshold,
+          " or more colluding neighbours (corrupt_fraction ", corrupt_fraction,
+          ") with probability ", risk.exposed_site, ", some site of the round with probability ",
+          risk.privacy, "; at most ", secagg::kMaxPrivacyRisk,
+          " (2^-40) is accepted: raise them, or leave both 0 for the least that holds"));
+    }
+  }
   if (absl::Status s = secagg::ValidateSecAggParams(*p); !s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("secure aggregation for ", num_clients, " clients: ", s.message()));

@@ -84,6 +84,8 @@ std::string SecAggRound::Record(bool failed, bool unmasking) const {
         {"example_unit", s.example_unit},
         {"graph_seed", p.graph_seed},
         {"corrupt_fraction", p.corrupt_fraction},
+        {"privacy_risk", s.risk.privacy},
+        {"stall_risk", s.risk.stall},
         {"dp_noise_stddev", s.dp_noise_stddev},
         {"dp_min_survivors", s.dp_min_survivors}}},
       {"u1", s.u1},
@@ -159,6 +161,7 @@ absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
       o.ParamsFor(n, GraphSeed(options_.seed, round.round, round.attempt));
   if (!params.ok()) return params.status();
   s.params = *params;
+  s.risk = secagg::SecAggRiskOf(s.params, o.max_dropout);
   secagg::SessionIdentity identity;
   identity.context =
       secagg::SessionContext(run_.run_id, round.round, round.task_of.at(round.sampled.front()));
@@ -190,7 +193,13 @@ absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
             {"k", absl::StrCat(s.params.num_neighbors)},
             {"t", absl::StrCat(s.params.threshold)},
             {"b", absl::StrCat(s.params.quantization_bits)},
-            {"m", absl::StrCat(s.params.modulus_bits)}});
+            {"m", absl::StrCat(s.params.modulus_bits)},
+            // Bell et al.'s two risks for this graph, with corrupt_fraction colluding and
+            // max_dropout dropping: a site's input exposed by its colluding neighbours, and a
+            // site left with fewer than t live neighbours (the round fails).
+            {"corrupt_fraction", absl::StrCat(s.params.corrupt_fraction)},
+            {"privacy_risk", absl::StrCat(s.risk.privacy)},
+            {"stall_risk", absl::StrCat(s.risk.stall)}});
   return absl::OkStatus();
 }
 

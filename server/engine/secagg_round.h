@@ -134,6 +134,7 @@ struct SecAggRound final : RoundInput {
 
   // Public parameters of the attempt, and what the clients' tasks carry besides.
   secagg::SecAggParams params;
+  secagg::SecAggRisk risk;  // of its graph, with the run's corrupt_fraction and max_dropout
   int64_t example_unit = 1;
   double dp_clip_norm = 0;  // distributed DP (0: off)
   double dp_noise_stddev = 0;

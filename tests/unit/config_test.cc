@@ -525,6 +525,7 @@ TEST_F(ConfigTest, UpdateEncodingIsReadAndRefusedWithSecureAggregation) {
 TEST(SecureAggregationParamsForTest, ExplicitNeighboursAreClampedToTheSampledClients) {
   SecureAggregationOptions o;
   o.enabled = true;
+  o.corrupt_fraction = 0;  // the clamping alone (colluders: the next test)
   o.num_neighbors = 10;
   absl::StatusOr<secagg::SecAggParams> p = o.ParamsFor(6, 0);  // k <= n - 1 = 5
   ASSERT_TRUE(p.ok()) << p.status();
@@ -549,6 +550,34 @@ TEST(SecureAggregationParamsForTest, ExplicitNeighboursAreClampedToTheSampledCli
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("secure_aggregation.threshold 8 exceeds num_neighbors 5 (10 "
                                      "lowered to fit 6 clients)"));
+}
+
+// With a third of the sites colluding (the default), an explicit k gets the least threshold that
+// keeps a site from being exposed by its colluding neighbours (2^-40 for the round), and a graph
+// that no threshold can make safe is refused with the figures; the defaults choose k for it.
+TEST(SecureAggregationParamsForTest, ExplicitSettingsAreHeldToTheCollusionTheyMustSurvive) {
+  SecureAggregationOptions o;
+  o.enabled = true;
+  o.num_neighbors = 4;
+  absl::StatusOr<secagg::SecAggParams> p = o.ParamsFor(9, 0);  // 3 colluders
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->threshold, 4);  // 3 would let the 3 colluders be 3 of a site's 4 neighbours
+  o.num_neighbors = 5;
+  absl::Status s = o.ParamsFor(20, 0).status();  // k 5 of 19 peers, 6 colluders
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("secure aggregation for 20 clients: num_neighbors 5 and "
+                                     "threshold 3 leave a site with 3 or more colluding "
+                                     "neighbours (corrupt_fraction 0.333333) with probability "
+                                     "0.151445"));
+  EXPECT_THAT(s.message(), HasSubstr("at most 9.09495e-13 (2^-40) is accepted"));
+  o.threshold = 5;  // all 5 colluding: 6 / C(19, 5) per site, still far too likely
+  EXPECT_THAT(o.ParamsFor(20, 0).status().message(), HasSubstr("threshold 5 leave a site"));
+  o.num_neighbors = 0;
+  o.threshold = 0;
+  p = o.ParamsFor(20, 0);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_LE(secagg::SecAggRiskOf(*p, o.max_dropout).privacy, secagg::kMaxPrivacyRisk);
+  EXPECT_LE(secagg::SecAggRiskOf(*p, o.max_dropout).stall, secagg::kMaxStallRisk);
 }
 
 TEST(SecureAggregationParamsForTest, ExplicitBitsThatWrapForTheSampledClientsAreRefused) {

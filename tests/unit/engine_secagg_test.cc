@@ -555,7 +555,13 @@ TEST_F(EngineSecAggTest, TooManyDropoutsFailTheAttemptAndTheRetryUsesFreshKeys) 
   nlohmann::json j = nlohmann::json::parse(rec.secagg_json);
   EXPECT_EQ(j["failed_at"], "unmask");
   EXPECT_EQ(j["u3"], 10);
+  EXPECT_EQ(j["signed"], 10);
   EXPECT_EQ(j["u4"], 4);
+  // The graph's risks are recorded: every pair of 10 with t = 5 above the 3 colluders exposes no
+  // site, and with 3 of 10 dropping (max_dropout 0.3) 6 live neighbours remain for t = 5.
+  EXPECT_EQ(j["params"]["corrupt_fraction"], 1.0 / 3);
+  EXPECT_EQ(j["params"]["privacy_risk"], 0.0);
+  EXPECT_EQ(j["params"]["stall_risk"], 0.0);
 
   std::set<secagg::Key32> first_keys;
   for (const Site& s : sites_) first_keys.insert(s.public_keys.begin(), s.public_keys.end());
@@ -1142,6 +1148,7 @@ TEST_F(EngineSecAggTest, AbortEndsASecureRoundInFlight) {
 // neighbours', not the whole directory; the round still sums everyone.
 TEST_F(EngineSecAggTest, ShareTasksCarryOnlyTheNeighboursKeys) {
   options_.secure_aggregation.num_neighbors = 4;
+  options_.secure_aggregation.corrupt_fraction = 0;  // else t = 4 (3 colluders of 10)
   StartSecure();
   JoinAll();
   std::shared_ptr<const Model> before = engine_->global_model();

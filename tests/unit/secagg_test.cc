@@ -357,6 +357,71 @@ TEST(SecAggParamsTest, DefaultsAreValidAndDerivedFromN) {
   EXPECT_TRUE(DefaultSecAggParams(100000, 64).ok());
 }
 
+// Bell et al.'s risks, against an exact count: 12 sites, 4 colluding (gamma 0.34), k = 6, t = 4.
+// A given honest site's 6 neighbours are 6 of the other 11; all 4 colluders among them:
+// C(4,4) C(7,2) / C(11,6) = 21 / 462.
+TEST(SecAggRiskTest, TheExposureIsTheHypergeometricTailCountedExactly) {
+  SecAggParams p = *DefaultSecAggParams(12);
+  p.num_neighbors = 6;
+  p.threshold = 4;
+  p.corrupt_fraction = 0.34;
+  SecAggRisk r = SecAggRiskOf(p, 0);
+  EXPECT_NEAR(r.exposed_site, 21.0 / 462, 1e-12);
+  EXPECT_NEAR(r.privacy, 8 * 21.0 / 462, 1e-12);  // 8 honest sites
+  EXPECT_EQ(r.stall, 0);                          // nobody drops
+  // 3 of 12 dropping (0.25): fewer than 4 of 6 neighbours live takes 3 dropped among them:
+  // C(3,3) C(8,3) / C(11,6) = 56 / 462, times 12 sites.
+  EXPECT_NEAR(SecAggRiskOf(p, 0.25).stall, std::min(1.0, 12 * 56.0 / 462), 1e-12);
+  p.threshold = 5;  // more than the 4 colluders: none can be exposed
+  EXPECT_EQ(SecAggRiskOf(p, 0).privacy, 0);
+  // Every pair: the colluders are all neighbours, so t must exceed them.
+  p.num_neighbors = 11;
+  p.threshold = 6;
+  EXPECT_EQ(SecAggRiskOf(p, 0).privacy, 0);
+  p.corrupt_fraction = 0.49;  // 5 colluding
+  p.threshold = 5;
+  EXPECT_EQ(SecAggRiskOf(p, 0).exposed_site, 1);
+}
+
+// The defaults are chosen for gamma and delta: at 100 sites with a third colluding and 30 %
+// dropping, 72 of the 99 peers; with a tenth colluding at 2,000 sites a sparse graph holds. Both
+// keep the risks within their bounds, with the least such t; with gamma = delta = 0 the defaults
+// are Bell et al.'s O(log n) as before. What no graph can do is refused with the figures.
+TEST(SecAggRiskTest, DefaultsAreChosenForTheCollusionAndTheDropouts) {
+  absl::StatusOr<SecAggParams> third = DefaultSecAggParams(100, 32, 1000, 1.0 / 3, 0.3);
+  ASSERT_TRUE(third.ok()) << third.status();
+  // 33 colluders and 30 dropouts among 100: with t above 33 no site can be exposed, and with
+  // k - 30 >= t none can stall, so the least such k (on the search's steps) is far from every
+  // pair.
+  EXPECT_EQ(third->num_neighbors, 72);
+  EXPECT_EQ(third->threshold, 37);
+  EXPECT_LE(SecAggRiskOf(*third, 0.3).privacy, kMaxPrivacyRisk);
+  EXPECT_LE(SecAggRiskOf(*third, 0.3).stall, kMaxStallRisk);
+  // The old defaults at a third colluding: about 2 % of the sites exposed each round.
+  SecAggParams old = *DefaultSecAggParams(100);
+  old.corrupt_fraction = 1.0 / 3;
+  EXPECT_GT(SecAggRiskOf(old, 0).exposed_site, 0.01);
+
+  absl::StatusOr<SecAggParams> tenth = DefaultSecAggParams(2000, 64, 1000, 0.1, 0.05);
+  ASSERT_TRUE(tenth.ok()) << tenth.status();
+  EXPECT_LT(tenth->num_neighbors, 1999);
+  EXPECT_GT(tenth->num_neighbors, 34);  // more than the semi-honest 3 log2 n
+  const SecAggRisk risk = SecAggRiskOf(*tenth, 0.05);
+  EXPECT_LE(risk.privacy, kMaxPrivacyRisk);
+  EXPECT_LE(risk.stall, kMaxStallRisk);
+  SecAggParams lower = *tenth;
+  --lower.threshold;
+  if (lower.threshold > lower.num_neighbors / 2) {
+    EXPECT_GT(SecAggRiskOf(lower, 0.05).privacy, kMaxPrivacyRisk);  // t is the least
+  }
+
+  EXPECT_EQ(DefaultSecAggParams(100)->num_neighbors, 20);
+  absl::StatusOr<SecAggParams> none = DefaultSecAggParams(10, 32, 1000, 0.45, 0.5);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(none.status().message()),
+              HasSubstr("no neighbour graph for 10 clients keeps both risks with 4 colluding"));
+}
+
 // The consistency check's majority: with c = floor(gamma |U1|) colluders able to sign every set,
 // two sets would need 2T <= |U1| + c signers, so T = floor((|U1| + c) / 2) + 1 keeps one.
 TEST(SecAggParamsTest, ConsistencyThresholdHoldsWithTheColludingShare) {

@@ -1,6 +1,10 @@
 #include "fl/aggregation/secagg/params.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -14,28 +18,124 @@ bool SumFits(int n, uint32_t max_weight, int bits, int modulus_bits) {
   return worst < (static_cast<unsigned __int128>(1) << modulus_bits);
 }
 
+double LogChoose(int64_t a, int64_t b) {
+  return std::lgamma(a + 1.0) - std::lgamma(b + 1.0) - std::lgamma(a - b + 1.0);
+}
+
+// P[lo <= X <= hi] for X ~ Hypergeometric(population, marked, draws), summed in log space so that
+// tails down to 1e-300 keep their digits.
+double HypergeometricRange(int64_t population, int64_t marked, int64_t draws, int64_t lo,
+                           int64_t hi) {
+  lo = std::max({lo, int64_t{0}, draws - (population - marked)});
+  hi = std::min({hi, draws, marked});
+  if (lo > hi) return 0;
+  const double denominator = LogChoose(population, draws);
+  std::vector<double> logs;
+  logs.reserve(static_cast<size_t>(hi - lo + 1));
+  double top = -std::numeric_limits<double>::infinity();
+  for (int64_t x = lo; x <= hi; ++x) {
+    logs.push_back(LogChoose(marked, x) + LogChoose(population - marked, draws - x) - denominator);
+    top = std::max(top, logs.back());
+  }
+  double sum = 0;
+  for (double l : logs) sum += std::exp(l - top);
+  return std::min(1.0, std::exp(top) * sum);
+}
+
+int Colluding(int n, double corrupt_fraction) {
+  return static_cast<int>(std::floor(corrupt_fraction * n));
+}
+
+// A valid degree for n clients: at most n - 1, and n * k even.
+int ValidDegree(int n, int k) {
+  k = std::min(k, n - 1);
+  if ((static_cast<int64_t>(n) * k) % 2 != 0) --k;
+  return k;
+}
+
 }  // namespace
 
+SecAggRisk SecAggRiskOf(const SecAggParams& p, double dropout_fraction) {
+  const int n = p.num_clients;
+  const int k = p.num_neighbors;
+  const int t = p.threshold;
+  const int colluding = Colluding(n, p.corrupt_fraction);
+  const int dropped = static_cast<int>(std::floor(dropout_fraction * n));
+  SecAggRisk r;
+  if (n < 2 || k < 1 || t < 1) return r;
+  r.exposed_site = HypergeometricRange(n - 1, colluding, k, t, k);
+  r.privacy = std::min(1.0, (n - colluding) * r.exposed_site);
+  const int live_peers = std::max(0, n - 1 - dropped);
+  r.stall = std::min(1.0, n * HypergeometricRange(n - 1, live_peers, k, 0, t - 1));
+  return r;
+}
+
+std::optional<int> LeastPrivateThreshold(const SecAggParams& params) {
+  // The risk falls as t grows: the least t that keeps it is found by bisection.
+  SecAggParams p = params;
+  int lo = p.num_neighbors / 2 + 1;
+  int hi = p.num_neighbors;
+  p.threshold = hi;
+  if (SecAggRiskOf(p, 0).privacy > kMaxPrivacyRisk) return std::nullopt;
+  while (lo < hi) {
+    p.threshold = lo + (hi - lo) / 2;
+    if (SecAggRiskOf(p, 0).privacy <= kMaxPrivacyRisk) {
+      hi = p.threshold;
+    } else {
+      lo = p.threshold + 1;
+    }
+  }
+  return lo;
+}
+
 absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bits,
-                                                 uint32_t max_weight) {
+                                                 uint32_t max_weight, double corrupt_fraction,
+                                                 double dropout_fraction) {
   if (num_clients < 3) {
     return absl::InvalidArgumentError(absl::StrCat(
         "secure aggregation needs at least 3 clients (the sum of 2 reveals each), got ",
         num_clients));
   }
+  if (!(corrupt_fraction >= 0 && corrupt_fraction < 0.5) ||
+      !(dropout_fraction >= 0 && dropout_fraction < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("corrupt_fraction must be in [0, 0.5) and dropout_fraction in [0, 1), got ",
+                     corrupt_fraction, " and ", dropout_fraction));
+  }
   SecAggParams p;
   p.num_clients = num_clients;
   p.modulus_bits = modulus_bits;
   p.max_weight = max_weight;
-  if (num_clients <= 16) {
-    p.num_neighbors = num_clients - 1;
-  } else {
-    int k = static_cast<int>(std::ceil(3.0 * std::log2(static_cast<double>(num_clients))));
+  p.corrupt_fraction = corrupt_fraction;
+  const int n = num_clients;
+  int k = n - 1;
+  if (n > 16) {
+    k = static_cast<int>(std::ceil(3.0 * std::log2(static_cast<double>(n))));
     if (k % 2 != 0) ++k;
-    p.num_neighbors = std::min(k, num_clients - 1);
-    if ((p.num_neighbors * num_clients) % 2 != 0) --p.num_neighbors;
   }
-  p.threshold = p.num_neighbors / 2 + 1;
+  // The least k (from Bell et al.'s O(log n)) whose least private t also keeps the round live;
+  // each step about a quarter more, up to every pair.
+  for (k = ValidDegree(n, k);; k = ValidDegree(n, std::max(k + 2, k + k / 4))) {
+    p.num_neighbors = k;
+    std::optional<int> t = LeastPrivateThreshold(p);
+    if (t.has_value()) {
+      p.threshold = *t;
+      if (SecAggRiskOf(p, dropout_fraction).stall <= kMaxStallRisk) break;
+    }
+    if (k == ValidDegree(n, n - 1)) {
+      p.threshold = t.value_or(k);
+      const SecAggRisk risk = SecAggRiskOf(p, dropout_fraction);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no neighbour graph for ", n, " clients keeps both risks with ",
+          Colluding(n, corrupt_fraction), " colluding (corrupt_fraction ", corrupt_fraction,
+          ") and ", static_cast<int>(std::floor(dropout_fraction * n)),
+          " dropping (dropout_fraction ", dropout_fraction, "): every pair with threshold ",
+          p.threshold, " gives a privacy risk of ", risk.privacy, " (at most ", kMaxPrivacyRisk,
+          ") and a stall risk of ", risk.stall, " (at most ", kMaxStallRisk,
+          "); lower corrupt_fraction or the dropouts planned for"));
+    }
+  }
+
   p.quantization_bits = 0;
   if (modulus_bits == 32 || modulus_bits == 64) {
     for (int b = 22; b >= 8; --b) {

@@ -10,6 +10,7 @@
 #define FL_AGGREGATION_SECAGG_PARAMS_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -42,14 +43,45 @@ struct RoundParams {
   double dp_noise_stddev = 0;  // then adds N(0, s^2) to each coordinate (0: no noise)
 };
 
+// The two risks of a round's graph (k, t) for its n sites, of which C = floor(corrupt_fraction n)
+// collude with the server and D = floor(dropout_fraction n) drop out (Bell et al. 2020's
+// conditions). A site's neighbours are a uniformly random k of the other n - 1 (the graph's labels
+// are shuffled), so the colluders among them are hypergeometric.
+struct SecAggRisk {
+  // A given honest site has t or more colluding neighbours: they hold t shares of both its
+  // secrets, so its input is exposed whatever the honest sites do.
+  double exposed_site = 0;
+  // Some honest site is: min(1, (n - C) x exposed_site).
+  double privacy = 0;
+  // Some site keeps fewer than t live neighbours (its self-mask seed cannot be rebuilt and the
+  // round fails): min(1, n x P[live neighbours < t]), with the D dropouts among its peers.
+  double stall = 0;
+};
+SecAggRisk SecAggRiskOf(const SecAggParams& params, double dropout_fraction);
+
+// What DefaultSecAggParams and the server accept: privacy at most 2^-40 (a statistical security
+// parameter of 40, as Bell et al.'s), and the defaults aim at a stall at most 2^-20.
+inline constexpr double kMaxPrivacyRisk = 0x1p-40;
+inline constexpr double kMaxStallRisk = 0x1p-20;
+
+// The smallest t in (k/2, k] whose privacy risk (SecAggRiskOf) is at most kMaxPrivacyRisk for the
+// params' n, k and corrupt_fraction; nullopt when none is.
+std::optional<int> LeastPrivateThreshold(const SecAggParams& params);
+
 // Defaults for `num_clients` clients: k = n - 1 for n <= 16 (every pair, as in Bonawitz et al.),
-// otherwise the even number at or above 3 * log2(n) (Bell et al.: O(log n) neighbours);
-// t = k/2 + 1 (the smallest threshold that keeps privacy; tolerates k/2 - 1 dropped
-// neighbours); b = the largest value <= 22 (Flower's 2^22 range) for which the sum of n clients
-// at max_weight cannot wrap the modulus. INVALID_ARGUMENT when num_clients < 3 or when no b >= 8
-// fits (use modulus_bits = 64 or a smaller max_weight).
+// otherwise starting from the even number at or above 3 * log2(n) (Bell et al.: O(log n)
+// neighbours) and raised until a t in (k/2, k] gives a privacy risk of at most kMaxPrivacyRisk
+// and a stall risk of at most kMaxStallRisk with `corrupt_fraction` of the clients colluding and
+// `dropout_fraction` dropping (at gamma 1/3 that is every pair up to well past a thousand
+// clients), t the least such; b = the largest value <= 22 (Flower's 2^22 range) for which the sum
+// of n clients at max_weight cannot wrap the modulus. INVALID_ARGUMENT when num_clients < 3, when
+// no b >= 8 fits (use modulus_bits = 64 or a smaller max_weight), or when even every pair
+// cannot keep both risks (the colluders and the dropouts leave too few honest live neighbours:
+// the message gives the figures).
 absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bits = 32,
-                                                 uint32_t max_weight = 1000);
+                                                 uint32_t max_weight = 1000,
+                                                 double corrupt_fraction = 0,
+                                                 double dropout_fraction = 0);
 
 // How many sites must sign one survivor set before any reveals a share:
 // T = floor((n + c) / 2) + 1 with n the round's sites (num_clients, not the directory the server

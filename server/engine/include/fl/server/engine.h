@@ -98,9 +98,12 @@ struct PrivacyOptions {
 // recover the dropped clients' masks.
 struct SecureAggregationOptions {
   bool enabled = false;
-  int32_t num_neighbors = 0;      // k; 0: the library's default for the round's n
-  int32_t threshold = 0;          // t; 0: k / 2 + 1
-  double clip_range = 8.0;        // c: each coordinate of a change is clipped to [-c, c]
+  // k; 0: the library's default for the round's n, corrupt_fraction and max_dropout
+  // (secagg::DefaultSecAggParams). Settings whose privacy risk (secagg::SecAggRiskOf) exceeds
+  // 2^-40 are refused.
+  int32_t num_neighbors = 0;
+  int32_t threshold = 0;    // t; 0: the least that keeps that risk (for the default k or this one)
+  double clip_range = 8.0;  // c: each coordinate of a change is clipped to [-c, c]
   int32_t quantization_bits = 0;  // b; 0: the largest that cannot wrap the modulus
   int32_t modulus_bits = 32;      // 32 or 64
   uint32_t max_weight = 1000;
