@@ -121,7 +121,7 @@ std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& ro
                                      "REPORTED", "DURATION_MS", "METRICS"};
   if (with_dp) header.push_back("EPSILON");
   if (with_server) header.push_back("EPS_SERVER");
-  if (with_secagg) header.push_back("SECAGG_U1>U2>U3>U4");
+  if (with_secagg) header.push_back("SECAGG_U1>U2>U3>SIGNED>U4");
   if (with_eval) header.push_back("EVALUATION");
   header.push_back("REASON");
   TextTable table(std::move(header));
@@ -173,7 +173,7 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound&
     header.push_back("dp_epsilon_server");
   }
   const bool with_secagg = AnySecAgg(rounds);
-  if (with_secagg) header.push_back("secagg_u1_u2_u3_u4");
+  if (with_secagg) header.push_back("secagg_u1_u2_u3_signed_u4");
   for (const std::string& name : metric_names) header.push_back(CsvText("metric_" + name));
   for (const std::string& name : eval_names) header.push_back(CsvText("eval_" + name));
   std::string out = CsvLine(header);

@@ -439,28 +439,41 @@ TEST_F(AdminTest, RoundsReportsShowWhoTookPartInEachSecureStage) {
   secure.checkpoint = NewCheckpoint(2.0f);
   secure.secagg_json = R"({"params":{"n":10,"k":9,"t":5},"u1":10,"u2":10,"u3":9,"u4":9})";
   ASSERT_TRUE(store_->CommitRound(secure, {}).ok());
+  // A round with the consistency stage: the survivors that signed, between U3 and U4.
+  RoundRecord signed_round = Round(3, 0);
+  signed_round.ended_at_ms = signed_round.started_at_ms + 100;
+  signed_round.num_reported = 9;
+  signed_round.checkpoint = NewCheckpoint(3.0f);
+  signed_round.secagg_json =
+      R"({"params":{"n":10,"k":9,"t":5},"u1":10,"u2":10,"u3":9,"signed":8,"u4":8})";
+  ASSERT_TRUE(store_->BeginRound(signed_round).ok());
+  absl::Status committed = store_->CommitRound(signed_round, {});
+  ASSERT_TRUE(committed.ok()) << committed;
 
   absl::StatusOr<std::string> table = RoundsReport(*store_, run_, Format::kTable);
   ASSERT_TRUE(table.ok()) << table.status();
   std::vector<std::string> lines = Lines(*table);
-  ASSERT_GE(lines.size(), 5u) << *table;
-  const size_t column = lines[1].find("SECAGG_U1>U2>U3>U4");
+  ASSERT_GE(lines.size(), 6u) << *table;
+  const size_t column = lines[1].find("SECAGG_U1>U2>U3>SIGNED>U4");
   ASSERT_NE(column, std::string::npos) << lines[1];
-  EXPECT_EQ(lines[3].substr(column, 1), "-") << *table;  // round 1, a plain round
-  EXPECT_EQ(lines[4].substr(column), "10>10>9>9") << *table;
+  EXPECT_EQ(lines[3].substr(column, 1), "-") << *table;       // round 1, a plain round
+  EXPECT_EQ(lines[4].substr(column), "10>10>9>9") << *table;  // recorded before the signatures
+  EXPECT_EQ(lines[5].substr(column), "10>10>9>8>8") << *table;
 
   absl::StatusOr<std::string> csv = RoundsReport(*store_, run_, Format::kCsv);
   ASSERT_TRUE(csv.ok()) << csv.status();
-  EXPECT_TRUE(absl::StrContains(Lines(*csv)[0], ",secagg_u1_u2_u3_u4")) << *csv;
+  EXPECT_TRUE(absl::StrContains(Lines(*csv)[0], ",secagg_u1_u2_u3_signed_u4")) << *csv;
+  EXPECT_TRUE(absl::StrContains(*csv, ",10>10>9>8>8")) << *csv;
   EXPECT_TRUE(absl::StrContains(*csv, ",10>10>9>9")) << *csv;
 
   absl::StatusOr<std::string> json = RoundsReport(*store_, run_, Format::kJson);
   ASSERT_TRUE(json.ok()) << json.status();
   nlohmann::json j = nlohmann::json::parse(*json);
-  ASSERT_EQ(j["rounds"].size(), 3u);
+  ASSERT_EQ(j["rounds"].size(), 4u);
   EXPECT_FALSE(j["rounds"][1].contains("secure_aggregation"));
   EXPECT_EQ(j["rounds"][2]["secure_aggregation"]["u3"], 9);
   EXPECT_EQ(j["rounds"][2]["secure_aggregation"]["params"]["k"], 9);
+  EXPECT_EQ(j["rounds"][3]["secure_aggregation"]["signed"], 8);
 }
 
 TEST_F(AdminTest, RoundsOfAnUnknownRunOrAnEmptyStoreAreNotFound) {
