@@ -198,7 +198,7 @@ std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
           "keeps the privacy risk <= 2^-40 with corrupt_fraction colluding. Settings with more "
           "risk are refused with the figures.",
           0, [secagg](auto& c) -> auto& { return secagg(c).threshold; })
-          .Flag("--secagg-threshold", "SecAgg: t, in (k/2, k] (0: k/2 + 1)"),
+          .Flag("--secagg-threshold", "SecAgg: t, in (k/2, k] (0: the least that keeps privacy)"),
       tk::FloatKey<C>(
           "secure_aggregation", "clip_range",
           "c: each coordinate of a client's change is clipped to [-c, c] before quantizing.",

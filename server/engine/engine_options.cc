@@ -59,7 +59,7 @@ absl::Status SecureAggregationOptions::Validate() const {
         absl::StrCat("secure_aggregation.", key, " must be ", want, ", got ", value));
   };
   if (num_neighbors < 0) return bad("num_neighbors", num_neighbors, ">= 0 (0: default)");
-  if (threshold < 0) return bad("threshold", threshold, ">= 0 (0: k/2 + 1)");
+  if (threshold < 0) return bad("threshold", threshold, ">= 0 (0: the least that keeps privacy)");
   if (!std::isfinite(clip_range) || clip_range <= 0) {
     return bad("clip_range", clip_range, "a finite number > 0");
   }
@@ -120,7 +120,7 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
           k == num_neighbors
               ? ""
               : absl::StrCat(" (", num_neighbors, " lowered to fit ", num_clients, " clients)"),
-          "; lower the threshold or leave it 0 (k/2 + 1)"));
+          "; lower the threshold or leave it 0 (the least that keeps privacy)"));
     }
     p->num_neighbors = k;
     p->threshold = k / 2 + 1;
@@ -129,28 +129,38 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
   p->clip_range = clip_range;
   p->graph_seed = graph_seed;
   p->corrupt_fraction = corrupt_fraction;
+  if (absl::Status s = secagg::ValidateSecAggParams(*p); !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("secure aggregation for ", num_clients, " clients: ", s.message()));
+  }
   if (num_neighbors != 0 || threshold != 0) {
     // Settings of one's own: the least private threshold for the given k, and nothing that
     // leaves a site's input to its colluding neighbours more often than the defaults would.
-    if (num_neighbors != 0 && threshold == 0) {
-      if (std::optional<int> t = secagg::LeastPrivateThreshold(*p); t.has_value()) {
-        p->threshold = *t;
-      }
-    }
+    // Checked for the round's n: a k that holds at min_clients may not at a larger sample.
+    std::optional<int> least = secagg::LeastPrivateThreshold(*p);
+    if (num_neighbors != 0 && threshold == 0 && least.has_value()) p->threshold = *least;
     const secagg::SecAggRisk risk = secagg::SecAggRiskOf(*p, max_dropout);
     if (risk.privacy > secagg::kMaxPrivacyRisk) {
+      std::string advice = "raise the threshold, or leave it 0 for the least that holds";
+      if (!least.has_value()) {
+        // No t up to k holds: name the least k that has one, as the defaults would pick it.
+        secagg::SecAggParams wider = *p;
+        for (int k = p->num_neighbors + 1; k < num_clients; ++k) {
+          if ((static_cast<int64_t>(num_clients) * k) % 2 != 0) continue;
+          wider.num_neighbors = k;
+          if (secagg::LeastPrivateThreshold(wider).has_value()) break;
+        }
+        advice = absl::StrCat("no threshold up to ", p->num_neighbors,
+                              " neighbours holds: raise num_neighbors to at least ",
+                              wider.num_neighbors, ", or leave it 0");
+      }
       return absl::InvalidArgumentError(absl::StrCat(
           "secure aggregation for ", num_clients, " clients: num_neighbors ", p->num_neighbors,
           " and threshold ", p->threshold, " leave a site with ", p->threshold,
           " or more colluding neighbours (corrupt_fraction ", corrupt_fraction,
           ") with probability ", risk.exposed_site, ", some site of the round with probability ",
-          risk.privacy, "; at most ", secagg::kMaxPrivacyRisk,
-          " (2^-40) is accepted: raise them, or leave both 0 for the least that holds"));
+          risk.privacy, "; at most ", secagg::kMaxPrivacyRisk, " (2^-40) is accepted: ", advice));
     }
-  }
-  if (absl::Status s = secagg::ValidateSecAggParams(*p); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("secure aggregation for ", num_clients, " clients: ", s.message()));
   }
   return *p;
 }

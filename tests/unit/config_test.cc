@@ -570,8 +570,19 @@ TEST(SecureAggregationParamsForTest, ExplicitSettingsAreHeldToTheCollusionTheyMu
                                      "neighbours (corrupt_fraction 0.333333) with probability "
                                      "0.151445"));
   EXPECT_THAT(s.message(), HasSubstr("at most 9.09495e-13 (2^-40) is accepted"));
+  EXPECT_THAT(s.message(), HasSubstr("no threshold up to 5 neighbours holds: raise "
+                                     "num_neighbors to at least"));
   o.threshold = 5;  // all 5 colluding: 6 / C(19, 5) per site, still far too likely
   EXPECT_THAT(o.ParamsFor(20, 0).status().message(), HasSubstr("threshold 5 leave a site"));
+  // A k that holds for the least sample may not for a larger one: checked for the round's n.
+  o.num_neighbors = 20;
+  o.threshold = 0;
+  EXPECT_TRUE(o.ParamsFor(30, 0).ok());  // 10 colluders: t = 11 is above them all
+  EXPECT_THAT(o.ParamsFor(100, 0).status().message(),
+              HasSubstr("no threshold up to 20 neighbours holds"));
+  // Structural mistakes are named as such, before any risk.
+  o.num_neighbors = 1;
+  EXPECT_THAT(o.ParamsFor(20, 0).status().message(), HasSubstr("num_neighbors must be in [2"));
   o.num_neighbors = 0;
   o.threshold = 0;
   p = o.ParamsFor(20, 0);

@@ -370,8 +370,11 @@ TEST(SecAggRiskTest, TheExposureIsTheHypergeometricTailCountedExactly) {
   EXPECT_NEAR(r.privacy, 8 * 21.0 / 462, 1e-12);  // 8 honest sites
   EXPECT_EQ(r.stall, 0);                          // nobody drops
   // 3 of 12 dropping (0.25): fewer than 4 of 6 neighbours live takes 3 dropped among them:
-  // C(3,3) C(8,3) / C(11,6) = 56 / 462, times 12 sites.
-  EXPECT_NEAR(SecAggRiskOf(p, 0.25).stall, std::min(1.0, 12 * 56.0 / 462), 1e-12);
+  // C(3,3) C(8,3) / C(11,6) = 56 / 462 for a site; 12 sites make the round's bound 1.
+  EXPECT_NEAR(SecAggRiskOf(p, 0.25).stalled_site, 56.0 / 462, 1e-12);
+  EXPECT_EQ(SecAggRiskOf(p, 0.25).stall, 1.0);
+  // 2 dropping: 4 of the 6 stay live whatever happens.
+  EXPECT_EQ(SecAggRiskOf(p, 0.2).stalled_site, 0);
   p.threshold = 5;  // more than the 4 colluders: none can be exposed
   EXPECT_EQ(SecAggRiskOf(p, 0).privacy, 0);
   // Every pair: the colluders are all neighbours, so t must exceed them.
@@ -416,10 +419,16 @@ TEST(SecAggRiskTest, DefaultsAreChosenForTheCollusionAndTheDropouts) {
   }
 
   EXPECT_EQ(DefaultSecAggParams(100)->num_neighbors, 20);
-  absl::StatusOr<SecAggParams> none = DefaultSecAggParams(10, 32, 1000, 0.45, 0.5);
-  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(none.status().message()),
-              HasSubstr("no neighbour graph for 10 clients keeps both risks with 4 colluding"));
+  // Half the sites dropping stalls every graph of 9: every pair, private (t = 5 above the 4
+  // colluders), with its stall risk there to be reported.
+  absl::StatusOr<SecAggParams> stalls = DefaultSecAggParams(9, 32, 1000, 0.45, 0.5);
+  ASSERT_TRUE(stalls.ok()) << stalls.status();
+  EXPECT_EQ(stalls->num_neighbors, 8);
+  EXPECT_EQ(stalls->threshold, 5);
+  EXPECT_EQ(SecAggRiskOf(*stalls, 0.5).privacy, 0);
+  EXPECT_GT(SecAggRiskOf(*stalls, 0.5).stall, kMaxStallRisk);
+  EXPECT_EQ(DefaultSecAggParams(10, 32, 1000, 0.5, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // The consistency check's majority: with c = floor(gamma |U1|) colluders able to sign every set,

@@ -51,10 +51,14 @@ struct SecAggRisk {
   // A given honest site has t or more colluding neighbours: they hold t shares of both its
   // secrets, so its input is exposed whatever the honest sites do.
   double exposed_site = 0;
-  // Some honest site is: min(1, (n - C) x exposed_site).
+  // Some honest site is: min(1, (n - C) x exposed_site), a union bound, for one graph (one
+  // attempt of a round). Bell et al.'s condition that the honest survivors stay connected is not
+  // computed: a site with fewer than t surviving neighbours refuses to unmask anyway.
   double privacy = 0;
-  // Some site keeps fewer than t live neighbours (its self-mask seed cannot be rebuilt and the
-  // round fails): min(1, n x P[live neighbours < t]), with the D dropouts among its peers.
+  // A given site keeps fewer than t live neighbours (its self-mask seed cannot be rebuilt and the
+  // round fails), with the D dropouts among its peers; some site does: min(1, n x stalled_site).
+  // Colluders that withhold their shares count as dropouts: plan for them in dropout_fraction.
+  double stalled_site = 0;
   double stall = 0;
 };
 SecAggRisk SecAggRiskOf(const SecAggParams& params, double dropout_fraction);
@@ -72,12 +76,13 @@ std::optional<int> LeastPrivateThreshold(const SecAggParams& params);
 // otherwise starting from the even number at or above 3 * log2(n) (Bell et al.: O(log n)
 // neighbours) and raised until a t in (k/2, k] gives a privacy risk of at most kMaxPrivacyRisk
 // and a stall risk of at most kMaxStallRisk with `corrupt_fraction` of the clients colluding and
-// `dropout_fraction` dropping (at gamma 1/3 that is every pair up to well past a thousand
-// clients), t the least such; b = the largest value <= 22 (Flower's 2^22 range) for which the sum
-// of n clients at max_weight cannot wrap the modulus. INVALID_ARGUMENT when num_clients < 3, when
-// no b >= 8 fits (use modulus_bits = 64 or a smaller max_weight), or when even every pair
-// cannot keep both risks (the colluders and the dropouts leave too few honest live neighbours:
-// the message gives the figures).
+// `dropout_fraction` dropping (at gamma 1/3 and 30 % dropping: 72 of 99 at n = 100, 266 at
+// n = 1000), t the least such; when only every pair keeps privacy but the dropouts still stall it,
+// every pair (the stall risk, which SecAggRiskOf gives, fails a round, not its privacy); b = the
+// largest value <= 22 (Flower's 2^22 range) for which the sum of n clients at max_weight cannot
+// wrap the modulus. INVALID_ARGUMENT when num_clients < 3, corrupt_fraction is outside [0, 0.5)
+// or dropout_fraction outside [0, 1), or no b >= 8 fits (use modulus_bits = 64 or a smaller
+// max_weight).
 absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bits = 32,
                                                  uint32_t max_weight = 1000,
                                                  double corrupt_fraction = 0,

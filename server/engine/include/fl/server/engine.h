@@ -110,7 +110,9 @@ struct SecureAggregationOptions {
   // weight = clamp(ceil(num_examples / example_unit), 1, max_weight), computed by the client.
   int64_t example_unit = 1;
   absl::Duration stage_timeout = absl::Seconds(60);
-  double max_dropout = 0.3;  // distributed DP plans its noise for this share of dropouts
+  // Distributed DP plans its noise for this share of dropouts, and the default k and t keep the
+  // round live with it (secagg::DefaultSecAggParams).
+  double max_dropout = 0.3;
   // gamma: the share of a round's sites that may collude with a malicious server. The sites
   // reveal shares only once floor((|U1| + gamma |U1|) / 2) + 1 of them signed one survivor set,
   // so a round with more dropouts before the consistency stage fails. In [0, 0.5).
