@@ -1,6 +1,7 @@
 // Shared by the benchmarks that run the real server and SDK clients: a trainer that measures the
 // framework, not training, the server options of a mutual-TLS run on loopback, and the small
-// helpers of a benchmark's main (fail loudly, read /proc/self/status).
+// helpers of a benchmark's main (read /proc/self/status; failing loudly and medians are in
+// bench_check.h).
 #ifndef FL_BENCH_BENCH_FEDERATION_H_
 #define FL_BENCH_BENCH_FEDERATION_H_
 
@@ -27,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_check.h"
 #include "fl/client/client.h"
 #include "fl/client/trainer.h"
 #include "fl/common/model.h"
@@ -34,18 +36,6 @@
 #include "fl/server/server.h"
 
 namespace fl::bench {
-
-// A benchmark cannot go on: prints `what` and exits 1.
-[[noreturn]] inline void Die(const std::string& what) {
-  std::fprintf(stderr, "%s\n", what.c_str());
-  std::exit(1);
-}
-// The value, or Die naming `what` and the status.
-template <typename T>
-T Check(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) Die(absl::StrCat(what, ": ", v.status().ToString()));
-  return *std::move(v);
-}
 
 // A child process joined to this one by a pipe: the parent keeps `parent_fd` (the write end when
 // `parent_writes`, else the read end); the child runs `body` with the other end and never
@@ -70,14 +60,6 @@ Child ForkWithPipe(bool parent_writes, Body body) {
   }
   close(child_end);
   return Child{pid, parent_end};
-}
-
-// The median (the mean of the middle two for an even count); 0 for none.
-inline double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Seconds on CLOCK_MONOTONIC: one clock for every process of a benchmark.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "bench/bench_check.h"
 #include "fl/aggregation/secagg/params.h"
 #include "fl/aggregation/secagg/protocol.h"
 #include "fl/aggregation/secagg/quantization.h"
@@ -30,20 +31,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-template <typename T>
-T Check(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, v.status().ToString().c_str());
-    std::exit(1);
-  }
-  return *std::move(v);
-}
-void Check(absl::Status s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-    std::exit(1);
-  }
-}
+using fl::bench::Check;
 
 // Bytes on a wire with fixed-size fields: ids 4 bytes, keys 32, shares 48, words m/8.
 constexpr size_t kId = 4;

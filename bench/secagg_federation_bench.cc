@@ -30,10 +30,11 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "bench/bench_federation.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/bench_check.h"
+#include "bench/bench_federation.h"
 #include "fl/client/client.h"
 #include "fl/client/trainer.h"
 #include "fl/common/logging.h"
@@ -46,17 +47,7 @@ namespace {
 
 using fl::bench::ProcessCpuSeconds;
 
-void Check(const absl::Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, s.ToString().c_str());
-    std::exit(1);
-  }
-}
-template <typename T>
-T Check(absl::StatusOr<T> v, const char* what) {
-  Check(v.status(), what);
-  return *std::move(v);
-}
+using fl::bench::Check;
 
 double ThreadCpuSeconds() {
   timespec ts{};
@@ -71,7 +62,7 @@ double PeakRssMiB() {
 
 struct RunFigures {
   double round_s = 0;
-  std::string stages;  // "keys 0.31 s, shares ..." (secure rounds)
+  std::string stages;         // "keys 0.31 s, shares ..." (secure rounds)
   double last_input_s = 0;    // when the last masked input was summed (secure rounds)
   double masked_close_s = 0;  // when the masked-input stage closed
   double client_cpu_median_s = 0;
@@ -237,9 +228,10 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(work_dir);
   const fl::ProvisionedFiles pki = fl::bench::ProvisionSites(work_dir, clients);
 
-  std::printf("Workload: %d clients over mutual TLS on loopback, %zu float32 parameters, one "
-              "round each; secure round: %.0f %% of the clients drop after sharing their keys\n",
-              clients, params, dropout * 100);
+  std::printf(
+      "Workload: %d clients over mutual TLS on loopback, %zu float32 parameters, one "
+      "round each; secure round: %.0f %% of the clients drop after sharing their keys\n",
+      clients, params, dropout * 100);
   std::fflush(stdout);
   const absl::Duration timeout = absl::Seconds(client_timeout_s);
   const RunFigures plain =
@@ -276,9 +268,10 @@ int main(int argc, char** argv) {
   std::printf("\nSecure round's stages: %s\n",
               secure.stages.empty() ? "(not recorded)" : secure.stages.c_str());
   if (secure.quantization_bits > 0) {
-    std::printf("Expansion of a client's upload over its %d-bit values in the clear: %.3fx "
-                "(Bonawitz et al. 2017: 1.73x for 2^10 clients, 2^20 values, 16-bit values)\n",
-                secure.quantization_bits, secure_up / clear_bytes);
+    std::printf(
+        "Expansion of a client's upload over its %d-bit values in the clear: %.3fx "
+        "(Bonawitz et al. 2017: 1.73x for 2^10 clients, 2^20 values, 16-bit values)\n",
+        secure.quantization_bits, secure_up / clear_bytes);
   }
   std::printf("Upload over a float32 update: %.4fx; peak RSS of the process %.0f MiB\n",
               secure_up / (4.0 * static_cast<double>(params)), secure.peak_rss_mib);

@@ -347,17 +347,28 @@ absl::StatusOr<MaskedInput> ClientSession::MaskEncodedInput(const ShareBundle& b
   return out;
 }
 
-absl::StatusOr<SurvivorSignature> ClientSession::SignSurvivors(const SurvivorList& list) {
-  State& s = *state_;
-  if (s.stage != ClientStage::kConsistency) return OutOfOrder("SignSurvivors", s.stage);
-  std::set<int> survivors;
-  for (int v : list.survivors) {
-    if (s.digests.count(v) == 0 || !survivors.insert(v).second) {
+// The ids of a list the server sent, each once and each a client that advertised keys (in U1);
+// else FAILED_PRECONDITION: "client <id> <refusal> holds <v>, which ..." or "... twice".
+absl::StatusOr<std::set<int>> ClientSession::IdsOfU1(const State& s, const std::vector<int>& ids,
+                                                     const char* refusal) {
+  std::set<int> out;
+  for (int v : ids) {
+    if (s.digests.count(v) == 0 || !out.insert(v).second) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "client ", s.id, " refuses to sign the survivors: the server's list holds ", v,
+          "client ", s.id, " ", refusal, " holds ", v,
           s.digests.count(v) == 0 ? ", which did not advertise keys in this round" : " twice"));
     }
   }
+  return out;
+}
+
+absl::StatusOr<SurvivorSignature> ClientSession::SignSurvivors(const SurvivorList& list) {
+  State& s = *state_;
+  if (s.stage != ClientStage::kConsistency) return OutOfOrder("SignSurvivors", s.stage);
+  absl::StatusOr<std::set<int>> listed =
+      IdsOfU1(s, list.survivors, "refuses to sign the survivors: the server's list");
+  if (!listed.ok()) return listed.status();
+  const std::set<int>& survivors = *listed;
   if (survivors.count(s.id) == 0) {
     return absl::FailedPreconditionError(
         absl::StrCat("client ", s.id,
@@ -397,13 +408,11 @@ absl::StatusOr<UnmaskResponse> ClientSession::Unmask(const UnmaskRequest& reques
                      listed.size(), " listed, ", s.signed_survivors.size(), " signed)"));
   }
   const std::set<int> survivors(listed.begin(), listed.end());
-  std::set<int> dropped;
-  for (int v : request.dropped) {
-    if (s.digests.count(v) == 0 || !dropped.insert(v).second) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "client ", s.id, " refuses to unmask: the server's list of dropped clients holds ", v,
-          s.digests.count(v) == 0 ? ", which did not advertise keys in this round" : " twice"));
-    }
+  absl::StatusOr<std::set<int>> dropped_ids =
+      IdsOfU1(s, request.dropped, "refuses to unmask: the server's list of dropped clients");
+  if (!dropped_ids.ok()) return dropped_ids.status();
+  const std::set<int>& dropped = *dropped_ids;
+  for (int v : dropped) {
     if (survivors.count(v) != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("client ", s.id,

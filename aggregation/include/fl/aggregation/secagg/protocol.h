@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -209,6 +210,8 @@ class ClientSession {
 
  private:
   struct State;
+  static absl::StatusOr<std::set<int>> IdsOfU1(const State& s, const std::vector<int>& ids,
+                                               const char* refusal);
   explicit ClientSession(std::unique_ptr<State> state);
   std::unique_ptr<State> state_;
 };
