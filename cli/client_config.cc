@@ -302,7 +302,9 @@ const std::vector<Key>& Keys() {
           "limits", "share_site_evaluation",
           "In runs with secure aggregation, let the server record this site's own evaluation "
           "results (fl admin evals); false: only the federation's aggregate is kept. Runs "
-          "without secure aggregation record every site's.",
+          "without secure aggregation record every site's. With "
+          "limits.require_secure_aggregation, false also keeps the results from the server: "
+          "the site declines evaluation tasks.",
           [](auto& c) -> auto& { return c.client.share_site_evaluation; }),
 
       tk::SecondsKey<C>(

@@ -248,7 +248,15 @@ absl::Status Client::Impl::Evaluate(const ClientTask& task) {
   const absl::StatusOr<ModelSpec>& spec = task.spec;
   absl::Status failure;
   std::string summary;  // "loss 0.41 accuracy 0.83 auc 0.9 on 120 examples", for the log
-  if (!spec.ok()) {
+  if (options_.limits.require_secure_aggregation && !options_.share_site_evaluation) {
+    // The server would read this site's loss, metrics and example count in the clear, which a
+    // site that takes part only under secure aggregation does not allow unless it says so: a
+    // server that claims to withhold them cannot be checked from here.
+    failure = absl::PermissionDeniedError(
+        "this site requires secure aggregation (limits.require_secure_aggregation) and keeps its "
+        "evaluation results: the server would read them in the clear; set share_site_evaluation "
+        "to send them");
+  } else if (!spec.ok()) {
     failure = spec.status();
   } else if (!(*spec == trainer_->spec())) {
     failure = absl::FailedPreconditionError("the server's model is not the model this site trains");

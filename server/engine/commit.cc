@@ -142,8 +142,9 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
     rec.metrics_json = MetricsJson(summary.metrics);
     rec.secagg_json = round->input->RecordJson(/*failed=*/false);
     if (accountant_.has_value()) {
-      absl::StatusOr<aggregation::dp::PrivacySpent> spent = accountant_->SpentAfter(
-          round->dp_sampling_rate, options_.privacy.noise_multiplier, 1, options_.privacy.delta);
+      absl::StatusOr<aggregation::dp::PrivacySpent> spent =
+          accountant_->SpentAfter(round->dp_sampling_rate, options_.privacy.noise_multiplier, 1,
+                                  options_.privacy.delta, kRoundSampling);
       // StartRoundLocked computed the same value: it cannot fail here.
       rec.dp_sampling_rate = round->dp_sampling_rate;
       rec.dp_epsilon = spent.ok() ? spent->epsilon : 0;
@@ -189,7 +190,8 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
         }
       }
       if (accountant_.has_value()) {
-        (void)accountant_->AddSteps(round->dp_sampling_rate, options_.privacy.noise_multiplier);
+        (void)accountant_->AddSteps(round->dp_sampling_rate, options_.privacy.noise_multiplier, 1,
+                                    kRoundSampling);
         (void)ServerEpsilonAfterLocked(*round, participations, /*apply=*/true);
       }
       next_attempt_ = 0;
@@ -227,9 +229,11 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
     SpentPrivacy spent_privacy;
     if (round->input->revealed() && accountant_.has_value() && round->dp_sampling_rate > 0) {
       const PrivacyOptions& p = options_.privacy;
-      absl::StatusOr<aggregation::dp::PrivacySpent> spent =
-          accountant_->SpentAfter(round->dp_sampling_rate, p.noise_multiplier, 1, p.delta);
-      if (spent.ok() && accountant_->AddSteps(round->dp_sampling_rate, p.noise_multiplier).ok()) {
+      absl::StatusOr<aggregation::dp::PrivacySpent> spent = accountant_->SpentAfter(
+          round->dp_sampling_rate, p.noise_multiplier, 1, p.delta, kRoundSampling);
+      if (spent.ok() &&
+          accountant_->AddSteps(round->dp_sampling_rate, p.noise_multiplier, 1, kRoundSampling)
+              .ok()) {
         spent_privacy = {
             .sampling_rate = round->dp_sampling_rate,
             .epsilon = spent->epsilon,

@@ -79,6 +79,11 @@ std::map<std::string, double> FederatedStopMetrics(double loss,
 // `noise_multiplier`: z sqrt(summed / planned_for); 0 when either count is not positive.
 double SumNoiseMultiplier(double noise_multiplier, int32_t summed, int32_t planned_for);
 
+// The round draw (StartRoundLocked) takes a uniform subset of fixed size without replacement, so
+// the accountant counts each round as such (aggregation::dp::Sampling::kFixedSize): Poisson
+// sampling's bound would understate epsilon.
+inline constexpr aggregation::dp::Sampling kRoundSampling = aggregation::dp::Sampling::kFixedSize;
+
 // Why a strategy's `plan` for `ctx` cannot run (INVALID_ARGUMENT): a site not available or chosen
 // twice, fewer than ctx.min_sites, a site_config for a site not chosen. (round_engine.cc)
 absl::Status CheckRoundPlan(const aggregation::RoundPlan& plan,

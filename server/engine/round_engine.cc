@@ -236,7 +236,8 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   }
   configure_failure_.clear();
   // Under differential privacy the accountant's amplification by sampling holds only for the
-  // seeded uniform draw: a plan must take those sites (its values per site may differ).
+  // secret uniform draw of k sites (kRoundSampling): a plan must take those sites (its values per
+  // site may differ).
   std::sort(plan->sites.begin(), plan->sites.end());
   if (accountant_.has_value() && plan->sites != aggregation::SampleSites(ctx)) {
     const std::string why = absl::StrCat(
@@ -255,7 +256,7 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
     const PrivacyOptions& p = options_.privacy;
     const double q = static_cast<double>(k) / n;
     absl::StatusOr<aggregation::dp::PrivacySpent> after =
-        accountant_->SpentAfter(q, p.noise_multiplier, 1, p.delta);
+        accountant_->SpentAfter(q, p.noise_multiplier, 1, p.delta, kRoundSampling);
     if (!after.ok()) {
       FailRunLocked(absl::StrCat("privacy accountant: ", after.status().message()));
       return;

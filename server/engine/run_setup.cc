@@ -77,8 +77,8 @@ absl::Status EngineImpl::Init(Model initial_model) {
       // The accountant replays the committed rounds' sampling rates.
       if (accountant_.has_value() && r.status == RoundStatus::kCommitted &&
           r.dp_sampling_rate > 0) {
-        if (absl::Status s =
-                accountant_->AddSteps(r.dp_sampling_rate, options_.privacy.noise_multiplier);
+        if (absl::Status s = accountant_->AddSteps(
+                r.dp_sampling_rate, options_.privacy.noise_multiplier, 1, kRoundSampling);
             !s.ok()) {
           return s;
         }

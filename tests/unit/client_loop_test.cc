@@ -205,6 +205,32 @@ TEST(ClientLoopTest, EvaluateTaskReportsTheTrainersResult) {
   EXPECT_TRUE(h.transport->evaluations[0].error.empty());
 }
 
+// A site that takes part only under secure aggregation sends no evaluation result in the clear
+// (the server could record it whatever it claims) unless it says it shares them.
+TEST(ClientLoopTest, ASiteRequiringSecureAggregationKeepsItsEvaluationUnlessItShares) {
+  ClientOptions options;
+  options.limits.require_secure_aggregation = true;
+  Harness h(options);
+  ClientTask t = FitTask(2);
+  t.kind = ClientTask::Kind::kEvaluate;
+  h.transport->polls = {t, Done()};
+  ASSERT_TRUE(h.client->Run().ok());
+  EXPECT_EQ(h.transport->downloads, 0);
+  ASSERT_EQ(h.transport->evaluations.size(), 1u);
+  EXPECT_EQ(h.transport->evaluations[0].num_examples, 0);
+  EXPECT_TRUE(h.transport->evaluations[0].metrics.empty());
+  EXPECT_THAT(h.transport->evaluations[0].error, HasSubstr("keeps its evaluation results"));
+  EXPECT_THAT(h.transport->evaluations[0].error, HasSubstr("share_site_evaluation"));
+
+  options.share_site_evaluation = true;
+  Harness shares(options);
+  shares.transport->polls = {t, Done()};
+  ASSERT_TRUE(shares.client->Run().ok());
+  ASSERT_EQ(shares.transport->evaluations.size(), 1u);
+  EXPECT_EQ(shares.transport->evaluations[0].num_examples, 3);
+  EXPECT_TRUE(shares.transport->evaluations[0].share_site_result);
+}
+
 TEST(ClientLoopTest, RunTaskDoesOneTaskAsRunWould) {
   Harness h;
   ASSERT_TRUE(internal::JoinOnce(*h.client).ok());

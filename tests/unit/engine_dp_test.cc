@@ -46,6 +46,14 @@ class EngineDpTest : public EngineTest {
     options_.privacy.epsilon_budget = budget;
   }
 
+  // A new engine on the same store file, as after a crash: the accountant replays the rounds.
+  void Restart() {
+    engine_.reset();
+    store_.reset();
+    OpenStore();
+    StartEngine();
+  }
+
   // Every client submits RandomModel(i) with examples 1, 10, 100, ... (ignored under DP).
   void RunDpRound() {
     int64_t examples = 1;
@@ -152,11 +160,7 @@ TEST_F(EngineDpTest, BudgetEndsTheRunBeforeTheRoundThatWouldExceedItAcrossAResta
   RunDpRound();
   ASSERT_EQ(engine_->committed_round(), 1);
   const int64_t run_id = engine_->run_id();
-  // Restart: the accountant replays round 1 from the store.
-  engine_.reset();
-  store_.reset();
-  OpenStore();
-  StartEngine();
+  Restart();  // the accountant replays round 1 from the store
   ASSERT_EQ(engine_->run_id(), run_id);
   JoinAll();
   RunDpRound();
@@ -170,6 +174,43 @@ TEST_F(EngineDpTest, BudgetEndsTheRunBeforeTheRoundThatWouldExceedItAcrossAResta
   EXPECT_EQ(run->status, RunStatus::kFinished);
   EXPECT_NE(run->reason.find("privacy budget spent: round 3"), std::string::npos) << run->reason;
   EXPECT_EQ(engine_->Poll(clients_[0]).kind, Task::Kind::kDone);
+}
+
+// The round draw takes a fixed number of sites, so each round is accounted with the bound for
+// sampling without replacement, not as Poisson sampling (which would report less), also when the
+// accountant replays the rounds after a restart.
+TEST_F(EngineDpTest, AFixedSizeDrawIsAccountedAsSamplingWithoutReplacement) {
+  EnableDp(/*z=*/1.0, /*clip_norm=*/1.0);
+  options_.sample_fraction = 0.5;  // 2 of the 3 online clients
+  options_.num_rounds = 10;
+  auto run_sampled_round = [&] {
+    int sampled = 0;
+    for (size_t i = 0; i < clients_.size(); ++i) {
+      Task task = engine_->Poll(clients_[i]);
+      if (task.kind != Task::Kind::kFit) continue;
+      ++sampled;
+      ASSERT_TRUE(Submit(clients_[i], task, RandomModel(i), 1).ok());
+    }
+    EXPECT_EQ(sampled, 2);
+  };
+  StartEngine();
+  JoinAll();
+  run_sampled_round();
+  ASSERT_EQ(engine_->committed_round(), 1);
+  const int64_t run_id = engine_->run_id();
+  Restart();
+  JoinAll();
+  run_sampled_round();
+  ASSERT_EQ(engine_->committed_round(), 2);
+  std::vector<RoundRecord> rounds = Committed(*store_, run_id);
+  ASSERT_EQ(rounds.size(), 2u);
+  const double q = 2.0 / 3.0;
+  EXPECT_DOUBLE_EQ(rounds[1].dp_sampling_rate, q);
+  absl::StatusOr<aggregation::dp::PrivacySpent> fixed =
+      aggregation::dp::ComputeEpsilon(q, 1.0, 2, 1e-5, {}, aggregation::dp::Sampling::kFixedSize);
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_NEAR(rounds[1].dp_epsilon, fixed->epsilon, 1e-9);
+  EXPECT_GT(rounds[1].dp_epsilon, EpsilonAfter(q, 1.0, 2, 1e-5) * 1.01);  // Poisson's figure
 }
 
 TEST_F(EngineDpTest, RefusesBadPrivacySettingsAndScaffold) {

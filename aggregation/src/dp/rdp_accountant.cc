@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "absl/strings/str_cat.h"
+#include "aggregation/internal/rdp_fixed_size.h"
 
 namespace fl::aggregation::dp {
 namespace {
@@ -150,13 +151,17 @@ std::vector<double> DefaultRdpOrders() {
 }
 
 absl::StatusOr<std::vector<double>> ComputeRdp(double sampling_rate, double noise_multiplier,
-                                               int64_t steps, std::span<const double> orders) {
+                                               int64_t steps, std::span<const double> orders,
+                                               Sampling sampling) {
   if (absl::Status s = CheckMechanism(sampling_rate, noise_multiplier, steps); !s.ok()) return s;
   if (absl::Status s = CheckOrders(orders); !s.ok()) return s;
   std::vector<double> rdp;
   rdp.reserve(orders.size());
   for (double a : orders) {
-    absl::StatusOr<double> r = RdpOneStep(sampling_rate, noise_multiplier, a);
+    absl::StatusOr<double> r = sampling == Sampling::kFixedSize
+                                   ? absl::StatusOr<double>(internal::RdpOneStepFixedSize(
+                                         sampling_rate, noise_multiplier, a))
+                                   : RdpOneStep(sampling_rate, noise_multiplier, a);
     if (!r.ok()) return r.status();
     rdp.push_back(*r * static_cast<double>(steps));
   }
@@ -188,7 +193,7 @@ absl::StatusOr<PrivacySpent> RdpToEpsilon(std::span<const double> orders,
 
 absl::StatusOr<PrivacySpent> ComputeEpsilon(double sampling_rate, double noise_multiplier,
                                             int64_t steps, double delta,
-                                            std::span<const double> orders) {
+                                            std::span<const double> orders, Sampling sampling) {
   std::vector<double> defaults;
   if (orders.empty()) {
     defaults = DefaultRdpOrders();
@@ -196,7 +201,7 @@ absl::StatusOr<PrivacySpent> ComputeEpsilon(double sampling_rate, double noise_m
   }
   if (absl::Status s = CheckDelta(delta); !s.ok()) return s;
   absl::StatusOr<std::vector<double>> rdp =
-      ComputeRdp(sampling_rate, noise_multiplier, steps, orders);
+      ComputeRdp(sampling_rate, noise_multiplier, steps, orders, sampling);
   if (!rdp.ok()) return rdp.status();
   return RdpToEpsilon(orders, *rdp, delta);
 }
@@ -273,9 +278,10 @@ absl::StatusOr<RdpAccountant> RdpAccountant::Create(std::vector<double> orders) 
   return RdpAccountant(std::move(orders));
 }
 
-absl::Status RdpAccountant::AddSteps(double sampling_rate, double noise_multiplier, int64_t steps) {
+absl::Status RdpAccountant::AddSteps(double sampling_rate, double noise_multiplier, int64_t steps,
+                                     Sampling sampling) {
   absl::StatusOr<std::vector<double>> rdp =
-      ComputeRdp(sampling_rate, noise_multiplier, steps, orders_);
+      ComputeRdp(sampling_rate, noise_multiplier, steps, orders_, sampling);
   if (!rdp.ok()) return rdp.status();
   for (size_t i = 0; i < rdp_.size(); ++i) rdp_[i] += (*rdp)[i];
   total_steps_ += steps;
@@ -288,9 +294,9 @@ absl::StatusOr<PrivacySpent> RdpAccountant::Spent(double delta) const {
 
 absl::StatusOr<PrivacySpent> RdpAccountant::SpentAfter(double sampling_rate,
                                                        double noise_multiplier, int64_t steps,
-                                                       double delta) const {
+                                                       double delta, Sampling sampling) const {
   absl::StatusOr<std::vector<double>> rdp =
-      ComputeRdp(sampling_rate, noise_multiplier, steps, orders_);
+      ComputeRdp(sampling_rate, noise_multiplier, steps, orders_, sampling);
   if (!rdp.ok()) return rdp.status();
   for (size_t i = 0; i < rdp_.size(); ++i) (*rdp)[i] += rdp_[i];
   return RdpToEpsilon(orders_, *rdp, delta);

@@ -136,6 +136,9 @@ struct ClientOptions {
   SiteLimits limits;
   // The server records each site's federated-evaluation result (fl admin evals), except in runs
   // with secure aggregation, where it keeps only the federation's aggregate unless this is true.
+  // A site that requires secure aggregation (limits.require_secure_aggregation) goes further:
+  // unless this is true it declines evaluation tasks and sends no result at all, since the
+  // server reads a result in the clear and only the server's word keeps it from the records.
   bool share_site_evaluation = false;
 };
 
