@@ -3,6 +3,8 @@
 #ifndef FL_AGGREGATION_INTERNAL_RDP_FIXED_SIZE_H_
 #define FL_AGGREGATION_INTERNAL_RDP_FIXED_SIZE_H_
 
+#include <functional>
+
 namespace fl::aggregation::dp::internal {
 
 // An upper bound on the RDP at order `alpha` (> 1) of one step that draws a uniform subset of a
@@ -17,6 +19,12 @@ namespace fl::aggregation::dp::internal {
 // is capped by the unsampled Gaussian's alpha / (2 z^2), which subsampling cannot exceed (joint
 // quasi-convexity of the Renyi divergence); past order 10,000 that cap alone is returned.
 double RdpOneStepFixedSize(double q, double z, double alpha);
+
+// The same bound for any base mechanism whose RDP at order a (for datasets that differ in one
+// site's input replaced by none) is base_rdp(a), and whose RDP at order infinity is infinite:
+// the discrete Gaussian's (fl/aggregation/dp/ddg_accountant.h). base_rdp is called at integer
+// orders 2..ceil(alpha) and at alpha itself (the cap).
+double RdpOneStepFixedSize(double q, double alpha, const std::function<double(double)>& base_rdp);
 
 }  // namespace fl::aggregation::dp::internal
 

@@ -81,7 +81,7 @@ std::unique_ptr<BitSource> MakeSeededBitSource(uint64_t seed) {
   return std::make_unique<SeededBitSource>(seed);
 }
 
-absl::StatusOr<uint64_t> GaussianSampler::NextWord() {
+absl::StatusOr<uint64_t> UniformSampler::NextWord() {
   if (buffer_pos_ + 8 > sizeof(buffer_)) {
     if (absl::Status s = source_.Fill(buffer_); !s.ok()) return s;
     buffer_pos_ = 0;
@@ -92,14 +92,20 @@ absl::StatusOr<uint64_t> GaussianSampler::NextWord() {
   return word;
 }
 
+absl::StatusOr<double> UniformSampler::NextDouble() {
+  absl::StatusOr<uint64_t> word = NextWord();
+  if (!word.ok()) return word.status();
+  return static_cast<double>(*word >> 11) * 0x1p-53;
+}
+
 absl::StatusOr<double> GaussianSampler::Next() {
   if (has_spare_) {
     has_spare_ = false;
     return spare_;
   }
-  absl::StatusOr<uint64_t> k1 = NextWord();
+  absl::StatusOr<uint64_t> k1 = words_.NextWord();
   if (!k1.ok()) return k1.status();
-  absl::StatusOr<uint64_t> k2 = NextWord();
+  absl::StatusOr<uint64_t> k2 = words_.NextWord();
   if (!k2.ok()) return k2.status();
   constexpr double kTwoPow53 = 9007199254740992.0;
   const double u1 = (static_cast<double>(*k1 >> 11) + 1.0) / kTwoPow53;  // (0, 1]

@@ -43,6 +43,22 @@ std::unique_ptr<BitSource> MakeSecureBitSource();
 // tests only: it is not cryptographically secure.
 std::unique_ptr<BitSource> MakeSeededBitSource(uint64_t seed);
 
+// Uniform words and doubles from a BitSource, read in blocks of 4 KiB. Not thread-safe; does not
+// own the source, which must outlive it.
+class UniformSampler {
+ public:
+  explicit UniformSampler(BitSource& source) : source_(source) {}
+  // The next 64 bits (little-endian from the source's bytes); INTERNAL when the source fails.
+  absl::StatusOr<uint64_t> NextWord();
+  // The top 53 bits of the next word over 2^53: uniform in [0, 1).
+  absl::StatusOr<double> NextDouble();
+
+ private:
+  BitSource& source_;
+  uint8_t buffer_[4096];
+  size_t buffer_pos_ = sizeof(buffer_);
+};
+
 // Standard normal values from a BitSource by the Box-Muller transform: two 64-bit words k1, k2
 // give u1 = (top 53 bits of k1 + 1) / 2^53 in (0, 1] and u2 = (top 53 bits of k2) / 2^53 in
 // [0, 1), then r = sqrt(-2 ln u1) and the pair r cos(2 pi u2), r sin(2 pi u2) (both are used).
@@ -50,16 +66,12 @@ std::unique_ptr<BitSource> MakeSeededBitSource(uint64_t seed);
 // read in blocks of 4 KiB. Not thread-safe; does not own the source, which must outlive it.
 class GaussianSampler {
  public:
-  explicit GaussianSampler(BitSource& source) : source_(source) {}
+  explicit GaussianSampler(BitSource& source) : words_(source) {}
   // The next N(0, 1) value; INTERNAL when the source fails.
   absl::StatusOr<double> Next();
 
  private:
-  absl::StatusOr<uint64_t> NextWord();
-
-  BitSource& source_;
-  uint8_t buffer_[4096];
-  size_t buffer_pos_ = sizeof(buffer_);
+  UniformSampler words_;
   double spare_ = 0;
   bool has_spare_ = false;
 };
