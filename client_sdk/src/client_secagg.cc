@@ -1,9 +1,12 @@
 // Client::Impl's side of a secure-aggregation round: one method per stage task, the masked
 // upload, and the declines (see client_impl.h and secagg_client.h).
+#include <algorithm>
 #include <span>
 
 #include "absl/strings/str_cat.h"
 #include "client_sdk/src/client_impl.h"
+#include "fl/aggregation/dp/ddg_accountant.h"
+#include "fl/aggregation/secagg/ddg_encoding.h"
 #include "fl/common/logging.h"
 
 namespace fl::client {
@@ -26,11 +29,25 @@ std::string StageName(ClientTask::Kind kind) {
 
 namespace {
 
-SecureRoundNoise NoiseOf(const SecAggRoundParams& p) {
-  return {.num_sites = p.secagg.num_clients,
-          .clip_norm = p.dp_clip_norm,
-          .noise_stddev = p.dp_noise_stddev,
-          .corrupt_fraction = p.secagg.corrupt_fraction};
+// The round's noise against this site's input of `dimension` values. With the discrete Gaussian
+// (which the session applies whatever the dp_* fields say) the clip norm counted is the one the
+// rounding enforces, RoundedL2Bound(C / gamma) steps of gamma, and the noise the site's own
+// sigma: its noise alone is an exact discrete Gaussian, whose RDP is the Gaussian's for that
+// norm (Kairouz et al.'s Proposition 14 with tau = 0 for one site).
+SecureRoundNoise NoiseOf(const SecAggRoundParams& p, int64_t dimension) {
+  SecureRoundNoise noise{.num_sites = p.secagg.num_clients,
+                         .clip_norm = p.dp_clip_norm,
+                         .noise_stddev = p.dp_noise_stddev,
+                         .corrupt_fraction = p.secagg.corrupt_fraction};
+  if (secagg::UsesDdg(p.secagg)) {
+    const secagg::DdgEncoding& e = p.secagg.ddg;
+    const auto padded = static_cast<int64_t>(
+        secagg::DdgPaddedDimension(static_cast<size_t>(std::max<int64_t>(dimension, 1))));
+    noise.clip_norm = aggregation::dp::RoundedL2Bound(e.clip_norm / e.granularity, e.beta, padded) *
+                      e.granularity;
+    noise.noise_stddev = e.site_stddev;
+  }
+  return noise;
 }
 
 }  // namespace
@@ -152,7 +169,7 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
     }
     // Counted once masked, whether or not the upload gets through: the noise is in it.
     if (const SecAggRoundParams* p = secagg_.params(task); p != nullptr) {
-      inputs_masked_.push_back(WorstCaseNoiseMultiplier(NoiseOf(*p)));
+      inputs_masked_.push_back(WorstCaseNoiseMultiplier(NoiseOf(*p, trainer_->spec().NumFloats())));
     }
     upload = *masked;
   }
@@ -174,7 +191,8 @@ absl::Status Client::Impl::CheckSecureRoundNoise(const ClientTask& task) const {
     if (!task.secagg_params.ok()) return task.secagg_params.status();
     p = &*task.secagg_params;
   }
-  return CheckSecureRoundLimits(options_.limits, NoiseOf(*p), inputs_masked_);
+  return CheckSecureRoundLimits(options_.limits, NoiseOf(*p, trainer_->spec().NumFloats()),
+                                inputs_masked_);
 }
 
 absl::Status Client::Impl::SendSecAgg(const SecAggReply& message, bool again) {

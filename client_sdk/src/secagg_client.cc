@@ -127,7 +127,9 @@ absl::StatusOr<const MaskedUpload*> SecAggParticipant::MaskInput(const ClientTas
   const absl::StatusOr<secagg::ShareBundle>& bundle = task.bundle;
   if (!bundle.ok()) return bundle.status();
   uint32_t weight = 1;
-  if (params_.dp_clip_norm > 0) {
+  if (secagg::UsesDdg(params_.secagg)) {
+    // The discrete Gaussian: the session's encoding clips, rounds and noises (weight 1).
+  } else if (params_.dp_clip_norm > 0) {
     // Distributed DP: every client clips and noises its own change; weights are equal.
     absl::StatusOr<double> norm = aggregation::dp::ClipL2(change, params_.dp_clip_norm);
     if (!norm.ok()) return norm.status();

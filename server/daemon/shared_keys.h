@@ -159,6 +159,15 @@ std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
                        false, [privacy](auto& c) -> auto& { return privacy(c).mode; },
                        {"off", "central", "distributed"})
           .Flag("--dp-mode", "Differential privacy: off, central, or distributed (with --secagg)"),
+      tk::StringKey<C>(
+          "privacy", "distributed_noise",
+          "With mode distributed: gaussian (each site adds continuous noise before quantizing) "
+          "or discrete_gaussian (each site adds integer noise after a rotation and rounding that "
+          "bound its norm, so the sum of the sites' noise is exact modulo the secure sum's; "
+          "Kairouz et al. 2021).",
+          false, [privacy](auto& c) -> auto& { return privacy(c).distributed_noise; },
+          {"gaussian", "discrete_gaussian"})
+          .Flag("--dp-distributed-noise", "DP: gaussian or discrete_gaussian (distributed mode)"),
       tk::FloatKey<C>(
           "privacy", "noise_multiplier", "z: the noise's standard deviation over clip_norm.",
           Range::kPositive, [privacy](auto& c) -> auto& { return privacy(c).noise_multiplier; })

@@ -143,8 +143,7 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
     rec.secagg_json = round->input->RecordJson(/*failed=*/false);
     if (accountant_.has_value()) {
       absl::StatusOr<aggregation::dp::PrivacySpent> spent =
-          accountant_->SpentAfter(round->dp_sampling_rate, options_.privacy.noise_multiplier, 1,
-                                  options_.privacy.delta, kRoundSampling);
+          accountant_->SpentAfterRdp(round->dp_rdp, options_.privacy.delta);
       // StartRoundLocked computed the same value: it cannot fail here.
       rec.dp_sampling_rate = round->dp_sampling_rate;
       rec.dp_epsilon = spent.ok() ? spent->epsilon : 0;
@@ -190,8 +189,7 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
         }
       }
       if (accountant_.has_value()) {
-        (void)accountant_->AddSteps(round->dp_sampling_rate, options_.privacy.noise_multiplier, 1,
-                                    kRoundSampling);
+        (void)accountant_->AddRdp(round->dp_rdp);
         (void)ServerEpsilonAfterLocked(*round, participations, /*apply=*/true);
       }
       next_attempt_ = 0;
@@ -229,11 +227,9 @@ void EngineImpl::EndAttemptLocked(std::shared_ptr<RoundState> round,
     SpentPrivacy spent_privacy;
     if (round->input->revealed() && accountant_.has_value() && round->dp_sampling_rate > 0) {
       const PrivacyOptions& p = options_.privacy;
-      absl::StatusOr<aggregation::dp::PrivacySpent> spent = accountant_->SpentAfter(
-          round->dp_sampling_rate, p.noise_multiplier, 1, p.delta, kRoundSampling);
-      if (spent.ok() &&
-          accountant_->AddSteps(round->dp_sampling_rate, p.noise_multiplier, 1, kRoundSampling)
-              .ok()) {
+      absl::StatusOr<aggregation::dp::PrivacySpent> spent =
+          accountant_->SpentAfterRdp(round->dp_rdp, p.delta);
+      if (spent.ok() && accountant_->AddRdp(round->dp_rdp).ok()) {
         spent_privacy = {
             .sampling_rate = round->dp_sampling_rate,
             .epsilon = spent->epsilon,

@@ -75,14 +75,17 @@ std::string MetricsJson(const std::map<std::string, double>& metrics);
 std::map<std::string, double> FederatedStopMetrics(double loss,
                                                    const std::map<std::string, double>& metrics);
 
+// What a site's inputs have revealed to the server under distributed DP: the RDP at order a is
+// a / 2 * inverse_z2 + offset (the sum of 1 / z^2 over the sums it was in, z a sum's Gaussian or
+// Gaussian-equivalent noise multiplier, and the discrete Gaussian's tau d terms).
+struct SiteExposure {
+  double inverse_z2 = 0;
+  double offset = 0;
+};
+
 // The noise multiplier of a sum of `summed` inputs each noised for `planned_for` survivors at
 // `noise_multiplier`: z sqrt(summed / planned_for); 0 when either count is not positive.
 double SumNoiseMultiplier(double noise_multiplier, int32_t summed, int32_t planned_for);
-
-// The round draw (StartRoundLocked) takes a uniform subset of fixed size without replacement, so
-// the accountant counts each round as such (aggregation::dp::Sampling::kFixedSize): Poisson
-// sampling's bound would understate epsilon.
-inline constexpr aggregation::dp::Sampling kRoundSampling = aggregation::dp::Sampling::kFixedSize;
 
 // Why a strategy's `plan` for `ctx` cannot run (INVALID_ARGUMENT): a site not available or chosen
 // twice, fewer than ctx.min_sites, a site_config for a site not chosen. (round_engine.cc)
@@ -395,6 +398,18 @@ class EngineImpl final : public RoundEngine {
   // Refusals of an upload specific to secure rounds (or of a masked one in a plain round).
   absl::Status CheckSecAggUploadLocked(const std::string& client_id, const UpdateMeta& meta) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // --- A round's differential privacy (round_privacy.cc)
+  // n_min: the survivors a distributed round of n sampled sites plans its noise for.
+  int32_t DpMinSurvivors(int32_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The discrete Gaussian encoding of a distributed round of n sampled sites (without its
+  // rotation seed): each site's sigma = z C / sqrt(n_min), gamma by secagg::DdgGranularity.
+  absl::StatusOr<secagg::DdgEncoding> DdgEncodingFor(int32_t n) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What one round that sampled n of the online sites (q = n / online) adds to the accountant,
+  // at its orders: the fixed-size draw's bound over the Gaussian at z, or over the discrete
+  // Gaussian's sum of n_min sites.
+  absl::StatusOr<std::vector<double>> RoundRdpLocked(double q, int32_t n) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // --- Distributed DP against the server (server_exposure.cc)
   // The epsilon against the server of the site that has spent most once `round`'s sum (its
   // accepted `participations`) is counted; with `apply`, counted. 0 without distributed DP.
@@ -543,9 +558,9 @@ class EngineImpl final : public RoundEngine {
   UpdateEncoding update_encoding_ ABSL_GUARDED_BY(mu_) =
       UpdateEncoding::kFloat32;  // options_.update_encoding
   std::optional<aggregation::dp::RdpAccountant> accountant_ ABSL_GUARDED_BY(mu_);
-  // Distributed DP: each site's sum of 1 / z^2 over the sums it was in during the run (z: the
-  // sum's noise multiplier), whence its epsilon against the server (server_exposure.cc).
-  std::map<std::string, double> site_exposure_ ABSL_GUARDED_BY(mu_);
+  // Distributed DP: each site's exposure over the sums it was in during the run, whence its
+  // epsilon against the server (server_exposure.cc).
+  std::map<std::string, SiteExposure> site_exposure_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fl::server::internal

@@ -34,6 +34,16 @@ absl::Status PrivacyOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "privacy.mode must be \"off\", \"central\" or \"distributed\", got \"", mode, "\""));
   }
+  if (distributed_noise != "gaussian" && distributed_noise != "discrete_gaussian") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "privacy.distributed_noise must be \"gaussian\" or \"discrete_gaussian\", got \"",
+        distributed_noise, "\""));
+  }
+  if (distributed_noise == "discrete_gaussian" && mode != "distributed") {
+    return absl::InvalidArgumentError(
+        "privacy.distributed_noise = \"discrete_gaussian\" is the sites' noise: it needs "
+        "privacy.mode = \"distributed\" (with secure aggregation)");
+  }
   if (!std::isfinite(noise_multiplier) || noise_multiplier <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "privacy.noise_multiplier must be a finite number > 0, got ", noise_multiplier));
@@ -193,6 +203,7 @@ std::string EngineOptions::ToJson() const {
       {"update_encoding", update_encoding},
       {"privacy",
        {{"mode", privacy.mode},
+        {"distributed_noise", privacy.distributed_noise},
         {"noise_multiplier", privacy.noise_multiplier},
         {"clip_norm", privacy.clip_norm},
         {"delta", privacy.delta},
@@ -273,6 +284,8 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
     if (j.contains("privacy")) {
       const nlohmann::json& p = j.at("privacy");
       o.privacy.mode = p.value("mode", o.privacy.mode);
+      // Runs stored before the discrete Gaussian have none: theirs was the Gaussian.
+      o.privacy.distributed_noise = p.value("distributed_noise", std::string("gaussian"));
       o.privacy.noise_multiplier = p.value("noise_multiplier", o.privacy.noise_multiplier);
       o.privacy.clip_norm = p.value("clip_norm", o.privacy.clip_norm);
       o.privacy.delta = p.value("delta", o.privacy.delta);

@@ -236,8 +236,8 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   }
   configure_failure_.clear();
   // Under differential privacy the accountant's amplification by sampling holds only for the
-  // secret uniform draw of k sites (kRoundSampling): a plan must take those sites (its values per
-  // site may differ).
+  // secret uniform draw of k sites (round_privacy.cc): a plan must take those sites (its values
+  // per site may differ).
   std::sort(plan->sites.begin(), plan->sites.end());
   if (accountant_.has_value() && plan->sites != aggregation::SampleSites(ctx)) {
     const std::string why = absl::StrCat(
@@ -255,8 +255,10 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   if (accountant_.has_value()) {
     const PrivacyOptions& p = options_.privacy;
     const double q = static_cast<double>(k) / n;
+    absl::StatusOr<std::vector<double>> rdp = RoundRdpLocked(q, k);
     absl::StatusOr<aggregation::dp::PrivacySpent> after =
-        accountant_->SpentAfter(q, p.noise_multiplier, 1, p.delta, kRoundSampling);
+        rdp.ok() ? accountant_->SpentAfterRdp(*rdp, p.delta)
+                 : absl::StatusOr<aggregation::dp::PrivacySpent>(rdp.status());
     if (!after.ok()) {
       FailRunLocked(absl::StrCat("privacy accountant: ", after.status().message()));
       return;
@@ -268,6 +270,7 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
       return;
     }
     round->dp_sampling_rate = q;
+    round->dp_rdp = *std::move(rdp);
   }
   round->sampled = online;
   for (const std::string& id : round->sampled) {

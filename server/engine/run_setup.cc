@@ -77,11 +77,9 @@ absl::Status EngineImpl::Init(Model initial_model) {
       // The accountant replays the committed rounds' sampling rates.
       if (accountant_.has_value() && r.status == RoundStatus::kCommitted &&
           r.dp_sampling_rate > 0) {
-        if (absl::Status s = accountant_->AddSteps(
-                r.dp_sampling_rate, options_.privacy.noise_multiplier, 1, kRoundSampling);
-            !s.ok()) {
-          return s;
-        }
+        absl::StatusOr<std::vector<double>> rdp = RoundRdpLocked(r.dp_sampling_rate, r.num_sampled);
+        if (!rdp.ok()) return rdp.status();
+        if (absl::Status s = accountant_->AddRdp(*rdp); !s.ok()) return s;
       }
       if (r.status == RoundStatus::kCommitted) {
         // The clients whose updates this round folded in (its committed attempt's accepted ones).

@@ -217,12 +217,14 @@ absl::Status SecAggRound::CheckUpdate(const UpdateMeta& meta) const {
         absl::StrCat("round ", round, " uses secure aggregation; send ", want));
   }
   const int64_t word = wide ? 8 : 4;
-  const int64_t expected = (num_floats + 1) * word;
+  const auto words =
+      static_cast<int64_t>(secagg::EncodedWords(params, static_cast<size_t>(num_floats)));
+  const int64_t expected = words * word;
   if (meta.payload_bytes != expected) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("masked update payload is ", meta.payload_bytes, " bytes but the model's ",
-                     num_floats, " parameters and the weight take ", num_floats + 1, " words of ",
-                     word, " bytes (", expected, " bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "masked update payload is ", meta.payload_bytes, " bytes but the model's ", num_floats,
+        " parameters", secagg::UsesDdg(params) ? " (padded to a power of two)" : "",
+        " and the weight take ", words, " words of ", word, " bytes (", expected, " bytes)"));
   }
   if (meta.num_examples != 0 || !meta.metrics.empty()) {
     return absl::InvalidArgumentError(

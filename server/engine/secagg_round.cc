@@ -99,6 +99,14 @@ std::string SecAggRound::Record(bool failed, bool unmasking) const {
       {"stage_ms", s.stage_closed_ms},
       {"last_input_ms", s.last_input_ms},
   };
+  if (secagg::UsesDdg(p)) {
+    j["params"]["ddg"] = {{"clip_norm", p.ddg.clip_norm},
+                          {"granularity", p.ddg.granularity},
+                          {"stddev", p.ddg.site_stddev},
+                          {"beta", p.ddg.beta},
+                          {"rotation_seed", p.ddg.rotation_seed},
+                          {"padded_dimension", secagg::DdgPaddedDimension(s.dimension)}};
+  }
   if (failed) j["failed_at"] = SecAggStageName(s.stage);
   if (s.sum_revealed) j["revealed"] = true;  // the server saw the sum: no other attempt may run
   if (unmasking) j["unmasking"] = true;      // the masks are coming off (UnmaskingRecordJson)
@@ -157,10 +165,29 @@ absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
   s.client_of = round.sampled;  // sorted
   for (int32_t i = 0; i < n; ++i) s.id_of[round.sampled[i]] = i;
   s.example_unit = o.example_unit;
+  s.dimension = static_cast<size_t>(global_->spec().NumFloats());
   absl::StatusOr<secagg::SecAggParams> params =
       o.ParamsFor(n, GraphSeed(options_.seed, round.round, round.attempt));
   if (!params.ok()) return params.status();
   s.params = *params;
+  if (options_.privacy.distributed()) {
+    const PrivacyOptions& p = options_.privacy;
+    s.dp_min_survivors = DpMinSurvivors(n);
+    absl::StatusOr<double> stddev = aggregation::dp::DistributedNoiseStddev(
+        p.noise_multiplier, p.clip_norm, s.dp_min_survivors);
+    if (!stddev.ok()) return stddev.status();
+    s.dp_clip_norm = p.clip_norm;
+    s.dp_noise_stddev = *stddev;
+    if (p.discrete()) {
+      absl::StatusOr<secagg::DdgEncoding> encoding = DdgEncodingFor(n);
+      if (!encoding.ok()) return encoding.status();
+      // Public: the rotation only flattens the coordinates so that few wrap the modulus.
+      absl::StatusOr<uint64_t> rotation = SecureRandomUint64();
+      if (!rotation.ok()) return rotation.status();
+      encoding->rotation_seed = *rotation;
+      s.params.ddg = *encoding;
+    }
+  }
   s.risk = secagg::SecAggRiskOf(s.params, o.max_dropout);
   secagg::SessionIdentity identity;
   identity.context =
@@ -171,17 +198,6 @@ absl::Status EngineImpl::StartSecAggLocked(RoundState& round, int32_t online) {
       s.params, static_cast<size_t>(global_->spec().NumFloats()), std::move(identity));
   if (!session.ok()) return session.status();
   s.session = *std::move(session);
-  if (options_.privacy.distributed()) {
-    const PrivacyOptions& p = options_.privacy;
-    s.dp_min_survivors =
-        std::max(options_.min_fit_clients,
-                 static_cast<int32_t>(std::floor((1.0 - o.max_dropout) * static_cast<double>(n))));
-    absl::StatusOr<double> stddev = aggregation::dp::DistributedNoiseStddev(
-        p.noise_multiplier, p.clip_norm, s.dp_min_survivors);
-    if (!stddev.ok()) return stddev.status();
-    s.dp_clip_norm = p.clip_norm;
-    s.dp_noise_stddev = *stddev;
-  }
   s.stage = SecAggStage::kAdvertise;
   s.stage_deadline = clock_->Now() + o.stage_timeout;
   round.deadline = s.stage_deadline;

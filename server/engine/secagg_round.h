@@ -139,6 +139,7 @@ struct SecAggRound final : RoundInput {
   double dp_clip_norm = 0;  // distributed DP (0: off)
   double dp_noise_stddev = 0;
   int32_t dp_min_survivors = 0;  // n_min: the noise is planned for this many summed inputs
+  size_t dimension = 0;          // of the model (global may be released before the record)
   // Immutable once the round opens: secagg id <-> client id (ids in sorted client-id order).
   std::map<std::string, int> id_of;
   std::vector<std::string> client_of;

@@ -86,6 +86,8 @@ struct RoundState {
   // Differential privacy's sampling rate q (sampled / online clients). Set before the round
   // opens.
   double dp_sampling_rate = 0;
+  // What the round adds to the accountant (EngineImpl::RoundRdpLocked), at its orders.
+  std::vector<double> dp_rdp;
   // Set when the aggregate became unusable (a spill could not be read back mid-fold). Guarded by
   // the gate like the phases.
   bool poisoned = false;

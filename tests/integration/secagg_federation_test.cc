@@ -410,6 +410,38 @@ TEST(SecAggFederationTest, ASiteDeclinesARoundWhoseNoiseIsBelowItsFloor) {
   ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
 }
 
+// The discrete Gaussian over gRPC and mutual TLS: the tasks carry its encoding, the sites' SDK
+// encodes with it and the round commits; a site's noise floor is judged on the sigma and the
+// rounding's norm bound the encoding states (not on the dp_* fields, which a server could set
+// apart from it).
+TEST(SecAggFederationTest, TheDiscreteGaussianCommitsAndASiteJudgesItsNoise) {
+  constexpr int kSites = 5;
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
+  server::ServerOptions o = DistributedDpRunOptions(pki, dir.path(), kSites, 1);
+  o.engine.privacy.distributed_noise = "discrete_gaussian";
+  Federation f = StartFederation(
+      pki, o, kSites, [](int) { return true; }, {},
+      [](int i, client::SiteLimits& limits) {
+        limits.min_noise_multiplier = i == kSites - 1 ? 0.6 : 0.0;
+      });
+  ASSERT_NE(f.server, nullptr);
+  for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
+  // sigma = z C / sqrt(4) = 0.5 for each site, over a norm bound a hair above C = 1.
+  const std::string refusal =
+      "the round's noise gives this site's input a noise multiplier of 0.5 against the server "
+      "(stddev 0.5 / clip norm 1); this site requires at least 0.6 (limits.min_noise_multiplier)";
+  ASSERT_EQ(f.clients.back()->stages().size(), 1u);
+  EXPECT_THAT(f.clients.back()->stages()[0], HasSubstr(refusal));
+  absl::StatusOr<std::vector<server::RoundRecord>> rounds =
+      f.server->store().Rounds(f.server->engine().run_id());
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_THAT(rounds->front().secagg_json, HasSubstr("\"ddg\""));
+  EXPECT_GT(rounds->front().dp_epsilon, 0);
+  ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
+}
+
 // A site whose epsilon budget against the server allows one masked input takes part in the first
 // round and declines the second, counting the input it masked; the others commit both.
 TEST(SecAggFederationTest, ASiteDeclinesOnceItsEpsilonAgainstTheServerIsSpent) {

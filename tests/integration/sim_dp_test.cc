@@ -63,7 +63,9 @@ TEST(SimDpTest, EveryCommittedRoundRecordsTheEpsilonSpentSoFar) {
     previous = r.dp_epsilon;
   }
   EXPECT_DOUBLE_EQ(result->dp_epsilon, result->rounds.back().dp_epsilon);
-  EXPECT_GT(result->final_test_accuracy, 0.1);  // the noised model is still evaluated
+  // The noised model is still evaluated. Its accuracy is near chance (0.1) with this much noise
+  // and falls below it in about one run in ten, so only the evaluation's having run is checked.
+  EXPECT_GT(result->final_test_accuracy, 0.0);
 }
 
 TEST(SimDpTest, TinyBudgetStopsTheRunBeforeTheRoundThatWouldExceedIt) {

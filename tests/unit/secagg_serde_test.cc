@@ -53,6 +53,39 @@ TEST(SecAggSerdeTest, ParamsRoundTrip) {
   EXPECT_EQ(back->dp_noise_stddev, 0.25);
 }
 
+TEST(SecAggSerdeTest, DiscreteGaussianParamsRoundTripAndBadOnesAreRefused) {
+  secagg::RoundParams p;
+  p.secagg = *secagg::DefaultSecAggParams(7, 64);
+  p.secagg.ddg = {.clip_norm = 2.0,
+                  .granularity = 1e-9,
+                  .site_stddev = 0.3,
+                  .beta = 0.5,
+                  .rotation_seed = 0xfeedfacecafebeefULL,
+                  .modulus_bits = 64};
+  v1::SecAggParams proto;
+  ParamsToProto(p, &proto);
+  absl::StatusOr<secagg::RoundParams> back = ParamsFromProto(proto);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_TRUE(secagg::UsesDdg(back->secagg));
+  EXPECT_EQ(back->secagg.ddg.clip_norm, 2.0);
+  EXPECT_EQ(back->secagg.ddg.granularity, 1e-9);
+  EXPECT_EQ(back->secagg.ddg.site_stddev, 0.3);
+  EXPECT_EQ(back->secagg.ddg.beta, 0.5);
+  EXPECT_EQ(back->secagg.ddg.rotation_seed, 0xfeedfacecafebeefULL);
+  EXPECT_EQ(back->secagg.ddg.modulus_bits, 64);
+  // Without the encoding, none comes back.
+  EXPECT_FALSE(secagg::UsesDdg(ParamsFromProto(ValidParams())->secagg));
+  v1::SecAggParams bad = proto;
+  bad.set_ddg_granularity(-1);
+  EXPECT_THAT(ParamsFromProto(bad).status().message(), HasSubstr("granularity"));
+  bad = proto;
+  bad.set_ddg_stddev(0);
+  EXPECT_THAT(ParamsFromProto(bad).status().message(), HasSubstr("stddev"));
+  bad = proto;
+  bad.set_ddg_beta(1);
+  EXPECT_THAT(ParamsFromProto(bad).status().message(), HasSubstr("beta"));
+}
+
 TEST(SecAggSerdeTest, ParamsRefusalsNameTheField) {
   v1::SecAggParams p = ValidParams();
   ASSERT_TRUE(ParamsFromProto(p).ok());

@@ -302,4 +302,36 @@ absl::StatusOr<PrivacySpent> RdpAccountant::SpentAfter(double sampling_rate,
   return RdpToEpsilon(orders_, *rdp, delta);
 }
 
+namespace {
+
+absl::Status CheckRdpVector(std::span<const double> rdp, size_t orders) {
+  if (rdp.size() != orders) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("got ", rdp.size(), " RDP values for ", orders, " orders"));
+  }
+  for (double r : rdp) {
+    if (std::isnan(r) || r < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("RDP values must be >= 0, got ", r));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RdpAccountant::AddRdp(std::span<const double> rdp) {
+  if (absl::Status s = CheckRdpVector(rdp, orders_.size()); !s.ok()) return s;
+  for (size_t i = 0; i < rdp_.size(); ++i) rdp_[i] += rdp[i];
+  ++total_steps_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PrivacySpent> RdpAccountant::SpentAfterRdp(std::span<const double> rdp,
+                                                          double delta) const {
+  if (absl::Status s = CheckRdpVector(rdp, orders_.size()); !s.ok()) return s;
+  std::vector<double> after = rdp_;
+  for (size_t i = 0; i < after.size(); ++i) after[i] += rdp[i];
+  return RdpToEpsilon(orders_, after, delta);
+}
+
 }  // namespace fl::aggregation::dp

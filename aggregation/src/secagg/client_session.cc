@@ -19,7 +19,8 @@ enum class ClientStage { kAdvertise, kShare, kMask, kConsistency, kUnmask, kDone
 struct ClientSession::State {
   SecAggParams params;
   int id = -1;
-  size_t dimension = 0;
+  size_t dimension = 0;  // of the update
+  size_t words = 0;      // of an input: EncodedWords(params, dimension)
   std::unique_ptr<RandomSource> rng;
   SessionIdentity identity;
   Key32 session{};                    // the session's hash, once the directory came (ShareKeys)
@@ -54,6 +55,16 @@ struct ClientSession::State {
 };
 
 namespace {
+
+// A RandomSource read as the DP code's BitSource (both fill byte spans).
+class RandomBits final : public aggregation::dp::BitSource {
+ public:
+  explicit RandomBits(RandomSource& source) : source_(source) {}
+  absl::Status Fill(std::span<uint8_t> out) override { return source_.Fill(out); }
+
+ private:
+  RandomSource& source_;
+};
 
 absl::Status OutOfOrder(const char* call, ClientStage stage) {
   static constexpr const char* kNames[] = {"advertise keys", "share keys", "masked input",
@@ -101,6 +112,7 @@ absl::StatusOr<std::unique_ptr<ClientSession>> ClientSession::Create(
   state->params = params;
   state->id = client;
   state->dimension = dimension;
+  state->words = EncodedWords(params, dimension);
   state->rng = std::move(rng);
   state->identity = std::move(identity);
   return std::unique_ptr<ClientSession>(new ClientSession(std::move(state)));
@@ -274,8 +286,15 @@ absl::StatusOr<MaskedInput> ClientSession::MaskUpdate(const ShareBundle& bundle,
     return absl::InvalidArgumentError(
         absl::StrCat("update has ", update.size(), " values, the session expects ", s.dimension));
   }
-  absl::StatusOr<std::vector<uint64_t>> encoding =
-      EncodeWeightedUpdate(s.params, update, weight, *s.rng);
+  absl::StatusOr<std::vector<uint64_t>> encoding;
+  if (UsesDdg(s.params)) {
+    // The discrete Gaussian's rounding and noise draw from the session's source too; every
+    // input weighs 1.
+    RandomBits bits(*s.rng);
+    encoding = EncodeDdg(s.params.ddg, update, bits);
+  } else {
+    encoding = EncodeWeightedUpdate(s.params, update, weight, *s.rng);
+  }
   if (!encoding.ok()) return encoding.status();
   return MaskEncodedInput(bundle, *encoding);
 }
@@ -284,9 +303,9 @@ absl::StatusOr<MaskedInput> ClientSession::MaskEncodedInput(const ShareBundle& b
                                                             std::span<const uint64_t> encoding) {
   State& s = *state_;
   if (s.stage != ClientStage::kMask) return OutOfOrder("MaskEncodedInput", s.stage);
-  if (encoding.size() != s.dimension + 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "encoding has ", encoding.size(), " words, expected dimension + 1 = ", s.dimension + 1));
+  if (encoding.size() != s.words) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("encoding has ", encoding.size(), " words, expected ", s.words));
   }
   const uint64_t mask = internal::ModulusMask(s.params.modulus_bits);
   for (size_t i = 0; i < encoding.size(); ++i) {

@@ -97,12 +97,16 @@ Key32 SessionHash(std::span<const uint8_t> context, const SecAggParams& p,
                 static_cast<int>(p.graph_seed >> 32)}) {
     PutInt(v, m);
   }
-  for (double v : {p.clip_range, p.corrupt_fraction}) {
+  for (double v : {p.clip_range, p.corrupt_fraction, p.ddg.clip_norm, p.ddg.granularity,
+                   p.ddg.site_stddev, p.ddg.beta}) {
     uint64_t bits = 0;
     std::memcpy(&bits, &v, sizeof(bits));
     PutInt(static_cast<int>(bits), m);
     PutInt(static_cast<int>(bits >> 32), m);
   }
+  PutInt(static_cast<int>(p.ddg.rotation_seed), m);
+  PutInt(static_cast<int>(p.ddg.rotation_seed >> 32), m);
+  PutInt(p.ddg.modulus_bits, m);
   PutInt(static_cast<int>(digests.size()), m);
   for (const auto& [id, digest] : digests) {
     PutInt(id, m);

@@ -208,6 +208,15 @@ absl::Status ValidateSecAggParams(const SecAggParams& p) {
         "no survivor set can be held to one), got ",
         p.corrupt_fraction));
   }
+  if (UsesDdg(p) || p.ddg.granularity != 0) {  // a granularity <= 0 or NaN is refused here
+    if (absl::Status s = ValidateDdgEncoding(p.ddg); !s.ok()) return s;
+    if (p.ddg.modulus_bits != p.modulus_bits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the discrete Gaussian encoding works modulo 2^", p.ddg.modulus_bits,
+                       " but the round modulo 2^", p.modulus_bits));
+    }
+    return absl::OkStatus();  // the quantization below is not used
+  }
   if (!SumFits(n, p.max_weight, p.quantization_bits, p.modulus_bits)) {
     return absl::InvalidArgumentError(
         absl::StrCat("the sum can wrap the modulus: ", n, " clients x max_weight ", p.max_weight,

@@ -15,7 +15,8 @@ enum class ServerStage { kAdvertise, kShare, kMask, kConsistency, kUnmask, kDone
 
 struct ServerSession::State {
   SecAggParams params;
-  size_t dimension = 0;
+  size_t dimension = 0;  // of the update
+  size_t words = 0;      // of an input: EncodedWords(params, dimension)
   SessionIdentity identity;
   Key32 session{};               // the session's hash, from CloseAdvertiseKeys
   std::map<int, Key32> digests;  // of every entry of U1
@@ -78,6 +79,7 @@ absl::StatusOr<std::unique_ptr<ServerSession>> ServerSession::Create(const SecAg
   auto state = std::make_unique<State>();
   state->params = params;
   state->dimension = dimension;
+  state->words = EncodedWords(params, dimension);
   identity.signer = nullptr;
   state->identity = std::move(identity);
   return std::unique_ptr<ServerSession>(new ServerSession(std::move(state)));
@@ -228,17 +230,17 @@ absl::StatusOr<std::map<int, ShareBundle>> ServerSession::CloseShareKeys() {
   }
   // The ciphertexts are relayed now; only the list of senders is kept.
   for (auto& [from, shares] : s.u2) shares.ciphertexts.clear();
-  s.accumulator.assign(s.dimension + 1, 0);
+  s.accumulator.assign(s.words, 0);
   s.stage = ServerStage::kMask;
   return bundles;
 }
 
 absl::Status ServerSession::ReceiveMaskedInput(const MaskedInput& m) {
-  if (m.words.size() != state_->dimension + 1) {
+  if (m.words.size() != state_->words) {
     if (absl::Status st = CheckMaskedInputAllowed(m.client); !st.ok()) return st;
     return absl::InvalidArgumentError(absl::StrCat("masked input of client ", m.client, " has ",
                                                    m.words.size(), " words, expected ",
-                                                   state_->dimension + 1));
+                                                   state_->words));
   }
   if (absl::Status st = FoldMaskedWords(m.client, 0, m.words); !st.ok()) return st;
   return CompleteMaskedInput(m.client);
@@ -266,10 +268,10 @@ absl::Status ServerSession::FoldMaskedWords(int client, size_t first_word,
   State& s = *state_;
   if (absl::Status st = CheckMaskedInputAllowed(client); !st.ok()) return st;
   size_t& folded = s.folded[client];
-  if (first_word != folded || words.size() > s.dimension + 1 - folded) {
+  if (first_word != folded || words.size() > s.words - folded) {
     return absl::InvalidArgumentError(absl::StrCat(
         "masked input of client ", client, ": words ", first_word, "..", first_word + words.size(),
-        " do not follow the ", folded, " folded (of ", s.dimension + 1, ")"));
+        " do not follow the ", folded, " folded (of ", s.words, ")"));
   }
   const uint64_t mask = internal::ModulusMask(s.params.modulus_bits);
   for (uint64_t w : words) {
@@ -289,9 +291,9 @@ absl::Status ServerSession::CompleteMaskedInput(int client) {
   if (absl::Status st = CheckMaskedInputAllowed(client); !st.ok()) return st;
   auto it = s.folded.find(client);
   const size_t folded = it == s.folded.end() ? 0 : it->second;
-  if (folded != s.dimension + 1) {
+  if (folded != s.words) {
     return absl::InvalidArgumentError(absl::StrCat("masked input of client ", client, " has ",
-                                                   folded, " words, expected ", s.dimension + 1));
+                                                   folded, " words, expected ", s.words));
   }
   s.folded.erase(it);
   s.u3.insert(client);
@@ -483,14 +485,24 @@ absl::StatusOr<AggregateResult> ServerSession::Finish() {
   // message names a value of the sum: it is the survivors' and goes no further than this.
   const uint64_t weight = sum.back();
   const uint64_t survivors = s.u3.size();
-  if (weight < survivors || weight > survivors * s.params.max_weight) {
+  // A discrete Gaussian input weighs exactly 1.
+  const uint64_t max_weight = UsesDdg(s.params) ? 1 : s.params.max_weight;
+  if (weight < survivors || weight > survivors * max_weight) {
     return absl::DataLossError(absl::StrCat(
-        "the unmasked total weight is outside [", survivors, ", ", survivors * s.params.max_weight,
+        "the unmasked total weight is outside [", survivors, ", ", survivors * max_weight,
         "]: a client revealed a wrong share or masked a wrong input"));
   }
   AggregateResult result;
   result.sum = std::move(sum);
   result.survivors.assign(s.u3.begin(), s.u3.end());
+  if (UsesDdg(s.params)) {
+    // Noise has no range to check; the weight above is the check a wrong share fails.
+    absl::StatusOr<std::vector<float>> mean = DecodeDdgMean(s.params.ddg, result.sum, s.dimension);
+    if (!mean.ok()) return mean.status();
+    result.mean = *std::move(mean);
+    s.stage = ServerStage::kDone;
+    return result;
+  }
   absl::StatusOr<std::vector<float>> mean = DecodeWeightedMean(s.params, result.sum);
   if (!mean.ok()) return mean.status();
   // Honest means lie in [-c, c]; a step of slack, and the float's rounding (of c: 2^-23 c).

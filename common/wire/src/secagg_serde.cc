@@ -95,6 +95,14 @@ absl::StatusOr<secagg::RoundParams> ParamsFromProto(const v1::SecAggParams& in) 
   out.secagg.max_weight = in.max_weight();
   out.secagg.graph_seed = in.graph_seed();
   out.secagg.corrupt_fraction = in.corrupt_fraction();
+  if (in.ddg_granularity() != 0) {
+    out.secagg.ddg = {.clip_norm = in.ddg_clip_norm(),
+                      .granularity = in.ddg_granularity(),
+                      .site_stddev = in.ddg_stddev(),
+                      .beta = in.ddg_beta(),
+                      .rotation_seed = in.ddg_rotation_seed(),
+                      .modulus_bits = in.modulus_bits()};
+  }
   if (absl::Status s = secagg::ValidateSecAggParams(out.secagg); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("secagg.params: ", s.message()));
   }
@@ -130,6 +138,13 @@ void ParamsToProto(const secagg::RoundParams& in, v1::SecAggParams* out) {
   out->set_max_weight(in.secagg.max_weight);
   out->set_graph_seed(in.secagg.graph_seed);
   out->set_corrupt_fraction(in.secagg.corrupt_fraction);
+  if (secagg::UsesDdg(in.secagg)) {
+    out->set_ddg_clip_norm(in.secagg.ddg.clip_norm);
+    out->set_ddg_granularity(in.secagg.ddg.granularity);
+    out->set_ddg_stddev(in.secagg.ddg.site_stddev);
+    out->set_ddg_beta(in.secagg.ddg.beta);
+    out->set_ddg_rotation_seed(in.secagg.ddg.rotation_seed);
+  }
   out->set_example_unit(in.example_unit);
   out->set_dp_clip_norm(in.dp_clip_norm);
   out->set_dp_noise_stddev(in.dp_noise_stddev);

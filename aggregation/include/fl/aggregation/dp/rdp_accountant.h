@@ -95,6 +95,13 @@ class RdpAccountant {
                                           int64_t steps, double delta,
                                           Sampling sampling = Sampling::kPoisson) const;
 
+  // Records one step whose RDP at each of orders() is given (another mechanism's, e.g. the
+  // discrete Gaussian's: ddg_accountant.h). INVALID_ARGUMENT when the length differs from
+  // orders() or a value is negative or NaN; nothing is recorded then.
+  absl::Status AddRdp(std::span<const double> rdp);
+  // Epsilon after one more such step, without recording it. INVALID_ARGUMENT as AddRdp.
+  absl::StatusOr<PrivacySpent> SpentAfterRdp(std::span<const double> rdp, double delta) const;
+
   int64_t total_steps() const { return total_steps_; }
   const std::vector<double>& orders() const { return orders_; }
   const std::vector<double>& rdp() const { return rdp_; }

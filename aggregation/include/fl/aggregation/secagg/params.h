@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "fl/aggregation/secagg/ddg_encoding.h"
 
 namespace fl::secagg {
 
@@ -31,7 +32,20 @@ struct SecAggParams {
   // gamma: the share of the round's clients that may collude with the server (sign two survivor
   // sets, reveal what they hold). The consistency check is sized for it (ConsistencyThreshold).
   double corrupt_fraction = 0;
+  // Distributed DP with the discrete Gaussian when ddg.granularity > 0: each input is
+  // EncodeDdg's (DdgPaddedDimension(d) + 1 words, weight 1) instead of the quantization above,
+  // and the sum decodes by DecodeDdgMean. ddg.modulus_bits must equal modulus_bits. Public, and
+  // bound in the session's hash like the rest.
+  DdgEncoding ddg = {.beta = 0};
 };
+
+// Whether the round's inputs are discrete Gaussian encodings (params.ddg).
+inline bool UsesDdg(const SecAggParams& params) { return params.ddg.granularity > 0; }
+
+// The words of one input for an update of `dimension` values, the weight word included.
+inline size_t EncodedWords(const SecAggParams& params, size_t dimension) {
+  return (UsesDdg(params) ? DdgPaddedDimension(dimension) : dimension) + 1;
+}
 
 // What the server tells every site of a secure-aggregation round with each stage task: the
 // protocol's parameters, how example counts become weights, and distributed DP (fl::wire converts

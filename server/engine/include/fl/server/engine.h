@@ -74,6 +74,9 @@ struct FitSettings {
 // accountant counts rounds as in central mode.
 struct PrivacyOptions {
   std::string mode = "off";  // "off", "central" or "distributed"
+  // With "distributed": "gaussian" (continuous noise before quantizing) or "discrete_gaussian"
+  // (secagg::DdgEncoding; accounted by dp::ComputeDdgRdp).
+  std::string distributed_noise = "gaussian";
   double noise_multiplier = 1.0;
   double clip_norm = 1.0;
   double delta = 1e-5;
@@ -82,6 +85,7 @@ struct PrivacyOptions {
   bool enabled() const { return mode == "central"; }  // central noise added by the server
   bool distributed() const { return mode == "distributed"; }
   bool accounted() const { return enabled() || distributed(); }
+  bool discrete() const { return distributed() && distributed_noise == "discrete_gaussian"; }
   // OK, or INVALID_ARGUMENT naming the key and the value (e.g. "privacy.delta must be in (0, 1),
   // got 0"). Only checked when the mode is not "off".
   absl::Status Validate() const;
