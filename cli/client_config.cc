@@ -279,13 +279,19 @@ const std::vector<Key>& Keys() {
       tk::FloatKey<C>(
           "limits", "max_epsilon",
           "Decline a secure round that would bring this site's epsilon against the server (no "
-          "amplification, composed over every input this process masked) above this; also "
-          "declines plain rounds. 0: no limit.",
+          "amplification, composed over every input in privacy_ledger, or this process's "
+          "without one) above this; also declines plain rounds. 0: no limit.",
           Range::kNonNegative, [](auto& c) -> auto& { return c.client.limits.max_epsilon; })
           .Flag("--max-epsilon", "Most epsilon against the server (0: no limit)"),
       tk::FloatKey<C>(
           "limits", "epsilon_delta", "The delta max_epsilon is counted at.", Range::kOpenFraction,
           [](auto& c) -> auto& { return c.client.limits.epsilon_delta; }),
+      tk::StringKey<C>(
+          "limits", "privacy_ledger",
+          "File where each masked input's noise is recorded (synced before the input is sent) "
+          "and read back at start, so that max_epsilon counts across restarts. Empty: none.",
+          true, [](auto& c) -> auto& { return c.client.limits.privacy_ledger; })
+          .Flag("--privacy-ledger", "File that keeps max_epsilon's count across restarts"),
       tk::IntKey<C, int32_t>(
           "limits", "min_sum_size",
           "Secure rounds: refuse to unmask a sum of fewer inputs (protects the federation when "

@@ -478,6 +478,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options, Tr
   if (!transport.ok()) return transport.status();
   auto impl = std::make_unique<Impl>(std::move(options), trainer, *std::move(transport));
   if (absl::Status s = SetSecAggIdentity(impl->options(), impl->secagg()); !s.ok()) return s;
+  if (absl::Status s = impl->OpenPrivacyLedger(); !s.ok()) return s;
   return std::make_unique<Client>(std::move(impl));
 }
 
@@ -494,6 +495,7 @@ absl::StatusOr<std::unique_ptr<Client>> MakeClient(ClientOptions options, Traine
   } else if (absl::Status s = SetSecAggIdentity(impl->options(), impl->secagg()); !s.ok()) {
     return s;
   }
+  if (absl::Status s = impl->OpenPrivacyLedger(); !s.ok()) return s;
   return std::make_unique<Client>(std::move(impl));
 }
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client_sdk/internal/transport.h"
+#include "client_sdk/src/privacy_ledger.h"
 #include "client_sdk/src/secagg_client.h"
 #include "fl/client/client.h"
 #include "fl/common/logging.h"
@@ -42,6 +44,9 @@ class Client::Impl {
   absl::Status Join();
   const ClientOptions& options() const { return options_; }
   internal::SecAggParticipant& secagg() { return secagg_; }
+  // Opens limits.privacy_ledger, when set, and counts its inputs in limits.max_epsilon; warns
+  // that a budget without one counts this process's inputs only.
+  absl::Status OpenPrivacyLedger();
   // One task, as Run does it after a poll (fit_backoff and the log of a failure are Run's).
   absl::Status RunTask(const ClientTask& task);
 
@@ -100,6 +105,7 @@ class Client::Impl {
   // The noise multiplier against the server of each input this client masked, whatever run the
   // server named (Run's thread only): what limits.max_epsilon is counted over.
   std::vector<double> inputs_masked_;
+  std::optional<internal::PrivacyLedger> ledger_;  // limits.privacy_ledger, when set
   // The secure round's noise within this site's limits (CheckSecureRoundLimits), given the inputs
   // this client already masked.
   absl::Status CheckSecureRoundNoise(const ClientTask& task) const;

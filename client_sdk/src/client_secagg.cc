@@ -167,9 +167,20 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
       decline = masked.status();
       return decline;
     }
-    // Counted once masked, whether or not the upload gets through: the noise is in it.
+    // Counted once masked, whether or not the upload gets through: the noise is in it. With a
+    // ledger, the input leaves only once the ledger holds it.
     if (const SecAggRoundParams* p = secagg_.params(task); p != nullptr) {
-      inputs_masked_.push_back(WorstCaseNoiseMultiplier(NoiseOf(*p, trainer_->spec().NumFloats())));
+      const double z = WorstCaseNoiseMultiplier(NoiseOf(*p, trainer_->spec().NumFloats()));
+      if (ledger_.has_value()) {
+        if (absl::Status s = ledger_->Record(z, absl::StrCat("run ", task.run_id, " round ",
+                                                             task.round, " task ", task.task_id));
+            !s.ok()) {
+          secagg_.Reset();  // the masked input is not sent: the session cannot go on
+          decline = s;
+          return decline;
+        }
+      }
+      inputs_masked_.push_back(z);
     }
     upload = *masked;
   }
@@ -181,6 +192,31 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
   if (task.spec.ok()) meta.spec = *task.spec;
   absl::Status s = SubmitPayload(meta, upload->payload);
   return again && absl::IsAlreadyExists(s) ? absl::OkStatus() : s;
+}
+
+absl::Status Client::Impl::OpenPrivacyLedger() {
+  const SiteLimits& limits = options_.limits;
+  if (limits.privacy_ledger.empty()) {
+    if (limits.max_epsilon > 0) {
+      LogEvent(LogLevel::kWarn, "privacy_ledger_missing",
+               {{"name", options_.name},
+                {"why",
+                 "limits.max_epsilon counts this process's masked inputs only; set "
+                 "limits.privacy_ledger to count them across restarts"}});
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<internal::PrivacyLedger> ledger =
+      internal::PrivacyLedger::Open(limits.privacy_ledger);
+  if (!ledger.ok()) return ledger.status();
+  inputs_masked_ = ledger->noise_multipliers();
+  ledger_.emplace(*std::move(ledger));
+  if (!inputs_masked_.empty()) {
+    LogEvent(
+        LogLevel::kInfo, "privacy_ledger_read",
+        {{"path", limits.privacy_ledger}, {"masked_inputs", absl::StrCat(inputs_masked_.size())}});
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Client::Impl::CheckSecureRoundNoise(const ClientTask& task) const {

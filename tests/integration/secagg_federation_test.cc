@@ -4,6 +4,7 @@
 // unmask) as tasks, each site signing with its certificate's key; the server only sums masked
 // words. Clients are stopped at a given stage from set_on_task, whose TaskReport names the stage.
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -442,6 +443,41 @@ TEST(SecAggFederationTest, TheDiscreteGaussianCommitsAndASiteJudgesItsNoise) {
   ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
 }
 
+// A site restarted with its ledger counts the inputs its earlier process masked: with one input
+// already in the ledger and a budget for two, it declines the first round of the new run.
+TEST(SecAggFederationTest, ARestartedSiteCountsTheInputsInItsLedger) {
+  constexpr int kSites = 5;
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
+  server::ServerOptions o = DistributedDpRunOptions(pki, dir.path(), kSites, 1);
+  absl::StatusOr<aggregation::dp::PrivacySpent> one =
+      aggregation::dp::ComputeEpsilon(1.0, 0.5, 1, 1e-5);
+  absl::StatusOr<aggregation::dp::PrivacySpent> two =
+      aggregation::dp::ComputeEpsilon(1.0, 0.5, 2, 1e-5);
+  ASSERT_TRUE(one.ok() && two.ok());
+  const std::string ledger = dir.path() + "/site-4.ledger";
+  {
+    std::ofstream out(ledger);
+    out << "0.5\t1796000000000\trun 7 round 3 task r3.a0.earlier\n";
+  }
+  Federation f = StartFederation(
+      pki, o, kSites, [](int) { return true; }, {},
+      [&](int i, client::SiteLimits& limits) {
+        if (i == kSites - 1) {
+          limits.max_epsilon = (one->epsilon + two->epsilon) / 2;
+          limits.privacy_ledger = ledger;
+        }
+      });
+  ASSERT_NE(f.server, nullptr);
+  for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
+  const std::string refusal = absl::StrCat(
+      "this round (noise multiplier 0.5) would bring this site's epsilon against the server to ",
+      two->epsilon, " (delta 1e-05) after 2 masked inputs");
+  ASSERT_EQ(f.clients.back()->stages().size(), 1u);
+  EXPECT_THAT(f.clients.back()->stages()[0], HasSubstr(refusal));
+  ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
+}
+
 // A site whose epsilon budget against the server allows one masked input takes part in the first
 // round and declines the second, counting the input it masked; the others commit both.
 TEST(SecAggFederationTest, ASiteDeclinesOnceItsEpsilonAgainstTheServerIsSpent) {
@@ -456,15 +492,26 @@ TEST(SecAggFederationTest, ASiteDeclinesOnceItsEpsilonAgainstTheServerIsSpent) {
       aggregation::dp::ComputeEpsilon(1.0, 0.5, 2, 1e-5);
   ASSERT_TRUE(one.ok() && two.ok());
   const double budget = (one->epsilon + two->epsilon) / 2;
+  const std::string ledger = dir.path() + "/site-4.ledger";
   Federation f = StartFederation(
       pki, o, kSites, [](int) { return true; }, {},
       [&](int i, client::SiteLimits& limits) {
-        if (i == kSites - 1) limits.max_epsilon = budget;
+        if (i == kSites - 1) {
+          limits.max_epsilon = budget;
+          limits.privacy_ledger = ledger;
+        }
       });
   ASSERT_NE(f.server, nullptr);
   for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
   const std::vector<std::string> stages = f.clients.back()->stages();
   ASSERT_EQ(stages.size(), 6u);
+  // The one input it masked is in its ledger, to all 17 digits.
+  std::ifstream in(ledger);
+  std::string line;
+  ASSERT_TRUE(std::getline(in, line));
+  EXPECT_THAT(line, ::testing::StartsWith("0.5\t"));
+  EXPECT_THAT(line, HasSubstr("round 1 task r1.a0."));
+  EXPECT_FALSE(std::getline(in, line)) << "one input only";
   EXPECT_EQ(stages[4], "secagg_unmask");
   EXPECT_THAT(stages[5], HasSubstr(absl::StrCat(
                              "secagg_advertise_keys failed: PERMISSION_DENIED: this round (noise "

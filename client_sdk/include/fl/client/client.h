@@ -66,10 +66,13 @@ struct SiteLimits {
   double min_noise_multiplier = 0;
   // The most epsilon (at epsilon_delta, in (0, 1)) this site spends against the server: each input
   // it masks is one release of the Gaussian mechanism at sigma / C, composed in RDP over every
-  // input this client process masked (whatever run the server names). A restarted process counts
-  // afresh.
+  // input this site masked (whatever run the server names): those in privacy_ledger when it is
+  // set, else this client process's only (a restarted process then counts afresh).
   double max_epsilon = 0;
   double epsilon_delta = 1e-5;
+  // A file where each input's noise multiplier is appended and synced before the input is sent,
+  // and read back when the client starts. Empty: none.
+  std::string privacy_ledger;
   // The fewest inputs a sum of this site's may hold: the unmask stage is refused (ABORTED, a
   // refusal of that round only) when the server lists fewer survivors. A floor for the federation
   // rather than for one site: the sites holding this site's shares (its neighbours) can still
