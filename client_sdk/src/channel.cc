@@ -18,10 +18,16 @@
 namespace fl::client {
 namespace internal {
 
+// The largest message a site takes from the server. A model chunk is at most kMaxChunkBytes;
+// the largest task is a secure round's unmask request, which carries T signers' certificates and
+// signatures (about 0.9 KB each, T = floor((n + gamma n) / 2) + 1): 16 MiB holds about 18,000 of
+// them, rounds of about 27,000 sampled sites at gamma 1/3.
+constexpr int kMaxReceiveBytes = 16 << 20;
+
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(ClientOptions& options) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(2 * static_cast<int>(kMaxChunkBytes));
+  args.SetMaxReceiveMessageSize(kMaxReceiveBytes);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   // A half-open connection (a server host that vanished) fails calls within ~40 s instead of
