@@ -1,13 +1,12 @@
 #include "client_sdk/src/privacy_ledger.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -29,35 +28,62 @@ absl::Status SystemError(absl::string_view what, const std::string& path) {
 
 absl::StatusOr<PrivacyLedger> PrivacyLedger::Open(std::string path) {
   if (path.empty()) return absl::InvalidArgumentError("the privacy ledger's path is empty");
+  // Read through the descriptor it will append to: a ledger that exists but cannot be read
+  // fails here instead of counting as empty.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return SystemError("cannot open", path);
+  // One process per ledger: two would each count the other's inputs out.
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const absl::Status s = errno == EWOULDBLOCK
+                               ? absl::FailedPreconditionError(absl::StrCat(
+                                     "privacy ledger ", path, " is in use by another process"))
+                               : SystemError("cannot lock", path);
+    ::close(fd);
+    return s;
+  }
+  std::string all;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const absl::Status s = SystemError("cannot read", path);
+      ::close(fd);
+      return s;
+    }
+    all.append(buffer, static_cast<size_t>(n));
+  }
   std::vector<double> entries;
-  {
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream text;
-    if (in) text << in.rdbuf();
-    const std::string all = text.str();
-    size_t start = 0;
-    int line = 0;
-    while (start < all.size()) {
-      const size_t end = all.find('\n', start);
-      if (end == std::string::npos) break;  // a partial last line: never sent (see the header)
-      ++line;
-      const absl::string_view row(all.data() + start, end - start);
-      start = end + 1;
-      if (row.empty()) continue;
-      const std::vector<absl::string_view> fields = absl::StrSplit(row, '\t');
-      double z = 0;
-      if (!absl::SimpleAtod(fields[0], &z) || !std::isfinite(z) || z < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("privacy ledger ", path, " line ", line,
-                         " does not start with a noise multiplier (", fields[0].substr(0, 40),
-                         "): repair or move the file; it is what limits.max_epsilon "
-                         "counts, so it is not read as empty"));
-      }
-      entries.push_back(z);
+  size_t start = 0;
+  int line = 0;
+  while (start < all.size()) {
+    const size_t end = all.find('\n', start);
+    if (end == std::string::npos) break;  // a partial last line: never sent (see the header)
+    ++line;
+    const absl::string_view row(all.data() + start, end - start);
+    start = end + 1;
+    if (row.empty()) continue;
+    const std::vector<absl::string_view> fields = absl::StrSplit(row, '\t');
+    double z = 0;
+    if (!absl::SimpleAtod(fields[0], &z) || !std::isfinite(z) || z < 0) {
+      ::close(fd);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "privacy ledger ", path, " line ", line, " does not start with a noise multiplier (",
+          fields[0].substr(0, 40),
+          "): repair or move the file; it is what limits.max_epsilon counts, so it is not read "
+          "as empty"));
+    }
+    entries.push_back(z);
+  }
+  if (start < all.size()) {
+    // The partial line is cut off, so that the next record starts a line of its own.
+    if (::ftruncate(fd, static_cast<off_t>(start)) != 0) {
+      const absl::Status s = SystemError("cannot cut its partial last line", path);
+      ::close(fd);
+      return s;
     }
   }
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-  if (fd < 0) return SystemError("cannot open for appending", path);
   return PrivacyLedger(std::move(path), fd, std::move(entries));
 }
 

@@ -20,10 +20,11 @@ namespace fl::client::internal {
 
 class PrivacyLedger {
  public:
-  // Reads the ledger at `path` (none yet: empty) and keeps it open for appending. A complete
-  // line that does not parse is refused with INVALID_ARGUMENT naming the file and the line (a
-  // ledger that cannot be read must not count as empty); a file that cannot be opened gives the
-  // system's reason.
+  // Reads the ledger at `path` (none yet: empty), cuts off a partial last line, and keeps it
+  // open and locked (flock) for appending. A complete line that does not parse is refused with
+  // INVALID_ARGUMENT naming the file and the line (a ledger that cannot be read must not count
+  // as empty); a ledger another process holds with FAILED_PRECONDITION; a file that cannot be
+  // opened, locked or read with the system's reason.
   static absl::StatusOr<PrivacyLedger> Open(std::string path);
 
   PrivacyLedger(PrivacyLedger&& other) noexcept;

@@ -197,15 +197,15 @@ std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
           "secure_aggregation", "num_neighbors",
           "k: each client shares its secrets with k neighbours; 0: the least k (from n - 1 up to "
           "16 clients, 3 log2(n) above) whose threshold keeps a site's input from its colluding "
-          "neighbours (corrupt_fraction, risk <= 2^-40) and the round live with max_dropout "
-          "dropping (<= 2^-20).",
+          "neighbours (corrupt_fraction, risk <= 2^-(40 + grinding_bits)) and the round live "
+          "with max_dropout dropping (<= 2^-20).",
           0, [secagg](auto& c) -> auto& { return secagg(c).num_neighbors; })
           .Flag("--secagg-neighbors", "SecAgg: k (0: default for n)"),
       tk::IntKey<C, int32_t>(
           "secure_aggregation", "threshold",
           "t: shares needed to recover a dropped client's masks, in (k/2, k]; 0: the least that "
-          "keeps the privacy risk <= 2^-40 with corrupt_fraction colluding. Settings with more "
-          "risk are refused with the figures.",
+          "keeps the privacy risk <= 2^-(40 + grinding_bits) with corrupt_fraction colluding. "
+          "Settings with more risk are refused with the figures.",
           0, [secagg](auto& c) -> auto& { return secagg(c).threshold; })
           .Flag("--secagg-threshold", "SecAgg: t, in (k/2, k] (0: the least that keeps privacy)"),
       tk::FloatKey<C>(
@@ -247,9 +247,15 @@ std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
           "The share of a round's sites that may collude with a malicious server, in [0, 0.5): "
           "sites reveal shares only once a majority of them that holds with this many colluders "
           "signed one survivor set, so more dropouts before that stage fail the round.",
-          Range::kHalfOpenFraction, [secagg](auto& c) -> auto& {
-            return secagg(c).corrupt_fraction;
-          })};
+          Range::kHalfOpenFraction,
+          [secagg](auto& c) -> auto& { return secagg(c).corrupt_fraction; }),
+      tk::IntKey<C, int32_t>(
+          "secure_aggregation", "grinding_bits",
+          "How many directories, as a power of two, a malicious server may try for a graph that "
+          "surrounds a site with colluders (the graph follows a hash of the directory it sends): "
+          "each graph must hold at 2^-(40 + grinding_bits), so k grows with it. 40: days of one "
+          "core's hashing; 0: a server that does not grind. In [0, 100].",
+          0, [secagg](auto& c) -> auto& { return secagg(c).grinding_bits; })};
 }
 
 }  // namespace fl::server::config_keys

@@ -84,6 +84,9 @@ absl::Status SecureAggregationOptions::Validate() const {
     return bad("stage_timeout_s", absl::FormatDuration(stage_timeout), "positive");
   }
   if (!(max_dropout >= 0 && max_dropout < 1)) return bad("max_dropout", max_dropout, "in [0, 1)");
+  if (grinding_bits < 0 || grinding_bits > 100) {
+    return bad("grinding_bits", grinding_bits, "in [0, 100]");
+  }
   if (!(corrupt_fraction >= 0 && corrupt_fraction < 0.5)) {
     return bad("corrupt_fraction", corrupt_fraction, "in [0, 0.5)");
   }
@@ -93,11 +96,12 @@ absl::Status SecureAggregationOptions::Validate() const {
 absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
     int32_t num_clients, uint64_t graph_seed) const {
   if (absl::Status s = Validate(); !s.ok()) return s;
+  const double target = secagg::PrivacyRiskTarget(grinding_bits);
   // With b set, the defaults only choose k and t (at max_weight 1, which always fits b >= 8);
   // with b = 0, the library picks the largest b that fits max_weight.
   absl::StatusOr<secagg::SecAggParams> p = secagg::DefaultSecAggParams(
       num_clients, modulus_bits, quantization_bits == 0 ? max_weight : 1,
-      num_neighbors == 0 ? corrupt_fraction : 0, num_neighbors == 0 ? max_dropout : 0);
+      num_neighbors == 0 ? corrupt_fraction : 0, num_neighbors == 0 ? max_dropout : 0, target);
   if (!p.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("secure aggregation for ", num_clients, " clients: ", p.status().message()));
@@ -147,10 +151,10 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
     // Settings of one's own: the least private threshold for the given k, and nothing that
     // leaves a site's input to its colluding neighbours more often than the defaults would.
     // Checked for the round's n: a k that holds at min_clients may not at a larger sample.
-    std::optional<int> least = secagg::LeastPrivateThreshold(*p);
+    std::optional<int> least = secagg::LeastPrivateThreshold(*p, target);
     if (num_neighbors != 0 && threshold == 0 && least.has_value()) p->threshold = *least;
     const secagg::SecAggRisk risk = secagg::SecAggRiskOf(*p, max_dropout);
-    if (risk.privacy > secagg::kMaxPrivacyRisk) {
+    if (risk.privacy > target) {
       std::string advice = "raise the threshold, or leave it 0 for the least that holds";
       if (!least.has_value()) {
         // No t up to k holds: name the least k that has one, as the defaults would pick it.
@@ -158,7 +162,7 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
         for (int k = p->num_neighbors + 1; k < num_clients; ++k) {
           if ((static_cast<int64_t>(num_clients) * k) % 2 != 0) continue;
           wider.num_neighbors = k;
-          if (secagg::LeastPrivateThreshold(wider).has_value()) break;
+          if (secagg::LeastPrivateThreshold(wider, target).has_value()) break;
         }
         advice = absl::StrCat("no threshold up to ", p->num_neighbors,
                               " neighbours holds: raise num_neighbors to at least ",
@@ -169,7 +173,8 @@ absl::StatusOr<secagg::SecAggParams> SecureAggregationOptions::ParamsFor(
           " and threshold ", p->threshold, " leave a site with ", p->threshold,
           " or more colluding neighbours (corrupt_fraction ", corrupt_fraction,
           ") with probability ", risk.exposed_site, ", some site of the round with probability ",
-          risk.privacy, "; at most ", secagg::kMaxPrivacyRisk, " (2^-40) is accepted: ", advice));
+          risk.privacy, "; at most ", target, " (2^-", 40 + grinding_bits,
+          ", with secure_aggregation.grinding_bits ", grinding_bits, ") is accepted: ", advice));
     }
   }
   return *p;
@@ -219,7 +224,8 @@ std::string EngineOptions::ToJson() const {
         {"example_unit", secure_aggregation.example_unit},
         {"stage_timeout_ms", absl::ToInt64Milliseconds(secure_aggregation.stage_timeout)},
         {"max_dropout", secure_aggregation.max_dropout},
-        {"corrupt_fraction", secure_aggregation.corrupt_fraction}}},
+        {"corrupt_fraction", secure_aggregation.corrupt_fraction},
+        {"grinding_bits", secure_aggregation.grinding_bits}}},
   };
   if (strategy.has_value()) {
     j["strategy"] = {{"name", strategy->name},
@@ -306,6 +312,8 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
           a.value("stage_timeout_ms", absl::ToInt64Milliseconds(sa.stage_timeout)));
       sa.max_dropout = a.value("max_dropout", sa.max_dropout);
       sa.corrupt_fraction = a.value("corrupt_fraction", sa.corrupt_fraction);
+      // Runs stored before grinding was counted keep the graphs they had.
+      sa.grinding_bits = a.value("grinding_bits", 0);
     }
     if (j.contains("strategy")) {  // absent: a run from before it was recorded
       const nlohmann::json& s = j.at("strategy");

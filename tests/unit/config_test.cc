@@ -558,6 +558,7 @@ TEST(SecureAggregationParamsForTest, ExplicitNeighboursAreClampedToTheSampledCli
 TEST(SecureAggregationParamsForTest, ExplicitSettingsAreHeldToTheCollusionTheyMustSurvive) {
   SecureAggregationOptions o;
   o.enabled = true;
+  o.grinding_bits = 0;  // each graph at 2^-40 (GrindingBitsTightenEachGraphsRisk: more)
   o.num_neighbors = 4;
   absl::StatusOr<secagg::SecAggParams> p = o.ParamsFor(9, 0);  // 3 colluders
   ASSERT_TRUE(p.ok()) << p.status();
@@ -569,7 +570,8 @@ TEST(SecureAggregationParamsForTest, ExplicitSettingsAreHeldToTheCollusionTheyMu
                                      "threshold 3 leave a site with 3 or more colluding "
                                      "neighbours (corrupt_fraction 0.333333) with probability "
                                      "0.151445"));
-  EXPECT_THAT(s.message(), HasSubstr("at most 9.09495e-13 (2^-40) is accepted"));
+  EXPECT_THAT(s.message(), HasSubstr("at most 9.09495e-13 (2^-40, with "
+                                     "secure_aggregation.grinding_bits 0) is accepted"));
   EXPECT_THAT(s.message(), HasSubstr("no threshold up to 5 neighbours holds: raise "
                                      "num_neighbors to at least"));
   o.threshold = 5;  // all 5 colluding: 6 / C(19, 5) per site, still far too likely
@@ -589,6 +591,33 @@ TEST(SecureAggregationParamsForTest, ExplicitSettingsAreHeldToTheCollusionTheyMu
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_LE(secagg::SecAggRiskOf(*p, o.max_dropout).privacy, secagg::kMaxPrivacyRisk);
   EXPECT_LE(secagg::SecAggRiskOf(*p, o.max_dropout).stall, secagg::kMaxStallRisk);
+}
+
+// A server that can try 2^g directories keeps the graph it likes: each graph must hold at
+// 2^-(40 + g), so the defaults widen k, and settings that held at 2^-40 are refused.
+TEST(SecureAggregationParamsForTest, GrindingBitsTightenEachGraphsRisk) {
+  SecureAggregationOptions o;
+  o.enabled = true;
+  o.grinding_bits = 0;
+  absl::StatusOr<secagg::SecAggParams> plain = o.ParamsFor(1000, 0);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->num_neighbors, 266);
+  o.grinding_bits = 40;  // the default
+  absl::StatusOr<secagg::SecAggParams> ground = o.ParamsFor(1000, 0);
+  ASSERT_TRUE(ground.ok()) << ground.status();
+  EXPECT_EQ(ground->num_neighbors, 332);
+  EXPECT_LE(secagg::SecAggRiskOf(*ground, o.max_dropout).privacy, std::ldexp(1.0, -80));
+  EXPECT_LE(secagg::SecAggRiskOf(*ground, o.max_dropout).stall, secagg::kMaxStallRisk);
+  // The default graph of g = 0, given explicitly, no longer holds.
+  o.num_neighbors = plain->num_neighbors;
+  o.threshold = plain->threshold;
+  absl::Status refused = o.ParamsFor(1000, 0).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), HasSubstr("(2^-80, with secure_aggregation.grinding_bits 40)"));
+  o.num_neighbors = 0;
+  o.threshold = 0;
+  o.grinding_bits = -1;
+  EXPECT_THAT(o.Validate().message(), HasSubstr("secure_aggregation.grinding_bits must be in"));
 }
 
 TEST(SecureAggregationParamsForTest, ExplicitBitsThatWrapForTheSampledClientsAreRefused) {

@@ -68,7 +68,7 @@ TEST(DiscreteGaussianTest, FrequenciesMatchTheExactMassFunction) {
 
 TEST(DiscreteGaussianTest, RefusesASigmaThatIsNotPositiveAndFinite) {
   std::unique_ptr<BitSource> bits = MakeSeededBitSource(1);
-  for (double sigma : {0.0, -1.0, std::nan(""), static_cast<double>(INFINITY)}) {
+  for (double sigma : {0.0, -1.0, 1e-200, std::nan(""), static_cast<double>(INFINITY)}) {
     absl::StatusOr<DiscreteGaussianSampler> s = DiscreteGaussianSampler::Create(*bits, sigma);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << sigma;
     EXPECT_THAT(std::string(s.status().message()), HasSubstr("sigma")) << sigma;
@@ -246,26 +246,50 @@ TEST(DdgEncodingTest, TheModularSumDecodesToTheMeanWithTheNoiseOfTheSitesTogethe
   EXPECT_LT(err_sq / kDim, 1.15 * high);
 }
 
-TEST(DdgEncodingTest, ALongUpdateIsClippedAndTheRoundingKeepsItsBound) {
+TEST(DdgEncodingTest, ALongUpdateIsClippedToTheNorm) {
   constexpr size_t kDim = 300;  // padded to 512
-  // A stddev of a thousandth of a step: the noise is 0 all but surely, so the words are the
-  // rounded vector itself.
+  // Half a step of noise, the least allowed: 0.005 per coordinate after decoding.
   const DdgEncoding e{
-      .clip_norm = 2.0, .granularity = 0.01, .site_stddev = 1e-5, .rotation_seed = 5};
+      .clip_norm = 2.0, .granularity = 0.01, .site_stddev = 0.005, .rotation_seed = 5};
   const std::vector<float> u = RandomUpdate(kDim, 50.0, 9);
   std::unique_ptr<aggregation::dp::BitSource> bits = aggregation::dp::MakeSeededBitSource(3);
   absl::StatusOr<std::vector<uint64_t>> words = EncodeDdg(e, u, *bits);
   ASSERT_TRUE(words.ok()) << words.status();
-  double sq = 0;
-  for (size_t i = 0; i + 1 < words->size(); ++i) {
-    const double c = static_cast<int32_t>(static_cast<uint32_t>((*words)[i]));
-    sq += c * c;
-  }
-  EXPECT_LE(std::sqrt(sq), aggregation::dp::RoundedL2Bound(200.0, e.beta, 512));
   absl::StatusOr<std::vector<float>> decoded = DecodeDdgMean(e, *words, kDim);
   ASSERT_TRUE(decoded.ok());
-  // The clipped update: norm 2 in the update's direction, to within the rounding.
-  for (size_t i = 0; i < kDim; ++i) EXPECT_NEAR((*decoded)[i], u[i] * 2.0 / 50.0, 0.02) << i;
+  // The clipped update: norm 2 in the update's direction, to within rounding and noise.
+  for (size_t i = 0; i < kDim; ++i) EXPECT_NEAR((*decoded)[i], u[i] * 2.0 / 50.0, 0.03) << i;
+}
+
+TEST(DdgEncodingTest, ConditionalRoundingIsUnbiasedAndKeepsItsBound) {
+  // 256 values at half-integers: an unconditioned rounding's squared norm varies by about
+  // 8 around its mean, so a bound at the mean redraws about half the time.
+  std::vector<double> values(256);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = (i % 2 == 0 ? 3.5 : -2.5);
+  double mean_sq = 0;
+  for (double v : values) mean_sq += v * v + 0.25;
+  const double bound = std::sqrt(mean_sq);
+  std::unique_ptr<aggregation::dp::BitSource> bits = aggregation::dp::MakeSeededBitSource(8);
+  std::vector<double> average(values.size(), 0.0);
+  constexpr int kDraws = 2000;
+  for (int d = 0; d < kDraws; ++d) {
+    absl::StatusOr<std::vector<int64_t>> r = ConditionalRound(values, bound, *bits);
+    ASSERT_TRUE(r.ok()) << r.status();
+    double sq = 0;
+    for (size_t i = 0; i < r->size(); ++i) {
+      const double x = static_cast<double>((*r)[i]);
+      ASSERT_TRUE(x == std::floor(values[i]) || x == std::ceil(values[i]));
+      sq += x * x;
+      average[i] += x / kDraws;
+    }
+    ASSERT_LE(std::sqrt(sq), bound);
+  }
+  // Conditioning on the norm biases each value inwards a little, never by a whole step.
+  for (size_t i = 0; i < values.size(); ++i) EXPECT_NEAR(average[i], values[i], 0.2) << i;
+  // A bound no rounding meets fails after its draws, saying so.
+  absl::StatusOr<std::vector<int64_t>> none = ConditionalRound(values, 1.0, *bits);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("1000 draws"));
 }
 
 TEST(DdgEncodingTest, RefusesBadInputNamingIt) {
@@ -280,8 +304,14 @@ TEST(DdgEncodingTest, RefusesBadInputNamingIt) {
   bad.granularity = 0;
   EXPECT_THAT(std::string(ValidateDdgEncoding(bad).message()), HasSubstr("granularity"));
   bad = good;
-  bad.beta = 1.0;
+  bad.beta = 0.95;  // would redraw the rounding almost for ever
   EXPECT_THAT(std::string(ValidateDdgEncoding(bad).message()), HasSubstr("beta"));
+  bad = good;
+  bad.granularity = 1e-16;  // C / gamma past 2^50: the integers would overflow
+  EXPECT_THAT(std::string(ValidateDdgEncoding(bad).message()), HasSubstr("2^50"));
+  bad = good;
+  bad.site_stddev = 0.001;  // a tenth of a step: outside what tau covers
+  EXPECT_THAT(std::string(ValidateDdgEncoding(bad).message()), HasSubstr("[0.5, 1e15]"));
   bad = good;
   bad.modulus_bits = 16;
   EXPECT_THAT(std::string(ValidateDdgEncoding(bad).message()), HasSubstr("modulus"));

@@ -128,6 +128,18 @@ TEST_F(EngineDdgTest, ARestartReplaysBothEpsilonsFromTheRecords) {
                         .granularity = j["params"]["ddg"]["granularity"].get<double>(),
                         .site_stddev = j["params"]["ddg"]["stddev"].get<double>()};
   EXPECT_NEAR(last.dp_epsilon, UsersEpsilon(e, 2), 1e-9);
+  // Against the server: the ten sites were in both sums, each z = sqrt(10) sigma / D2 with the
+  // tau d offset; the restarted server replayed the first from the record.
+  const aggregation::dp::DdgRelease ten = secagg::DdgReleaseOf(e, 1000, 10);
+  const double z = std::sqrt(10.0) * ten.site_stddev / ten.l2_sensitivity;
+  const double offset = aggregation::dp::DdgTau(ten.site_stddev, 10) * 1024;
+  const std::vector<double> orders = aggregation::dp::DefaultRdpOrders();
+  std::vector<double> server_rdp;
+  for (double a : orders) server_rdp.push_back(2 * (a / (2 * z * z) + offset));
+  absl::StatusOr<aggregation::dp::PrivacySpent> server =
+      aggregation::dp::RdpToEpsilon(orders, server_rdp, options_.privacy.delta);
+  ASSERT_TRUE(server.ok());
+  EXPECT_NEAR(last.dp_epsilon_server, server->epsilon, 1e-9);
 }
 
 TEST_F(EngineDdgTest, AnUploadOfTheUnpaddedSizeIsRefusedNamingThePadding) {

@@ -183,11 +183,12 @@ TEST_F(EngineDpTest, AFixedSizeDrawIsAccountedAsSamplingWithoutReplacement) {
   EnableDp(/*z=*/1.0, /*clip_norm=*/1.0);
   options_.sample_fraction = 0.5;  // 2 of the 3 online clients
   options_.num_rounds = 10;
-  auto run_sampled_round = [&] {
+  // Only round `round`'s tasks: once it commits, the next round may already be offered.
+  auto run_sampled_round = [&](int32_t round) {
     int sampled = 0;
     for (size_t i = 0; i < clients_.size(); ++i) {
       Task task = engine_->Poll(clients_[i]);
-      if (task.kind != Task::Kind::kFit) continue;
+      if (task.kind != Task::Kind::kFit || task.round != round) continue;
       ++sampled;
       ASSERT_TRUE(Submit(clients_[i], task, RandomModel(i), 1).ok());
     }
@@ -195,12 +196,12 @@ TEST_F(EngineDpTest, AFixedSizeDrawIsAccountedAsSamplingWithoutReplacement) {
   };
   StartEngine();
   JoinAll();
-  run_sampled_round();
+  run_sampled_round(1);
   ASSERT_EQ(engine_->committed_round(), 1);
   const int64_t run_id = engine_->run_id();
   Restart();
   JoinAll();
-  run_sampled_round();
+  run_sampled_round(2);
   ASSERT_EQ(engine_->committed_round(), 2);
   std::vector<RoundRecord> rounds = Committed(*store_, run_id);
   ASSERT_EQ(rounds.size(), 2u);

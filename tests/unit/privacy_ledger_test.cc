@@ -3,6 +3,8 @@
 // is refused rather than read as empty.
 #include "client_sdk/src/privacy_ledger.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,9 +16,9 @@
 namespace fl::client::internal {
 namespace {
 
+using fl::testing::TempDir;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using fl::testing::TempDir;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -47,9 +49,34 @@ TEST(PrivacyLedgerTest, APartialLastLineIsAnInputNeverSent) {
     std::ofstream out(path);
     out << "0.5\t1\trun 1 round 1\n0.7";  // the process died before the second line was synced
   }
-  absl::StatusOr<PrivacyLedger> ledger = PrivacyLedger::Open(path);
-  ASSERT_TRUE(ledger.ok()) << ledger.status();
-  EXPECT_THAT(ledger->noise_multipliers(), ElementsAre(0.5));
+  {
+    absl::StatusOr<PrivacyLedger> ledger = PrivacyLedger::Open(path);
+    ASSERT_TRUE(ledger.ok()) << ledger.status();
+    EXPECT_THAT(ledger->noise_multipliers(), ElementsAre(0.5));
+    // The partial line is gone, so the next input starts a line of its own.
+    ASSERT_TRUE(ledger->Record(0.25, "run 1 round 2").ok());
+  }
+  absl::StatusOr<PrivacyLedger> again = PrivacyLedger::Open(path);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_THAT(again->noise_multipliers(), ElementsAre(0.5, 0.25));
+}
+
+TEST(PrivacyLedgerTest, OneProcessAtATimeAndAnUnreadableLedgerIsRefused) {
+  TempDir dir;
+  const std::string path = dir.path() + "/ledger";
+  absl::StatusOr<PrivacyLedger> first = PrivacyLedger::Open(path);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // flock locks belong to the open file description: a second open is refused, as another
+  // process's would be.
+  absl::StatusOr<PrivacyLedger> second = PrivacyLedger::Open(path);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("in use by another process"));
+  if (::geteuid() != 0) {  // root reads whatever the mode says
+    const std::string locked = dir.path() + "/unreadable";
+    { std::ofstream(locked) << "0.5\t1\trun 1\n"; }
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_write);
+    EXPECT_FALSE(PrivacyLedger::Open(locked).ok());
+  }
 }
 
 TEST(PrivacyLedgerTest, AMalformedLineIsRefusedNamingIt) {

@@ -70,13 +70,18 @@ absl::StatusOr<std::vector<double>> ComputeDdgRdp(const DdgRelease& release, dou
   std::vector<double> rdp;
   rdp.reserve(orders.size());
   const double tau = DdgTau(release.site_stddev, release.num_sites);
-  const auto base = [&release, tau](double a) { return DdgRdp(release, tau, a); };
+  // The fixed-size draw's bound compares one site's vector with another's: twice the norms.
+  DdgRelease swapped = release;
+  swapped.l2_sensitivity = 2 * release.l2_sensitivity;
+  swapped.l1_sensitivity = 2 * release.l1_sensitivity;
+  const auto replace_one = [&swapped, tau](double a) { return DdgRdp(swapped, tau, a); };
+  const auto zero_out = [&release, tau](double a) { return DdgRdp(release, tau, a); };
   for (double a : orders) {
     if (!std::isfinite(a) || a <= 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("every RDP order must be a finite number > 1, got ", a));
     }
-    rdp.push_back(internal::RdpOneStepFixedSize(sampling_rate, a, base) *
+    rdp.push_back(internal::RdpOneStepFixedSize(sampling_rate, a, replace_one, zero_out) *
                   static_cast<double>(steps));
   }
   return rdp;

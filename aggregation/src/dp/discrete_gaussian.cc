@@ -8,9 +8,10 @@ namespace fl::aggregation::dp {
 
 absl::StatusOr<DiscreteGaussianSampler> DiscreteGaussianSampler::Create(BitSource& source,
                                                                         double sigma) {
-  if (!std::isfinite(sigma) || sigma <= 0 || sigma > 1e15) {
+  // Below 1e-100, sigma^2 could underflow to 0 and no value would ever be accepted.
+  if (!(sigma >= 1e-100 && sigma <= 1e15)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("discrete Gaussian sigma must be a finite number in (0, 1e15], got ", sigma));
+        absl::StrCat("discrete Gaussian sigma must be in [1e-100, 1e15], got ", sigma));
   }
   return DiscreteGaussianSampler(source, sigma);
 }
@@ -27,10 +28,13 @@ absl::StatusOr<bool> DiscreteGaussianSampler::BernoulliExp(double g) {
 absl::StatusOr<int64_t> DiscreteGaussianSampler::DiscreteLaplace() {
   const double t = static_cast<double>(t_);
   while (true) {
-    // U uniform in [0, t), kept with probability exp(-U / t).
-    absl::StatusOr<double> u01 = uniform_.NextDouble();
-    if (!u01.ok()) return u01.status();
-    const int64_t u = std::min<int64_t>(static_cast<int64_t>(*u01 * t), t_ - 1);
+    // U uniform in [0, t) exactly: a 64-bit word, redrawn above the largest multiple of t.
+    const uint64_t span = static_cast<uint64_t>(t_);
+    const uint64_t limit = ~uint64_t{0} - (~uint64_t{0} % span + 1) % span;
+    absl::StatusOr<uint64_t> word = uniform_.NextWord();
+    if (!word.ok()) return word.status();
+    if (*word > limit) continue;
+    const auto u = static_cast<int64_t>(*word % span);
     absl::StatusOr<bool> keep = BernoulliExp(static_cast<double>(u) / t);
     if (!keep.ok()) return keep.status();
     if (!*keep) continue;

@@ -14,7 +14,7 @@ double LogChoose(double n, double k) {
   return lgamma_r(n + 1, &sign) - lgamma_r(k + 1, &sign) - lgamma_r(n - k + 1, &sign);
 }
 
-// (alpha - 1) times Theorem 9's bound at an integer order alpha >= 1, capped by the base's.
+// (alpha - 1) times Theorem 9's bound at an integer order alpha >= 1, over the replace-one RDP.
 double ScaledRdpAtInteger(double q, int64_t alpha, const std::function<double(double)>& base) {
   if (alpha <= 1) return 0;
   const double a = static_cast<double>(alpha);
@@ -33,25 +33,29 @@ double ScaledRdpAtInteger(double q, int64_t alpha, const std::function<double(do
   for (double l : logs) most = std::max(most, l);
   double sum = 0;
   for (double l : logs) sum += std::exp(l - most);
-  return std::min((a - 1) * base(a), most + std::log(sum));
+  return most + std::log(sum);
 }
 
 }  // namespace
 
-double RdpOneStepFixedSize(double q, double alpha, const std::function<double(double)>& base_rdp) {
-  const double unsampled = base_rdp(alpha);
+double RdpOneStepFixedSize(double q, double alpha,
+                           const std::function<double(double)>& replace_one_rdp,
+                           const std::function<double(double)>& zero_out_rdp) {
+  const double unsampled = zero_out_rdp(alpha);
   if (q >= 1 || alpha > 10'000) return unsampled;
   const double lo = std::floor(alpha);
   const double hi = std::ceil(alpha);
-  const double at_lo = ScaledRdpAtInteger(q, static_cast<int64_t>(lo), base_rdp);
+  const double at_lo = ScaledRdpAtInteger(q, static_cast<int64_t>(lo), replace_one_rdp);
   if (lo == hi) return std::min(unsampled, at_lo / (alpha - 1));
-  const double at_hi = ScaledRdpAtInteger(q, static_cast<int64_t>(hi), base_rdp);
+  const double at_hi = ScaledRdpAtInteger(q, static_cast<int64_t>(hi), replace_one_rdp);
   const double t = alpha - lo;
   return std::min(unsampled, ((1 - t) * at_lo + t * at_hi) / (alpha - 1));
 }
 
 double RdpOneStepFixedSize(double q, double z, double alpha) {
-  return RdpOneStepFixedSize(q, alpha, [z](double a) { return a / (2 * z * z); });
+  return RdpOneStepFixedSize(
+      q, alpha, [z](double a) { return 2 * a / (z * z); },
+      [z](double a) { return a / (2 * z * z); });
 }
 
 }  // namespace fl::aggregation::dp::internal

@@ -54,9 +54,23 @@ absl::Status ValidateDdgEncoding(const DdgEncoding& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("discrete Gaussian stddev must be a finite number > 0, got ", e.site_stddev));
   }
-  if (!(e.beta >= 0 && e.beta < 1)) {
+  // Bounds a server's parameters cannot pass: beta near 1 would redraw the rounding for ever,
+  // a step so fine that C / gamma leaves int64 would overflow the integers, and noise below half
+  // a step is outside what the accountant's tau covers (Kairouz et al.'s Theorem 1).
+  if (!(e.beta >= 0 && e.beta <= 0.9)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("conditional rounding's beta must be in [0, 1), got ", e.beta));
+        absl::StrCat("conditional rounding's beta must be in [0, 0.9], got ", e.beta));
+  }
+  if (!(e.clip_norm / e.granularity <= 0x1p50)) {
+    return absl::InvalidArgumentError(absl::StrCat("discrete Gaussian granularity ", e.granularity,
+                                                   " is too fine for clip norm ", e.clip_norm,
+                                                   ": C / gamma must be at most 2^50"));
+  }
+  const double steps = e.site_stddev / e.granularity;
+  if (!(steps >= 0.5 && steps <= 1e15)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("discrete Gaussian stddev ", e.site_stddev, " is ", steps,
+                     " steps of the granularity; it must be in [0.5, 1e15]"));
   }
   if (e.modulus_bits != 32 && e.modulus_bits != 64) {
     return absl::InvalidArgumentError(
@@ -79,6 +93,26 @@ aggregation::dp::DdgRelease DdgReleaseOf(const DdgEncoding& e, size_t dimension,
           .site_stddev = e.site_stddev / e.granularity,
           .num_sites = num_sites,
           .dimension = static_cast<int64_t>(padded)};
+}
+
+absl::StatusOr<std::vector<int64_t>> ConditionalRound(std::span<const double> values, double bound,
+                                                      aggregation::dp::BitSource& bits) {
+  aggregation::dp::UniformSampler uniform(bits);
+  std::vector<int64_t> rounded(values.size());
+  for (int draw = 0; draw < kMaxRoundingDraws; ++draw) {
+    double sq = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const double lo = std::floor(values[i]);
+      absl::StatusOr<double> u = uniform.NextDouble();
+      if (!u.ok()) return u.status();
+      const double r = lo + (*u < values[i] - lo ? 1.0 : 0.0);
+      rounded[i] = static_cast<int64_t>(r);
+      sq += r * r;
+    }
+    if (std::sqrt(sq) <= bound) return rounded;
+  }
+  return absl::InternalError(absl::StrCat("no rounding of the update within the L2 bound ", bound,
+                                          " in ", kMaxRoundingDraws, " draws"));
 }
 
 absl::StatusOr<std::vector<uint64_t>> EncodeDdg(const DdgEncoding& e, std::span<const float> update,
@@ -107,25 +141,8 @@ absl::StatusOr<std::vector<uint64_t>> EncodeDdg(const DdgEncoding& e, std::span<
   for (double& v : x) v *= factor;
   const double bound = aggregation::dp::RoundedL2Bound(e.clip_norm / e.granularity, e.beta,
                                                        static_cast<int64_t>(padded));
-  aggregation::dp::UniformSampler uniform(bits);
-  std::vector<int64_t> rounded(padded);
-  bool within = false;
-  for (int draw = 0; draw < kMaxRoundingDraws && !within; ++draw) {
-    double sq = 0;
-    for (size_t i = 0; i < padded; ++i) {
-      const double lo = std::floor(x[i]);
-      absl::StatusOr<double> u = uniform.NextDouble();
-      if (!u.ok()) return u.status();
-      const double r = lo + (*u < x[i] - lo ? 1.0 : 0.0);
-      rounded[i] = static_cast<int64_t>(r);
-      sq += r * r;
-    }
-    within = std::sqrt(sq) <= bound;
-  }
-  if (!within) {
-    return absl::InternalError(absl::StrCat("no rounding of the update within the L2 bound ", bound,
-                                            " in ", kMaxRoundingDraws, " draws"));
-  }
+  absl::StatusOr<std::vector<int64_t>> rounded = ConditionalRound(x, bound, bits);
+  if (!rounded.ok()) return rounded.status();
   // 4-5. Noise, modulo 2^m, weight.
   absl::StatusOr<aggregation::dp::DiscreteGaussianSampler> noise =
       aggregation::dp::DiscreteGaussianSampler::Create(bits, e.site_stddev / e.granularity);
@@ -135,7 +152,7 @@ absl::StatusOr<std::vector<uint64_t>> EncodeDdg(const DdgEncoding& e, std::span<
   for (size_t i = 0; i < padded; ++i) {
     absl::StatusOr<int64_t> n = noise->Next();
     if (!n.ok()) return n.status();
-    words[i] = static_cast<uint64_t>(rounded[i] + *n) & mask;
+    words[i] = static_cast<uint64_t>((*rounded)[i] + *n) & mask;
   }
   words[padded] = 1;
   return words;

@@ -77,16 +77,20 @@ SecAggRisk SecAggRiskOf(const SecAggParams& p, double dropout_fraction) {
   return r;
 }
 
-std::optional<int> LeastPrivateThreshold(const SecAggParams& params) {
+double PrivacyRiskTarget(int grinding_bits) {
+  return std::ldexp(kMaxPrivacyRisk, -std::max(0, grinding_bits));
+}
+
+std::optional<int> LeastPrivateThreshold(const SecAggParams& params, double max_privacy_risk) {
   // The risk falls as t grows: the least t that keeps it is found by bisection.
   SecAggParams p = params;
   int lo = p.num_neighbors / 2 + 1;
   int hi = p.num_neighbors;
   p.threshold = hi;
-  if (SecAggRiskOf(p, 0).privacy > kMaxPrivacyRisk) return std::nullopt;
+  if (SecAggRiskOf(p, 0).privacy > max_privacy_risk) return std::nullopt;
   while (lo < hi) {
     p.threshold = lo + (hi - lo) / 2;
-    if (SecAggRiskOf(p, 0).privacy <= kMaxPrivacyRisk) {
+    if (SecAggRiskOf(p, 0).privacy <= max_privacy_risk) {
       hi = p.threshold;
     } else {
       lo = p.threshold + 1;
@@ -97,7 +101,7 @@ std::optional<int> LeastPrivateThreshold(const SecAggParams& params) {
 
 absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bits,
                                                  uint32_t max_weight, double corrupt_fraction,
-                                                 double dropout_fraction) {
+                                                 double dropout_fraction, double max_privacy_risk) {
   if (num_clients < 3) {
     return absl::InvalidArgumentError(absl::StrCat(
         "secure aggregation needs at least 3 clients (the sum of 2 reveals each), got ",
@@ -124,7 +128,7 @@ absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bi
   // each step about a quarter more, up to every pair.
   for (k = ValidDegree(n, k);; k = ValidDegree(n, std::max(k + 2, k + k / 4))) {
     p.num_neighbors = k;
-    std::optional<int> t = LeastPrivateThreshold(p);
+    std::optional<int> t = LeastPrivateThreshold(p, max_privacy_risk);
     if (t.has_value()) {
       p.threshold = *t;
       if (SecAggRiskOf(p, dropout_fraction).stall <= kMaxStallRisk) break;
@@ -137,7 +141,7 @@ absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bi
       return absl::InvalidArgumentError(absl::StrCat(
           "no threshold keeps the privacy risk of ", n, " clients with ",
           Colluding(n, corrupt_fraction), " colluding (corrupt_fraction ", corrupt_fraction,
-          ") at most ", kMaxPrivacyRisk, ", even with every pair as neighbours"));
+          ") at most ", max_privacy_risk, ", even with every pair as neighbours"));
     }
   }
 

@@ -41,14 +41,16 @@ struct DdgEncoding {
   double clip_norm = 0;    // C, the L2 norm each update is clipped to (model units)
   double granularity = 0;  // gamma, the model units of one integer step
   double site_stddev = 0;  // sigma each site adds (model units; sigma / gamma integer steps)
-  // Conditional rounding's beta in [0, 1): Kairouz et al.'s e^-0.5 (about 2.5 draws at most on
-  // average); 0 keeps the first rounding and a looser bound.
+  // Conditional rounding's beta in [0, 0.9]: Kairouz et al.'s e^-0.5 (about 2.5 draws at most
+  // on average); 0 keeps the first rounding and a looser bound.
   double beta = std::exp(-0.5);
   uint64_t rotation_seed = 0;  // public; decides the rotation's signs
   int modulus_bits = 32;       // 32 or 64
 };
 
-// OK, or INVALID_ARGUMENT naming the field and its value.
+// OK, or INVALID_ARGUMENT naming the field and its value: each must be finite and positive,
+// beta in [0, 0.9], C / gamma at most 2^50 and sigma / gamma in [0.5, 1e15] (what a server may
+// ask of a site without making it loop, overflow or add noise the accountant does not cover).
 absl::Status ValidateDdgEncoding(const DdgEncoding& encoding);
 
 // The power of two at least `dimension` (>= 1).
@@ -58,6 +60,12 @@ size_t DdgPaddedDimension(size_t dimension);
 // sensitivities and stddev in integer steps.
 aggregation::dp::DdgRelease DdgReleaseOf(const DdgEncoding& encoding, size_t dimension,
                                          int64_t num_sites);
+
+// Step 3's rounding: each value down or up to an integer at random (up with probability its
+// fractional part, so without bias), the whole drawn again until its L2 norm is at most
+// `bound`; INTERNAL when no draw of 1,000 is, or when the source fails.
+absl::StatusOr<std::vector<int64_t>> ConditionalRound(std::span<const double> values, double bound,
+                                                      aggregation::dp::BitSource& bits);
 
 // Steps 1-5 above: padded + 1 words. Rounding and noise draw from `bits` (OpenSSL's CSPRNG in
 // production). INVALID_ARGUMENT for an invalid encoding, an empty update or a non-finite value

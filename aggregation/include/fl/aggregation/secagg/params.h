@@ -82,25 +82,33 @@ SecAggRisk SecAggRiskOf(const SecAggParams& params, double dropout_fraction);
 inline constexpr double kMaxPrivacyRisk = 0x1p-40;
 inline constexpr double kMaxStallRisk = 0x1p-20;
 
-// The smallest t in (k/2, k] whose privacy risk (SecAggRiskOf) is at most kMaxPrivacyRisk for the
-// params' n, k and corrupt_fraction; nullopt when none is.
-std::optional<int> LeastPrivateThreshold(const SecAggParams& params);
+// The smallest t in (k/2, k] whose privacy risk (SecAggRiskOf) is at most `max_privacy_risk`
+// for the params' n, k and corrupt_fraction; nullopt when none is.
+std::optional<int> LeastPrivateThreshold(const SecAggParams& params,
+                                         double max_privacy_risk = kMaxPrivacyRisk);
+
+// The risk a graph may carry when the server can try 2^grinding_bits directories (and so graphs:
+// the graph follows the session's hash, which the server steers by choosing the directory) and
+// keep the one it likes: kMaxPrivacyRisk / 2^grinding_bits, so that the best of its tries still
+// holds at kMaxPrivacyRisk (a union bound).
+double PrivacyRiskTarget(int grinding_bits);
 
 // Defaults for `num_clients` clients: k = n - 1 for n <= 16 (every pair, as in Bonawitz et al.),
 // otherwise starting from the even number at or above 3 * log2(n) (Bell et al.: O(log n)
-// neighbours) and raised until a t in (k/2, k] gives a privacy risk of at most kMaxPrivacyRisk
-// and a stall risk of at most kMaxStallRisk with `corrupt_fraction` of the clients colluding and
-// `dropout_fraction` dropping (at gamma 1/3 and 30 % dropping: 72 of 99 at n = 100, 266 at
-// n = 1000), t the least such; when only every pair keeps privacy but the dropouts still stall it,
-// every pair (the stall risk, which SecAggRiskOf gives, fails a round, not its privacy); b = the
-// largest value <= 22 (Flower's 2^22 range) for which the sum of n clients at max_weight cannot
-// wrap the modulus. INVALID_ARGUMENT when num_clients < 3, corrupt_fraction is outside [0, 0.5)
-// or dropout_fraction outside [0, 1), or no b >= 8 fits (use modulus_bits = 64 or a smaller
-// max_weight).
+// neighbours) and raised until a t in (k/2, k] gives a privacy risk of at most max_privacy_risk
+// (kMaxPrivacyRisk, or PrivacyRiskTarget's) and a stall risk of at most kMaxStallRisk with
+// `corrupt_fraction` of the clients colluding and `dropout_fraction` dropping (at gamma 1/3 and 30
+// % dropping: 72 of 99 at n = 100, 266 at n = 1000), t the least such; when only every pair keeps
+// privacy but the dropouts still stall it, every pair (the stall risk, which SecAggRiskOf gives,
+// fails a round, not its privacy); b = the largest value <= 22 (Flower's 2^22 range) for which the
+// sum of n clients at max_weight cannot wrap the modulus. INVALID_ARGUMENT when num_clients < 3,
+// corrupt_fraction is outside [0, 0.5) or dropout_fraction outside [0, 1), or no b >= 8 fits (use
+// modulus_bits = 64 or a smaller max_weight).
 absl::StatusOr<SecAggParams> DefaultSecAggParams(int num_clients, int modulus_bits = 32,
                                                  uint32_t max_weight = 1000,
                                                  double corrupt_fraction = 0,
-                                                 double dropout_fraction = 0);
+                                                 double dropout_fraction = 0,
+                                                 double max_privacy_risk = kMaxPrivacyRisk);
 
 // How many sites must sign one survivor set before any reveals a share:
 // T = floor((n + c) / 2) + 1 with n the round's sites (num_clients, not the directory the server

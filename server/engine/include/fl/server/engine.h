@@ -104,7 +104,7 @@ struct SecureAggregationOptions {
   bool enabled = false;
   // k; 0: the library's default for the round's n, corrupt_fraction and max_dropout
   // (secagg::DefaultSecAggParams). Settings whose privacy risk (secagg::SecAggRiskOf) exceeds
-  // 2^-40 are refused.
+  // 2^-(40 + grinding_bits) are refused.
   int32_t num_neighbors = 0;
   int32_t threshold = 0;    // t; 0: the least that keeps that risk (for the default k or this one)
   double clip_range = 8.0;  // c: each coordinate of a change is clipped to [-c, c]
@@ -121,6 +121,12 @@ struct SecureAggregationOptions {
   // reveal shares only once floor((|U1| + gamma |U1|) / 2) + 1 of them signed one survivor set,
   // so a round with more dropouts before the consistency stage fails. In [0, 0.5).
   double corrupt_fraction = 1.0 / 3;
+  // How many directories (2^grinding_bits) a malicious server is assumed able to try for a graph
+  // it likes: the graph follows the session's hash, which it steers by the directory it sends
+  // (which sites' keys, colluders' fresh keys). Each graph must then hold at 2^-(40 + bits)
+  // (secagg::PrivacyRiskTarget), so that the best of the server's tries still holds at 2^-40.
+  // 40: about 2^40 SHA-256 hashes of a directory, days of one core. In [0, 100].
+  int32_t grinding_bits = 40;
 
   // OK, or INVALID_ARGUMENT naming the key and its value (e.g. "secure_aggregation.threshold
   // must be >= 0, got -1"). Only checked when enabled.
