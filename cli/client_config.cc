@@ -304,6 +304,13 @@ const std::vector<Key>& Keys() {
           "sites than this share, in [0, 0.5). 0: any.",
           Range::kHalfOpenFraction,
           [](auto& c) -> auto& { return c.client.limits.min_corrupt_fraction; }),
+      tk::IntKey<C, int32_t>(
+          "limits", "grinding_bits",
+          "Secure rounds: decline a graph (k, t) that leaves a site with t colluding neighbours "
+          "(at the round's corrupt_fraction) with probability above 2^-(40 + this), which keeps "
+          "the site safe from a server that tries 2^this directories, or sends a small k. In "
+          "[0, 100].",
+          0, [](auto& c) -> auto& { return c.client.limits.grinding_bits; }),
       tk::BoolKey<C>(
           "limits", "share_site_evaluation",
           "In runs with secure aggregation, let the server record this site's own evaluation "

@@ -36,6 +36,8 @@ namespace {
 // norm (Kairouz et al.'s Proposition 14 with tau = 0 for one site).
 SecureRoundNoise NoiseOf(const SecAggRoundParams& p, int64_t dimension) {
   SecureRoundNoise noise{.num_sites = p.secagg.num_clients,
+                         .num_neighbors = p.secagg.num_neighbors,
+                         .threshold = p.secagg.threshold,
                          .clip_norm = p.dp_clip_norm,
                          .noise_stddev = p.dp_noise_stddev,
                          .corrupt_fraction = p.secagg.corrupt_fraction};
@@ -169,7 +171,14 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
     }
     // Counted once masked, whether or not the upload gets through: the noise is in it. With a
     // ledger, the input leaves only once the ledger holds it.
-    if (const SecAggRoundParams* p = secagg_.params(task); p != nullptr) {
+    const SecAggRoundParams* p = secagg_.params(task);
+    if (p == nullptr && ledger_.has_value()) {
+      // Fail closed: an input the ledger cannot count is not sent.
+      secagg_.Reset();
+      decline = absl::InternalError("the masked input's round parameters are gone; not sent");
+      return decline;
+    }
+    if (p != nullptr) {
       const double z = WorstCaseNoiseMultiplier(NoiseOf(*p, trainer_->spec().NumFloats()));
       if (ledger_.has_value()) {
         if (absl::Status s = ledger_->Record(z, absl::StrCat("run ", task.run_id, " round ",

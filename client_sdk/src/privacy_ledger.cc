@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -32,6 +33,15 @@ absl::StatusOr<PrivacyLedger> PrivacyLedger::Open(std::string path) {
   // fails here instead of counting as empty.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return SystemError("cannot open", path);
+  // Its directory entry made durable: a ledger that vanished with a power cut would count as new.
+  {
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      (void)::fsync(dfd);
+      ::close(dfd);
+    }
+  }
   // One process per ledger: two would each count the other's inputs out.
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const absl::Status s = errno == EWOULDBLOCK
@@ -100,6 +110,10 @@ PrivacyLedger::~PrivacyLedger() {
 }
 
 absl::Status PrivacyLedger::Record(double noise_multiplier, absl::string_view what) {
+  if (fd_ < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "privacy ledger ", path_, " failed earlier and takes no more records; restart the site"));
+  }
   // Tabs and newlines in `what` (a server-chosen task id) would break the line format.
   const std::string clean = absl::StrReplaceAll(what, {{"\t", " "}, {"\n", " "}, {"\r", " "}});
   // All 17 digits: a multiplier read back rounded up would count less than was spent.
@@ -113,8 +127,12 @@ absl::Status PrivacyLedger::Record(double noise_multiplier, absl::string_view wh
     if (n < 0) {
       if (errno == EINTR) continue;
       const absl::Status failed = SystemError("cannot append", path_);
-      // A partial line would run into the next one: cut it off again.
-      (void)::ftruncate(fd_, before);
+      // A partial line would run into the next one: cut it off again, or, if even that fails,
+      // take no more records (a restart reads the file and cuts it at the partial line).
+      if (::ftruncate(fd_, before) != 0) {
+        ::close(fd_);
+        fd_ = -1;
+      }
       return failed;
     }
     done += static_cast<size_t>(n);

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fl/aggregation/dp/rdp_accountant.h"
+#include "fl/aggregation/secagg/params.h"
 #include "fl/client/client.h"
 
 namespace fl::client {
@@ -32,6 +33,28 @@ absl::Status CheckSecureRoundLimits(const SiteLimits& limits, const SecureRoundN
         absl::StrCat("the round's consistency check holds with up to ", round.corrupt_fraction,
                      " of its sites colluding with the server; this site requires at least ",
                      limits.min_corrupt_fraction, " (limits.min_corrupt_fraction)"));
+  }
+  if (limits.grinding_bits < 0 || limits.grinding_bits > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limits.grinding_bits must be in [0, 100], got ", limits.grinding_bits));
+  }
+  if (round.num_neighbors > 0) {
+    // The server's graph, judged as the server's defaults are (Bell et al.'s exposure).
+    secagg::SecAggParams graph;
+    graph.num_clients = round.num_sites;
+    graph.num_neighbors = round.num_neighbors;
+    graph.threshold = round.threshold;
+    graph.corrupt_fraction = round.corrupt_fraction;
+    const double risk = secagg::SecAggRiskOf(graph, 0).privacy;
+    const double target = secagg::PrivacyRiskTarget(limits.grinding_bits);
+    if (risk > target) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the round's graph (", round.num_neighbors, " neighbours, threshold ", round.threshold,
+          ", ", round.num_sites, " sites) leaves some site with that many colluding neighbours ",
+          "(corrupt_fraction ", round.corrupt_fraction, ") with probability ", risk,
+          "; this site accepts at most ", target, " (2^-", 40 + limits.grinding_bits,
+          ", limits.grinding_bits ", limits.grinding_bits, ")"));
+    }
   }
   if (limits.max_epsilon > 0 && !(limits.epsilon_delta > 0 && limits.epsilon_delta < 1)) {
     return absl::InvalidArgumentError(

@@ -253,8 +253,9 @@ std::vector<tk::KeySpec<C>> PrivacyKeys(GetPrivacy privacy, GetSecAgg secagg) {
           "secure_aggregation", "grinding_bits",
           "How many directories, as a power of two, a malicious server may try for a graph that "
           "surrounds a site with colluders (the graph follows a hash of the directory it sends): "
-          "each graph must hold at 2^-(40 + grinding_bits), so k grows with it. 40: days of one "
-          "core's hashing; 0: a server that does not grind. In [0, 100].",
+          "each graph must hold at 2^-(40 + grinding_bits), so k grows with it. 40: months of "
+          "one core's hashing; 0: a server that does not grind. Sites judge the graph themselves "
+          "too (their limits.grinding_bits). In [0, 100].",
           0, [secagg](auto& c) -> auto& { return secagg(c).grinding_bits; })};
 }
 

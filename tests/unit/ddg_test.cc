@@ -246,6 +246,38 @@ TEST(DdgEncodingTest, TheModularSumDecodesToTheMeanWithTheNoiseOfTheSitesTogethe
   EXPECT_LT(err_sq / kDim, 1.15 * high);
 }
 
+// A 64-bit modulus: the heuristic would ask for steps finer than the encoding takes, so the
+// granularity is raised to the finest it does take, and the round trip still gives the mean.
+TEST(DdgEncodingTest, A64BitModulusUsesTheFinestGranularityTheEncodingTakes) {
+  constexpr size_t kDim = 200;
+  constexpr int kSites = 5;
+  const double sigma = 0.05;
+  absl::StatusOr<double> gamma = DdgGranularity(1.0, sigma, kSites, kDim, 64);
+  ASSERT_TRUE(gamma.ok()) << gamma.status();
+  const DdgEncoding e{.clip_norm = 1.0,
+                      .granularity = *gamma,
+                      .site_stddev = sigma,
+                      .rotation_seed = 3,
+                      .modulus_bits = 64};
+  ASSERT_TRUE(ValidateDdgEncoding(e).ok()) << ValidateDdgEncoding(e);
+  EXPECT_NEAR(1.0 / *gamma, std::ldexp(1.0, 50), std::ldexp(1.0, 50) * 1e-6);  // at the cap
+  std::vector<std::vector<uint64_t>> encodings;
+  std::vector<double> mean(kDim, 0.0);
+  for (int s = 0; s < kSites; ++s) {
+    const std::vector<float> u = RandomUpdate(kDim, 0.5, 40 + s);
+    for (size_t i = 0; i < kDim; ++i) mean[i] += u[i] / kSites;
+    std::unique_ptr<aggregation::dp::BitSource> bits = aggregation::dp::MakeSeededBitSource(s);
+    absl::StatusOr<std::vector<uint64_t>> words = EncodeDdg(e, u, *bits);
+    ASSERT_TRUE(words.ok()) << words.status();
+    encodings.push_back(*std::move(words));
+  }
+  absl::StatusOr<std::vector<float>> decoded = DecodeDdgMean(e, ModularSum(encodings, 64), kDim);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  double err_sq = 0;
+  for (size_t i = 0; i < kDim; ++i) err_sq += std::pow((*decoded)[i] - mean[i], 2);
+  EXPECT_NEAR(std::sqrt(err_sq / kDim), sigma / std::sqrt(kSites), 0.005);
+}
+
 TEST(DdgEncodingTest, ALongUpdateIsClippedToTheNorm) {
   constexpr size_t kDim = 300;  // padded to 512
   // Half a step of noise, the least allowed: 0.005 per coordinate after decoding.

@@ -164,6 +164,36 @@ TEST(SecureRoundLimitsTest, ARoundSizedForFewerColludingSitesThanTheSiteWantsIsD
 }
 
 // With a noise limit a plain round is declined: the server would read the update.
+// A server need not grind directories to surround a site with colluders: it can send a small k.
+// The site judges the graph as the server's defaults are judged.
+TEST(SecureRoundLimitsTest, AGraphThatLeavesASiteToItsColludingNeighboursIsDeclined) {
+  SiteLimits limits;  // grinding_bits 40: at most 2^-80 per graph
+  SecureRoundNoise round{.num_sites = 20,
+                         .num_neighbors = 4,
+                         .threshold = 3,
+                         .corrupt_fraction = 1.0 / 3};  // 6 colluders
+  absl::Status s = CheckSecureRoundLimits(limits, round, {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(
+      std::string(s.message()),
+      ::testing::HasSubstr("the round's graph (4 neighbours, threshold 3, 20 sites) leaves some "
+                           "site with that many colluding neighbours (corrupt_fraction 0.333333)"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("(2^-80, limits.grinding_bits 40)"));
+  // Every pair with t above the 6 colluders exposes no one.
+  round.num_neighbors = 19;
+  round.threshold = 10;
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, round, {}).ok());
+  // Without colluders admitted, the graph cannot expose anyone; min_corrupt_fraction is how a
+  // site keeps the server from claiming that.
+  round = {.num_sites = 20, .num_neighbors = 4, .threshold = 3, .corrupt_fraction = 0};
+  EXPECT_TRUE(CheckSecureRoundLimits(limits, round, {}).ok());
+  limits.min_corrupt_fraction = 0.2;
+  EXPECT_THAT(std::string(CheckSecureRoundLimits(limits, round, {}).message()),
+              ::testing::HasSubstr("limits.min_corrupt_fraction"));
+  EXPECT_EQ(CheckSecureRoundLimits(SiteLimits{.grinding_bits = 101}, round, {}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SecureRoundLimitsTest, ANoiseLimitDeclinesPlainRounds) {
   SiteLimits limits;
   limits.max_epsilon = 8;

@@ -11,6 +11,11 @@ namespace fl::secagg {
 namespace {
 
 constexpr int kMaxRoundingDraws = 1000;
+// C / gamma at most 2^50: the rounding works in doubles, exact on integers up to 2^53, and the
+// rounded value plus noise stays far inside int64. Noise at most 1e15 steps: the sampler's
+// bound (dp::DiscreteGaussianSampler).
+constexpr double kMaxStepsPerClip = 0x1p50;
+constexpr double kMaxNoiseSteps = 1e15;
 
 // The unnormalized Walsh-Hadamard transform, in place (size a power of two).
 void Hadamard(std::span<double> v) {
@@ -54,20 +59,20 @@ absl::Status ValidateDdgEncoding(const DdgEncoding& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("discrete Gaussian stddev must be a finite number > 0, got ", e.site_stddev));
   }
-  // Bounds a server's parameters cannot pass: beta near 1 would redraw the rounding for ever,
-  // a step so fine that C / gamma leaves int64 would overflow the integers, and noise below half
+  // Bounds a server's parameters cannot pass: beta near 1 would redraw the rounding for ever, a
+  // step finer than C / 2^50 would round beyond what doubles hold exactly, and noise below half
   // a step is outside what the accountant's tau covers (Kairouz et al.'s Theorem 1).
   if (!(e.beta >= 0 && e.beta <= 0.9)) {
     return absl::InvalidArgumentError(
         absl::StrCat("conditional rounding's beta must be in [0, 0.9], got ", e.beta));
   }
-  if (!(e.clip_norm / e.granularity <= 0x1p50)) {
+  if (!(e.clip_norm / e.granularity <= kMaxStepsPerClip)) {
     return absl::InvalidArgumentError(absl::StrCat("discrete Gaussian granularity ", e.granularity,
                                                    " is too fine for clip norm ", e.clip_norm,
                                                    ": C / gamma must be at most 2^50"));
   }
   const double steps = e.site_stddev / e.granularity;
-  if (!(steps >= 0.5 && steps <= 1e15)) {
+  if (!(steps >= 0.5 && steps <= kMaxNoiseSteps)) {
     return absl::InvalidArgumentError(
         absl::StrCat("discrete Gaussian stddev ", e.site_stddev, " is ", steps,
                      " steps of the granularity; it must be in [0.5, 1e15]"));
@@ -207,7 +212,13 @@ absl::StatusOr<double> DdgGranularity(double clip_norm, double site_stddev, int6
                                                    num_sites, " sites at ", k_stddevs,
                                                    " standard deviations"));
   }
-  return std::sqrt((clip_norm * clip_norm * n * n / d + site_stddev * site_stddev * n) / room);
+  const double heuristic =
+      std::sqrt((clip_norm * clip_norm * n * n / d + site_stddev * site_stddev * n) / room);
+  // No finer than ValidateDdgEncoding allows: with a 64-bit modulus the heuristic would ask for
+  // more integer steps than a double rounds exactly or the sampler takes.
+  // (1 + 1e-9): the quotients ValidateDdgEncoding takes back must not round over the limits.
+  return std::max({heuristic, clip_norm / kMaxStepsPerClip * (1 + 1e-9),
+                   site_stddev / kMaxNoiseSteps * (1 + 1e-9)});
 }
 
 }  // namespace fl::secagg

@@ -82,11 +82,19 @@ struct SiteLimits {
   // (its corrupt_fraction, gamma): a round sized for fewer is declined at its first stage. In
   // [0, 0.5); 0: any (the check still holds against the server alone).
   double min_corrupt_fraction = 0;
+  // The graph a secure round's server chose (k neighbours, threshold t) must leave a site with t
+  // or more colluding neighbours (at the round's corrupt_fraction) with probability at most
+  // 2^-(40 + grinding_bits) (secagg::PrivacyRiskTarget): a server may hash directories until a
+  // graph suits it, or simply send a small k. Judged only against colluders the round admits
+  // to, so a site that fears collusion sets min_corrupt_fraction too. In [0, 100].
+  int32_t grinding_bits = 40;
 };
 
 // A secure round's noise as its tasks state it (SecAggTaskInfo's round parameters).
 struct SecureRoundNoise {
   int32_t num_sites = 0;        // n, the sites in the round
+  int32_t num_neighbors = 0;    // k of its graph (0: not stated)
+  int32_t threshold = 0;        // t of its graph
   double clip_norm = 0;         // C each site clips its change to; 0: no distributed DP
   double noise_stddev = 0;      // sigma each site adds
   double corrupt_fraction = 0;  // gamma the consistency check is sized for

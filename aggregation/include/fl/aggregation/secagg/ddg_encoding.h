@@ -83,7 +83,9 @@ absl::StatusOr<std::vector<float>> DecodeDdgMean(const DdgEncoding& encoding,
 
 // The granularity at which the sum of `num_sites` encodings keeps `k_stddevs` standard deviations
 // of each coordinate inside the modulus (Kairouz et al.'s Sec. 4.4 heuristic with a flat
-// rotation): gamma = sqrt((C^2 n^2 / padded + sigma^2 n) / (4^m / 4k^2 - n / 4)).
+// rotation): gamma = sqrt((C^2 n^2 / padded + sigma^2 n) / (4^m / 4k^2 - n / 4)), raised where
+// needed to what ValidateDdgEncoding accepts (C / gamma <= 2^50, sigma / gamma <= 1e15), which a
+// 64-bit modulus would otherwise exceed.
 // INVALID_ARGUMENT when the modulus cannot hold n sites at k stddevs (4^m <= n k^2) or an
 // argument is not positive.
 absl::StatusOr<double> DdgGranularity(double clip_norm, double site_stddev, int64_t num_sites,

@@ -77,8 +77,9 @@ struct SecAggRisk {
 };
 SecAggRisk SecAggRiskOf(const SecAggParams& params, double dropout_fraction);
 
-// What DefaultSecAggParams and the server accept: privacy at most 2^-40 (a statistical security
-// parameter of 40, as Bell et al.'s), and the defaults aim at a stall at most 2^-20.
+// What DefaultSecAggParams accepts by default: privacy at most 2^-40 (a statistical security
+// parameter of 40, as Bell et al.'s) per graph, and the defaults aim at a stall at most 2^-20.
+// The server and the sites hold each graph to PrivacyRiskTarget(grinding_bits), below.
 inline constexpr double kMaxPrivacyRisk = 0x1p-40;
 inline constexpr double kMaxStallRisk = 0x1p-20;
 

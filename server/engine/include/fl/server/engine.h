@@ -125,7 +125,7 @@ struct SecureAggregationOptions {
   // it likes: the graph follows the session's hash, which it steers by the directory it sends
   // (which sites' keys, colluders' fresh keys). Each graph must then hold at 2^-(40 + bits)
   // (secagg::PrivacyRiskTarget), so that the best of the server's tries still holds at 2^-40.
-  // 40: about 2^40 SHA-256 hashes of a directory, days of one core. In [0, 100].
+  // 40: about 2^40 hashes of a directory, months of one core. In [0, 100].
   int32_t grinding_bits = 40;
 
   // OK, or INVALID_ARGUMENT naming the key and its value (e.g. "secure_aggregation.threshold
