@@ -88,6 +88,14 @@ absl::Status CheckSecureRoundLimits(const SiteLimits& limits, const SecureRoundN
       aggregation::dp::RdpAccountant::Create();
   if (!accountant.ok()) return accountant.status();
   for (double earlier_z : earlier) {
+    if (!(earlier_z > 0)) {
+      // An input masked without distributed noise (before the budget was set, say, and kept in
+      // the ledger): against the server its epsilon is unbounded.
+      return absl::PermissionDeniedError(
+          "this site already masked an input without distributed noise, so its epsilon against "
+          "the server is unbounded; limits.max_epsilon declines every round (see "
+          "limits.privacy_ledger)");
+    }
     if (absl::Status s = accountant->AddSteps(1.0, earlier_z); !s.ok()) return s;
   }
   absl::StatusOr<aggregation::dp::PrivacySpent> after =

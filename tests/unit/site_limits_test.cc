@@ -194,6 +194,18 @@ TEST(SecureRoundLimitsTest, AGraphThatLeavesASiteToItsColludingNeighboursIsDecli
             absl::StatusCode::kInvalidArgument);
 }
 
+// An earlier input without noise (a ledger kept from before the budget was set) leaves nothing
+// to spend: every round is declined, saying why, instead of failing on the accountant's z = 0.
+TEST(SecureRoundLimitsTest, AnEarlierInputWithoutNoiseSpentTheWholeBudget) {
+  SiteLimits limits;
+  limits.max_epsilon = 100;
+  const std::vector<double> earlier = {0.5, 0.0};
+  absl::Status s = CheckSecureRoundLimits(limits, Round(20, 1.0, 1.0), earlier);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("already masked an input without distributed noise"));
+}
+
 TEST(SecureRoundLimitsTest, ANoiseLimitDeclinesPlainRounds) {
   SiteLimits limits;
   limits.max_epsilon = 8;
