@@ -69,21 +69,29 @@ double EngineImpl::ServerEpsilonAfterLocked(const RoundState& round,
                     static_cast<size_t>(global_->spec().NumFloats()),
                     static_cast<int32_t>(summed.size()), round.secagg->dp_min_survivors);
   if (!(sum.inverse_z2 > 0)) return 0;
-  // The site that has spent most: compared by epsilon, since two sums' offsets may differ.
+  // The site that has spent most. Epsilon grows with both sums, so among exposures without an
+  // offset (every Gaussian sum, and a discrete Gaussian's whose tau underflows) the largest
+  // 1 / z^2 is the one to convert; any with an offset is converted on its own.
   const double delta = options_.privacy.delta;
   double most = 0;
-  for (const auto& [site, exposure] : site_exposure_) {
-    most = std::max(most, EpsilonOfExposure(exposure, delta));
-  }
+  double most_plain = 0;  // the largest 1 / z^2 without an offset
+  auto count = [&](const SiteExposure& e) {
+    if (e.offset == 0) {
+      most_plain = std::max(most_plain, e.inverse_z2);
+    } else {
+      most = std::max(most, EpsilonOfExposure(e, delta));
+    }
+  };
+  for (const auto& [site, exposure] : site_exposure_) count(exposure);
   for (const std::string* site : summed) {
     auto it = site_exposure_.find(*site);
     const SiteExposure now = it == site_exposure_.end() ? SiteExposure{} : it->second;
     const SiteExposure after{.inverse_z2 = now.inverse_z2 + sum.inverse_z2,
                              .offset = now.offset + sum.offset};
-    most = std::max(most, EpsilonOfExposure(after, delta));
+    count(after);
     if (apply) site_exposure_[*site] = after;
   }
-  return most;
+  return std::max(most, EpsilonOfExposure({.inverse_z2 = most_plain}, delta));
 }
 
 void EngineImpl::ReplayServerExposureLocked(const RoundRecord& round,

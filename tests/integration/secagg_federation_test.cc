@@ -443,6 +443,33 @@ TEST(SecAggFederationTest, TheDiscreteGaussianCommitsAndASiteJudgesItsNoise) {
   ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
 }
 
+// Each site of DistributedDpRunOptions' rounds adds sigma = 0.5 (planned for 4 survivors): z = 0.5
+// per input against the server. The epsilon of `inputs` such inputs, at delta 1e-5.
+double EpsilonOfInputs(int inputs) {
+  absl::StatusOr<aggregation::dp::PrivacySpent> spent =
+      aggregation::dp::ComputeEpsilon(1.0, 0.5, inputs, 1e-5);
+  EXPECT_TRUE(spent.ok()) << spent.status();
+  return spent.ok() ? spent->epsilon : -1;
+}
+
+// The last of `sites` may spend against the server enough for one input and not two, and keeps
+// its count in `ledger`.
+std::function<void(int, client::SiteLimits&)> LastSiteBudgetsOneInput(int sites,
+                                                                      std::string ledger) {
+  return [sites, ledger = std::move(ledger)](int i, client::SiteLimits& limits) {
+    if (i != sites - 1) return;
+    limits.max_epsilon = (EpsilonOfInputs(1) + EpsilonOfInputs(2)) / 2;
+    limits.privacy_ledger = ledger;
+  };
+}
+
+// What that site says when a round would bring it to two inputs.
+std::string SecondInputRefusal() {
+  return absl::StrCat(
+      "this round (noise multiplier 0.5) would bring this site's epsilon against the server to ",
+      EpsilonOfInputs(2), " (delta 1e-05) after 2 masked inputs");
+}
+
 // A site restarted with its ledger counts the inputs its earlier process masked: with one input
 // already in the ledger and a budget for two, it declines the first round of the new run.
 TEST(SecAggFederationTest, ARestartedSiteCountsTheInputsInItsLedger) {
@@ -450,29 +477,16 @@ TEST(SecAggFederationTest, ARestartedSiteCountsTheInputsInItsLedger) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
   server::ServerOptions o = DistributedDpRunOptions(pki, dir.path(), kSites, 1);
-  absl::StatusOr<aggregation::dp::PrivacySpent> one =
-      aggregation::dp::ComputeEpsilon(1.0, 0.5, 1, 1e-5);
-  absl::StatusOr<aggregation::dp::PrivacySpent> two =
-      aggregation::dp::ComputeEpsilon(1.0, 0.5, 2, 1e-5);
-  ASSERT_TRUE(one.ok() && two.ok());
   const std::string ledger = dir.path() + "/site-4.ledger";
   {
     std::ofstream out(ledger);
     out << "0.5\t1796000000000\trun 7 round 3 task r3.a0.earlier\n";
   }
   Federation f = StartFederation(
-      pki, o, kSites, [](int) { return true; }, {},
-      [&](int i, client::SiteLimits& limits) {
-        if (i == kSites - 1) {
-          limits.max_epsilon = (one->epsilon + two->epsilon) / 2;
-          limits.privacy_ledger = ledger;
-        }
-      });
+      pki, o, kSites, [](int) { return true; }, {}, LastSiteBudgetsOneInput(kSites, ledger));
   ASSERT_NE(f.server, nullptr);
   for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
-  const std::string refusal = absl::StrCat(
-      "this round (noise multiplier 0.5) would bring this site's epsilon against the server to ",
-      two->epsilon, " (delta 1e-05) after 2 masked inputs");
+  const std::string refusal = SecondInputRefusal();
   ASSERT_EQ(f.clients.back()->stages().size(), 1u);
   EXPECT_THAT(f.clients.back()->stages()[0], HasSubstr(refusal));
   ExpectOneRoundCommittedWith(f, kSites - 1, refusal);
@@ -485,22 +499,9 @@ TEST(SecAggFederationTest, ASiteDeclinesOnceItsEpsilonAgainstTheServerIsSpent) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), SiteNames(kSites));
   server::ServerOptions o = DistributedDpRunOptions(pki, dir.path(), kSites, 2);
-  // Each site adds sigma = 0.5 (planned for 4 survivors): z = 0.5 per input against the server.
-  absl::StatusOr<aggregation::dp::PrivacySpent> one =
-      aggregation::dp::ComputeEpsilon(1.0, 0.5, 1, 1e-5);
-  absl::StatusOr<aggregation::dp::PrivacySpent> two =
-      aggregation::dp::ComputeEpsilon(1.0, 0.5, 2, 1e-5);
-  ASSERT_TRUE(one.ok() && two.ok());
-  const double budget = (one->epsilon + two->epsilon) / 2;
   const std::string ledger = dir.path() + "/site-4.ledger";
   Federation f = StartFederation(
-      pki, o, kSites, [](int) { return true; }, {},
-      [&](int i, client::SiteLimits& limits) {
-        if (i == kSites - 1) {
-          limits.max_epsilon = budget;
-          limits.privacy_ledger = ledger;
-        }
-      });
+      pki, o, kSites, [](int) { return true; }, {}, LastSiteBudgetsOneInput(kSites, ledger));
   ASSERT_NE(f.server, nullptr);
   for (auto& c : f.clients) EXPECT_TRUE(c->Join().ok());
   const std::vector<std::string> stages = f.clients.back()->stages();
@@ -513,11 +514,8 @@ TEST(SecAggFederationTest, ASiteDeclinesOnceItsEpsilonAgainstTheServerIsSpent) {
   EXPECT_THAT(line, HasSubstr("round 1 task r1.a0."));
   EXPECT_FALSE(std::getline(in, line)) << "one input only";
   EXPECT_EQ(stages[4], "secagg_unmask");
-  EXPECT_THAT(stages[5], HasSubstr(absl::StrCat(
-                             "secagg_advertise_keys failed: PERMISSION_DENIED: this round (noise "
-                             "multiplier 0.5) would bring this site's epsilon against the server "
-                             "to ",
-                             two->epsilon, " (delta 1e-05) after 2 masked inputs")));
+  EXPECT_THAT(stages[5], HasSubstr(absl::StrCat("secagg_advertise_keys failed: PERMISSION_DENIED: ",
+                                                SecondInputRefusal())));
   server::Store& store = f.server->store();
   absl::StatusOr<std::vector<server::RoundRecord>> rounds =
       store.Rounds(f.server->engine().run_id());
