@@ -60,9 +60,12 @@ void EngineImpl::RunPendingCommit() {
   // until the next round starts, after this commit.
   CommitInputs in(absl::InternalError("not computed"));
   try {
-    // A secure round's record says first that the masks are coming off (round_input.h).
+    // A secure round's record says first that the masks are coming off (round_input.h), with
+    // the round's sampling rate: a server stopped from here on counts the release when it
+    // restarts (EngineImpl::CountInterruptedReleaseLocked).
     if (std::string json = job->round->input->UnmaskingRecordJson(); !json.empty()) {
-      (void)store_->SetRoundSecAgg(run_id_, job->round->round, job->round->attempt, json, {});
+      (void)store_->SetRoundSecAgg(run_id_, job->round->round, job->round->attempt, json,
+                                   {.sampling_rate = job->round->dp_sampling_rate});
     }
     // The strategy's next model: a plain round's aggregate, or a secure round's unmasked sum
     // (round_input.h), the failed sites told first.

@@ -410,12 +410,21 @@ class EngineImpl final : public RoundEngine {
   // Gaussian's sum of n_min sites.
   absl::StatusOr<std::vector<double>> RoundRdpLocked(double q, int32_t n) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An attempt read back on resume whose secure sum was being unmasked when the server stopped
+  // (its record says "unmasking", with the sampling rate and the summed sites): the release is
+  // counted, by the accountant and against the server, as a committed round's would be, and
+  // recorded on the attempt. Returns what the run's failure adds about it ("" when there is
+  // nothing to count).
+  std::string CountInterruptedReleaseLocked(const RoundRecord& attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // --- Distributed DP against the server (server_exposure.cc)
   // The epsilon against the server of the site that has spent most once `round`'s sum (its
   // accepted `participations`) is counted; with `apply`, counted. 0 without distributed DP.
   double ServerEpsilonAfterLocked(const RoundState& round,
                                   const std::vector<ParticipationRecord>& participations,
                                   bool apply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The epsilon against the server of the site that has spent most so far.
+  double ServerEpsilonLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A committed secure round read back on resume, with the participations summed in it.
   void ReplayServerExposureLocked(const RoundRecord& round,
                                   const std::vector<ParticipationRecord>& summed)

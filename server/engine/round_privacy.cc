@@ -11,6 +11,8 @@
 #include "fl/aggregation/dp/ddg_accountant.h"
 #include "fl/aggregation/dp/gaussian_noise.h"
 #include "fl/aggregation/secagg/ddg_encoding.h"
+#include "fl/common/logging.h"
+#include "nlohmann/json.hpp"
 #include "server/engine/engine_impl.h"
 
 namespace fl::server::internal {
@@ -53,6 +55,42 @@ absl::StatusOr<std::vector<double>> EngineImpl::RoundRdpLocked(double q, int32_t
   const aggregation::dp::DdgRelease release = secagg::DdgReleaseOf(
       *encoding, static_cast<size_t>(global_->spec().NumFloats()), DpMinSurvivors(n));
   return aggregation::dp::ComputeDdgRdp(release, q, 1, orders);
+}
+
+std::string EngineImpl::CountInterruptedReleaseLocked(const RoundRecord& attempt) {
+  if (!accountant_.has_value() || !(attempt.dp_sampling_rate > 0) || attempt.dp_epsilon > 0) {
+    return "";  // no DP, or counted when the attempt failed
+  }
+  const PrivacyOptions& p = options_.privacy;
+  absl::StatusOr<std::vector<double>> rdp =
+      RoundRdpLocked(attempt.dp_sampling_rate, attempt.num_sampled);
+  absl::StatusOr<aggregation::dp::PrivacySpent> spent =
+      rdp.ok() ? accountant_->SpentAfterRdp(*rdp, p.delta) : rdp.status();
+  if (spent.ok()) spent = accountant_->AddRdp(*rdp).ok() ? spent : absl::InternalError("AddRdp");
+  if (!spent.ok()) {
+    return absl::StrCat("; the release could not be counted: ", spent.status().message());
+  }
+  std::vector<ParticipationRecord> summed;
+  nlohmann::json j = nlohmann::json::parse(attempt.secagg_json, nullptr, false);
+  if (j.is_object() && j.contains("summed") && j["summed"].is_array()) {
+    for (const nlohmann::json& id : j["summed"]) {
+      if (!id.is_string()) continue;
+      summed.emplace_back().client_id = id.get<std::string>();
+    }
+  }
+  ReplayServerExposureLocked(attempt, summed);
+  const SpentPrivacy counted{.sampling_rate = attempt.dp_sampling_rate,
+                             .epsilon = spent->epsilon,
+                             .epsilon_server = p.distributed() ? ServerEpsilonLocked() : 0};
+  if (absl::Status s =
+          store_->SetAbortedRoundPrivacy(run_.run_id, attempt.round, attempt.attempt, counted);
+      !s.ok()) {
+    LogEvent(LogLevel::kWarn, "privacy_record_failed", {{"reason", std::string(s.message())}});
+  }
+  return absl::StrCat("; the release is counted: epsilon ", counted.epsilon,
+                      counted.epsilon_server > 0
+                          ? absl::StrCat(", ", counted.epsilon_server, " against the server")
+                          : "");
 }
 
 }  // namespace fl::server::internal

@@ -72,7 +72,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
     }
     absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run_.run_id);
     if (!rounds.ok()) return rounds.status();
-    std::optional<int32_t> revealed_attempt;  // of the next round, unmasked but not committed
+    std::optional<RoundRecord> revealed;  // the next round's attempt unmasked but not committed
     for (const RoundRecord& r : *rounds) {
       // The accountant replays the committed rounds' sampling rates.
       if (accountant_.has_value() && r.status == RoundStatus::kCommitted &&
@@ -103,7 +103,7 @@ absl::Status EngineImpl::Init(Model initial_model) {
       if (r.status != RoundStatus::kCommitted && !r.secagg_json.empty()) {
         nlohmann::json j = nlohmann::json::parse(r.secagg_json, nullptr, false);
         if (j.is_object() && (j.value("revealed", false) || j.value("unmasking", false))) {
-          revealed_attempt = r.attempt;
+          revealed = r;
         }
       }
     }
@@ -111,13 +111,15 @@ absl::Status EngineImpl::Init(Model initial_model) {
              {{"run", absl::StrCat(run_.run_id)},
               {"committed_round", absl::StrCat(committed_round_)},
               {"aborted_in_flight", absl::StrCat(*aborted)}});
-    if (revealed_attempt.has_value()) {
+    if (revealed.has_value()) {
+      const std::string counted = CountInterruptedReleaseLocked(*revealed);
       FailRunLocked(absl::StrCat(
-          "round ", committed_round_ + 1, " attempt ", *revealed_attempt,
+          "round ", committed_round_ + 1, " attempt ", revealed->attempt,
           ": the secure sum was unmasked (or being unmasked when the server stopped) but not "
           "committed; the run stops rather than run the "
           "round again from the same model, where two sums over different sites could reveal one "
-          "site's update"));
+          "site's update",
+          counted));
     } else if (committed_round_ >= options_.num_rounds) {
       FinishRunLocked("");
     } else if (last->has_value()) {

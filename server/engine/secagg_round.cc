@@ -109,7 +109,13 @@ std::string SecAggRound::Record(bool failed, bool unmasking) const {
   }
   if (failed) j["failed_at"] = SecAggStageName(s.stage);
   if (s.sum_revealed) j["revealed"] = true;  // the server saw the sum: no other attempt may run
-  if (unmasking) j["unmasking"] = true;      // the masks are coming off (UnmaskingRecordJson)
+  if (unmasking) {
+    j["unmasking"] = true;  // the masks are coming off (UnmaskingRecordJson)
+    // Whose inputs the sum holds, so that a restart counts their exposure to the server.
+    nlohmann::json summed = nlohmann::json::array();
+    for (int id : s.survivors.survivors) summed.push_back(s.client_of[id]);
+    j["summed"] = std::move(summed);
+  }
   return j.dump();
 }
 

@@ -92,7 +92,7 @@ struct SecAggRound final : RoundInput {
   // resumed run then stops rather than run the round again). No key, share, mask or update.
   std::string RecordJson(bool failed) const override;
   bool revealed() const override { return sum_revealed; }
-  // RecordJson(false) with "unmasking": true.
+  // RecordJson(false) with "unmasking": true and "summed": the survivors' full client ids.
   std::string UnmaskingRecordJson() const override;
   // The record both of the above give.
   std::string Record(bool failed, bool unmasking) const;

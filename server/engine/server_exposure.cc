@@ -49,6 +49,30 @@ SiteExposure ExposureOfSum(double noise_multiplier, const secagg::SecAggParams& 
       .offset = aggregation::dp::DdgTau(r.site_stddev, summed) * static_cast<double>(r.dimension)};
 }
 
+// The epsilon of the site that has spent most among those added. Epsilon grows with both sums,
+// so among exposures without an offset (every Gaussian sum, and a discrete Gaussian's whose tau
+// underflows) the largest 1 / z^2 is the one to convert; any with an offset is converted on its
+// own.
+class MostSpent {
+ public:
+  explicit MostSpent(double delta) : delta_(delta) {}
+  void Add(const SiteExposure& e) {
+    if (e.offset == 0) {
+      most_plain_ = std::max(most_plain_, e.inverse_z2);
+    } else {
+      most_ = std::max(most_, EpsilonOfExposure(e, delta_));
+    }
+  }
+  double Epsilon() const {
+    return std::max(most_, EpsilonOfExposure({.inverse_z2 = most_plain_}, delta_));
+  }
+
+ private:
+  double delta_;
+  double most_ = 0;
+  double most_plain_ = 0;  // the largest 1 / z^2 without an offset
+};
+
 }  // namespace
 
 double SumNoiseMultiplier(double noise_multiplier, int32_t summed, int32_t planned_for) {
@@ -69,29 +93,23 @@ double EngineImpl::ServerEpsilonAfterLocked(const RoundState& round,
                     static_cast<size_t>(global_->spec().NumFloats()),
                     static_cast<int32_t>(summed.size()), round.secagg->dp_min_survivors);
   if (!(sum.inverse_z2 > 0)) return 0;
-  // The site that has spent most. Epsilon grows with both sums, so among exposures without an
-  // offset (every Gaussian sum, and a discrete Gaussian's whose tau underflows) the largest
-  // 1 / z^2 is the one to convert; any with an offset is converted on its own.
-  const double delta = options_.privacy.delta;
-  double most = 0;
-  double most_plain = 0;  // the largest 1 / z^2 without an offset
-  auto count = [&](const SiteExposure& e) {
-    if (e.offset == 0) {
-      most_plain = std::max(most_plain, e.inverse_z2);
-    } else {
-      most = std::max(most, EpsilonOfExposure(e, delta));
-    }
-  };
-  for (const auto& [site, exposure] : site_exposure_) count(exposure);
+  MostSpent most(options_.privacy.delta);
+  for (const auto& [site, exposure] : site_exposure_) most.Add(exposure);
   for (const std::string* site : summed) {
     auto it = site_exposure_.find(*site);
     const SiteExposure now = it == site_exposure_.end() ? SiteExposure{} : it->second;
     const SiteExposure after{.inverse_z2 = now.inverse_z2 + sum.inverse_z2,
                              .offset = now.offset + sum.offset};
-    count(after);
+    most.Add(after);
     if (apply) site_exposure_[*site] = after;
   }
-  return std::max(most, EpsilonOfExposure({.inverse_z2 = most_plain}, delta));
+  return most.Epsilon();
+}
+
+double EngineImpl::ServerEpsilonLocked() const {
+  MostSpent most(options_.privacy.delta);
+  for (const auto& [site, exposure] : site_exposure_) most.Add(exposure);
+  return most.Epsilon();
 }
 
 void EngineImpl::ReplayServerExposureLocked(const RoundRecord& round,

@@ -312,11 +312,7 @@ absl::Status SqliteStore::EndRound(int64_t run_id, int32_t round, int32_t attemp
     return s;
   }
   if (sqlite3_changes(db_.get()) == 1) return absl::OkStatus();
-  absl::StatusOr<std::optional<RoundStatus>> current = AttemptStatus(run_id, round, attempt);
-  if (!current.ok()) return current.status();
-  if (!current->has_value()) return absl::NotFoundError(absl::StrCat(name, " not found"));
-  return absl::FailedPreconditionError(
-      absl::StrCat("cannot end ", name, ": it is already ", ToString(**current)));
+  return UnchangedAttempt(run_id, round, attempt, "end");
 }
 
 absl::Status SqliteStore::SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
@@ -338,11 +334,37 @@ absl::Status SqliteStore::SetRoundSecAgg(int64_t run_id, int32_t round, int32_t 
     return s;
   }
   if (sqlite3_changes(db_.get()) == 1) return absl::OkStatus();
+  return UnchangedAttempt(run_id, round, attempt, "record the secure aggregation of");
+}
+
+absl::Status SqliteStore::SetAbortedRoundPrivacy(int64_t run_id, int32_t round, int32_t attempt,
+                                                 const SpentPrivacy& spent) {
+  if (absl::Status s = CheckWritable("record an aborted round's privacy"); !s.ok()) return s;
+  const std::string name = RoundName(run_id, round, attempt);
+  std::lock_guard lock(mu_);
+  absl::StatusOr<Statement> st = Prepare(
+      "UPDATE rounds SET dp_sampling_rate = ?, dp_epsilon = ?, dp_epsilon_server = ? "
+      "WHERE run_id = ? AND round = ? AND attempt = ? AND status = 'aborted'",
+      absl::StrCat("update rounds to record the privacy ", name, " spent"));
+  if (!st.ok()) return st.status();
+  if (absl::Status s =
+          st->Bind(spent.sampling_rate, spent.epsilon, spent.epsilon_server, run_id, round, attempt)
+              .Run();
+      !s.ok()) {
+    return s;
+  }
+  if (sqlite3_changes(db_.get()) == 1) return absl::OkStatus();
+  return UnchangedAttempt(run_id, round, attempt, "record the privacy spent as aborted by");
+}
+
+absl::Status SqliteStore::UnchangedAttempt(int64_t run_id, int32_t round, int32_t attempt,
+                                           const std::string& action) {
+  const std::string name = RoundName(run_id, round, attempt);
   absl::StatusOr<std::optional<RoundStatus>> current = AttemptStatus(run_id, round, attempt);
   if (!current.ok()) return current.status();
   if (!current->has_value()) return absl::NotFoundError(absl::StrCat(name, " not found"));
-  return absl::FailedPreconditionError(absl::StrCat("cannot record the secure aggregation of ",
-                                                    name, ": it is already ", ToString(**current)));
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot ", action, " ", name, ": it is ", ToString(**current)));
 }
 
 absl::StatusOr<int> SqliteStore::AbortInFlightRounds(int64_t run_id, int64_t now_ms) {

@@ -70,6 +70,8 @@ class SqliteStore final : public Store {
                         const std::string& reason, int64_t now_ms) override;
   absl::Status SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
                               const std::string& secagg_json, const SpentPrivacy& spent) override;
+  absl::Status SetAbortedRoundPrivacy(int64_t run_id, int32_t round, int32_t attempt,
+                                      const SpentPrivacy& spent) override;
   absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) override;
   absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) override;
   absl::StatusOr<std::optional<RoundRecord>> LastCommittedRound(int64_t run_id) override;
@@ -120,6 +122,10 @@ class SqliteStore final : public Store {
   absl::StatusOr<std::optional<RoundStatus>> AttemptStatus(int64_t run_id, int32_t round,
                                                            int32_t attempt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Why an UPDATE of one attempt's row that requires a status changed nothing: NOT_FOUND when there
+  // is no such attempt, else FAILED_PRECONDITION "cannot <action> <name>: it is <status>".
+  absl::Status UnchangedAttempt(int64_t run_id, int32_t round, int32_t attempt,
+                                const std::string& action) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CommitRoundLocked(const RoundRecord& round,
                                  const std::vector<ParticipationRecord>& participations)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -265,6 +265,56 @@ TEST(RestartTest, SigtermMidRoundRecordsItAbortedAndTheRestartRunsItAgain) {
   EXPECT_EQ(CommittedRounds(data_dir).size(), 4u);
 }
 
+// Killed while round 2's secure sum is unmasked (distributed DP): the restarted server does not
+// run round 2 again from the same model, and counts the release it was making, by the
+// accountant and against the server, on the aborted attempt.
+TEST(CrashTest, SigkillWhileASecureSumIsUnmaskedCountsTheReleaseAtRestart) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
+  const std::string data_dir = dir.path() + "/server";
+  const std::string log = dir.path() + "/server.log";
+  const int port = FreeLoopbackPort();
+  std::vector<std::string> command =
+      RunCommand(pki, data_dir, port, {"--dp-mode", "distributed", "--dp-noise-multiplier", "2"});
+  command.push_back("--secagg");
+  auto server = std::make_unique<ChildProcess>(
+      command, log, std::vector<std::string>{"FL_CRASH_POINT=secagg_unmask@2"});
+  std::vector<std::unique_ptr<ClientThread>> clients;
+  for (int i = 0; i < 3; ++i) {
+    client::ClientOptions options = TlsClientOptions(pki, i, port);
+    options.reconnect_timeout = absl::Seconds(60);
+    clients.push_back(std::make_unique<ClientThread>(
+        options, client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {})));
+  }
+  ASSERT_EQ(server->Wait(), 128 + SIGKILL) << *ReadFile(log);
+  server = std::make_unique<ChildProcess>(command, log);
+  for (auto& c : clients) (void)c->Join();
+  server->Kill(SIGTERM);
+  (void)server->Wait();
+  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
+  ASSERT_TRUE(store.ok());
+  absl::StatusOr<std::vector<server::RunRecord>> runs = (*store)->Runs();
+  ASSERT_TRUE(runs.ok() && runs->size() == 1u);
+  EXPECT_EQ(runs->front().status, server::RunStatus::kFailed);
+  EXPECT_NE(runs->front().reason.find("round 2 attempt 0: the secure sum was unmasked"),
+            std::string::npos)
+      << runs->front().reason;
+  EXPECT_NE(runs->front().reason.find("the release is counted: epsilon"), std::string::npos)
+      << runs->front().reason;
+  absl::StatusOr<std::vector<RoundRecord>> rounds = (*store)->Rounds(1);
+  ASSERT_TRUE(rounds.ok());
+  ASSERT_EQ(rounds->size(), 2u) << "round 2 ran again";
+  const RoundRecord& first = (*rounds)[0];
+  const RoundRecord& interrupted = (*rounds)[1];
+  EXPECT_EQ(first.status, RoundStatus::kCommitted);
+  EXPECT_EQ(interrupted.status, RoundStatus::kAborted);
+  EXPECT_GT(first.dp_epsilon, 0);
+  // Two releases of all three sites: more than one, for the users and for the server.
+  EXPECT_GT(interrupted.dp_epsilon, first.dp_epsilon);
+  EXPECT_GT(interrupted.dp_epsilon_server, first.dp_epsilon_server);
+  EXPECT_NE(runs->front().reason.find(absl::StrCat(interrupted.dp_epsilon)), std::string::npos);
+}
+
 TEST(RestartTest, AnEvaluationSetThatDoesNotFitTheModelIsRefusedAtStart) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});

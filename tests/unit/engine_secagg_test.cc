@@ -434,6 +434,40 @@ TEST_F(EngineSecAggRestartTest, DiedAfterTheAttemptWasRecordedFailed) {
   ExpectTheRestartStopsTheRun(R"({"u3":10,"revealed":true})", /*recorded_failed=*/true);
 }
 
+// With distributed DP, the release the dead server was making is counted when it restarts: the
+// users' epsilon of one round of all ten (q = 1, z = 1: RDP a / 2) and, against the server, the
+// sum of the eight recorded as summed, noised for n_min = 7 (1 / z^2 = 7 / 8).
+TEST_F(EngineSecAggRestartTest, DiedWhileUnmaskingCountsTheRelease) {
+  UseDistributedDp();
+  StartSecure();
+  const int64_t run = engine_->run_id();
+  engine_.reset();
+  nlohmann::json summed = nlohmann::json::array();
+  for (int i = 0; i < 8; ++i) summed.push_back(sites_[i].id);
+  const nlohmann::json record = {{"params", {{"n", 10}, {"dp_min_survivors", 7}}},
+                                 {"u3", 8},
+                                 {"unmasking", true},
+                                 {"summed", summed}};
+  RoundRecord attempt;
+  attempt.run_id = run;
+  attempt.round = 1;
+  attempt.num_sampled = 10;
+  ASSERT_TRUE(store_->BeginRound(attempt).ok());
+  ASSERT_TRUE(store_->SetRoundSecAgg(run, 1, 0, record.dump(), {.sampling_rate = 1.0}).ok());
+  StartSecure();
+  EXPECT_TRUE(engine_->finished());
+  absl::StatusOr<std::vector<RunRecord>> runs = store_->Runs();
+  ASSERT_TRUE(runs.ok() && runs->size() == 1u);
+  EXPECT_EQ(runs->front().status, RunStatus::kFailed);
+  EXPECT_THAT(runs->front().reason, ::testing::HasSubstr("; the release is counted: epsilon "));
+  const RoundRecord rec = RoundAt(1, 0);
+  EXPECT_EQ(rec.status, RoundStatus::kAborted);
+  const double delta = options_.privacy.delta;
+  EXPECT_NEAR(rec.dp_epsilon, EpsilonOfExposure(1.0, delta), 1e-9);
+  EXPECT_NEAR(rec.dp_epsilon_server, EpsilonOfExposure(7.0 / 8, delta), 1e-9);
+  EXPECT_EQ(rec.secagg_json, record.dump());  // the record itself stays
+}
+
 // FedAvg, calling `on_begin` when a round's aggregation begins: in a secure round, once the
 // masks are off (the commit hands the strategy the unmasked mean).
 class SpyStrategy final : public aggregation::Strategy {
@@ -454,16 +488,33 @@ class SpyStrategy final : public aggregation::Strategy {
 // replaces the marker once it ends.
 TEST_F(EngineSecAggTest, TheCommitMarksTheAttemptBeforeTheMasksComeOff) {
   std::string seen_while_unmasked;
+  double seen_rate_while_unmasked = 0;
   strategy_ = std::make_unique<SpyStrategy>([&] {
     absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(engine_->run_id());
-    if (rounds.ok() && !rounds->empty()) seen_while_unmasked = rounds->back().secagg_json;
+    if (rounds.ok() && !rounds->empty()) {
+      seen_while_unmasked = rounds->back().secagg_json;
+      seen_rate_while_unmasked = rounds->back().dp_sampling_rate;
+    }
   });
+  UseDistributedDp();
   StartSecure();
   JoinAll();
+  sites_[4].stop_at = 2;  // not in the sum
   RoundSummary done = DriveAttempt();
   ASSERT_TRUE(done.committed) << done.reason;
   ASSERT_FALSE(seen_while_unmasked.empty());
-  EXPECT_EQ(nlohmann::json::parse(seen_while_unmasked)["unmasking"], true);
+  const nlohmann::json marker = nlohmann::json::parse(seen_while_unmasked);
+  EXPECT_EQ(marker["unmasking"], true);
+  // What a restart needs to count the release: whose inputs the sum holds, and the sampling rate.
+  std::vector<std::string> expected;
+  for (int i = 0; i < 10; ++i) {
+    if (i != 4) expected.push_back(sites_[i].id);
+  }
+  std::vector<std::string> listed = marker["summed"].get<std::vector<std::string>>();
+  std::sort(listed.begin(), listed.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(listed, expected);
+  EXPECT_EQ(seen_rate_while_unmasked, 1.0);
   EXPECT_FALSE(nlohmann::json::parse(RoundAt(1, 0).secagg_json).contains("unmasking"));
 }
 

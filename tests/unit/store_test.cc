@@ -361,6 +361,30 @@ TEST_F(StoreTest, RoundKeepsItsSecureAggregationRecord) {
   EXPECT_EQ((*rounds)[2].secagg_json, "");
 }
 
+// A restart counts the release of an attempt aborted while its masks came off: only an aborted
+// attempt takes it, and its record stays.
+TEST_F(StoreTest, AbortedRoundTakesThePrivacyItsReleaseSpent) {
+  int64_t run = NewRun("secagg", 1);
+  ASSERT_TRUE(store_->BeginRound(Round(run, 1, 0)).ok());
+  ASSERT_TRUE(
+      store_->SetRoundSecAgg(run, 1, 0, R"({"unmasking":true})", {.sampling_rate = 0.5}).ok());
+  const SpentPrivacy spent{.sampling_rate = 0.5, .epsilon = 2.5, .epsilon_server = 6};
+  EXPECT_EQ(store_->SetAbortedRoundPrivacy(run, 1, 0, spent).code(),
+            absl::StatusCode::kFailedPrecondition);  // still running
+  EXPECT_EQ(store_->SetAbortedRoundPrivacy(run, 1, 3, spent).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(store_->AbortInFlightRounds(run, 5).ok());
+  ASSERT_TRUE(store_->SetAbortedRoundPrivacy(run, 1, 0, spent).ok());
+  Reopen();
+  absl::StatusOr<std::vector<RoundRecord>> rounds = store_->Rounds(run);
+  ASSERT_TRUE(rounds.ok()) << rounds.status();
+  ASSERT_EQ(rounds->size(), 1u);
+  EXPECT_EQ((*rounds)[0].status, RoundStatus::kAborted);
+  EXPECT_EQ((*rounds)[0].secagg_json, R"({"unmasking":true})");
+  EXPECT_EQ((*rounds)[0].dp_sampling_rate, 0.5);
+  EXPECT_EQ((*rounds)[0].dp_epsilon, 2.5);
+  EXPECT_EQ((*rounds)[0].dp_epsilon_server, 6.0);
+}
+
 TEST_F(StoreTest, AbortInFlightRoundsAfterRestartKeepsCommittedRounds) {
   int64_t run = NewRun("r", 1);
   std::string sha = NewCheckpoint(1.0f);

@@ -237,6 +237,12 @@ class Store {
   virtual absl::Status SetRoundSecAgg(int64_t run_id, int32_t round, int32_t attempt,
                                       const std::string& secagg_json,
                                       const SpentPrivacy& spent) = 0;
+  // The privacy an aborted attempt spent: a server stopped while the attempt's secure sum was
+  // being unmasked counts the release when it restarts (the attempt's dp_* values; its
+  // secagg_json stays). NOT_FOUND for an unknown attempt, FAILED_PRECONDITION for one that is not
+  // aborted.
+  virtual absl::Status SetAbortedRoundPrivacy(int64_t run_id, int32_t round, int32_t attempt,
+                                              const SpentPrivacy& spent) = 0;
   // Marks every running attempt of the run aborted ("server restarted"); returns how many.
   virtual absl::StatusOr<int> AbortInFlightRounds(int64_t run_id, int64_t now_ms) = 0;
   virtual absl::StatusOr<std::vector<RoundRecord>> Rounds(int64_t run_id) = 0;  // by round, attempt
