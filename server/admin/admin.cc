@@ -64,9 +64,16 @@ EvalByRound FederatedEvaluations(const std::vector<EvaluationRecord>& evaluation
 }
 
 // Whether any round ran with differential privacy (then the epsilon spent is shown).
+// Whether the attempt's epsilon is known: a committed round's, or an attempt whose release was
+// counted. A running attempt whose masks are coming off already records its sampling rate (so a
+// restart can count the release) but has spent nothing yet that the store shows.
+bool SpentKnown(const RoundRecord& r) {
+  return r.dp_sampling_rate > 0 && (r.status == RoundStatus::kCommitted || r.dp_epsilon > 0);
+}
+
 bool AnyPrivacy(const std::vector<RoundRecord>& rounds) {
   for (const RoundRecord& r : rounds) {
-    if (r.dp_sampling_rate > 0) return true;
+    if (SpentKnown(r)) return true;
   }
   return false;
 }
@@ -135,7 +142,7 @@ std::string RoundsTable(const RunRecord& run, const std::vector<RoundRecord>& ro
                                     duration ? absl::StrCat(*duration) : "-",
                                     MetricsSummary(ParseMetrics(r.metrics_json))};
     if (with_dp) {
-      row.push_back(r.dp_sampling_rate > 0 ? internal::FormatDouble(r.dp_epsilon) : "-");
+      row.push_back(SpentKnown(r) ? internal::FormatDouble(r.dp_epsilon) : "-");
     }
     if (with_server) {
       row.push_back(r.dp_epsilon_server > 0 ? internal::FormatDouble(r.dp_epsilon_server) : "-");
@@ -191,7 +198,7 @@ std::string RoundsCsv(const std::vector<RoundRecord>& rounds, const EvalByRound&
                                     absl::StrCat(r.num_reported),
                                     CsvText(r.checkpoint),
                                     CsvText(r.reason)};
-    if (with_dp && r.dp_sampling_rate > 0) {
+    if (with_dp && SpentKnown(r)) {
       row.push_back(internal::FormatDouble(r.dp_sampling_rate));
       row.push_back(internal::FormatDouble(r.dp_epsilon));
       row.push_back(r.dp_epsilon_server > 0 ? internal::FormatDouble(r.dp_epsilon_server) : "");
@@ -245,7 +252,7 @@ Json RoundsJson(const RunRecord& run, const std::vector<RoundRecord>& rounds,
                              {"checkpoint", r.checkpoint},
                              {"reason", r.reason},
                              {"metrics", std::move(metrics)}});
-    if (r.dp_sampling_rate > 0) {
+    if (SpentKnown(r)) {
       out["rounds"].back()["dp_sampling_rate"] = r.dp_sampling_rate;
       out["rounds"].back()["dp_epsilon"] = r.dp_epsilon;
       if (r.dp_epsilon_server > 0) {

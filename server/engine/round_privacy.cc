@@ -58,15 +58,25 @@ absl::StatusOr<std::vector<double>> EngineImpl::RoundRdpLocked(double q, int32_t
 }
 
 std::string EngineImpl::CountInterruptedReleaseLocked(const RoundRecord& attempt) {
-  if (!accountant_.has_value() || !(attempt.dp_sampling_rate > 0) || attempt.dp_epsilon > 0) {
-    return "";  // no DP, or counted when the attempt failed
+  if (!accountant_.has_value() || attempt.dp_epsilon > 0) {
+    return "";  // no DP, or counted already (when the attempt failed, or by an earlier restart)
+  }
+  if (!(attempt.dp_sampling_rate > 0)) {
+    // A marker written before markers carried the rate: the release cannot be replayed.
+    LogEvent(LogLevel::kWarn, "privacy_release_uncounted",
+             {{"round", absl::StrCat(attempt.round)},
+              {"attempt", absl::StrCat(attempt.attempt)},
+              {"why", "its record holds no sampling rate (written by an older server)"}});
+    return "; its release could not be counted: the record holds no sampling rate";
   }
   const PrivacyOptions& p = options_.privacy;
   absl::StatusOr<std::vector<double>> rdp =
       RoundRdpLocked(attempt.dp_sampling_rate, attempt.num_sampled);
   absl::StatusOr<aggregation::dp::PrivacySpent> spent =
       rdp.ok() ? accountant_->SpentAfterRdp(*rdp, p.delta) : rdp.status();
-  if (spent.ok()) spent = accountant_->AddRdp(*rdp).ok() ? spent : absl::InternalError("AddRdp");
+  if (spent.ok()) {
+    if (absl::Status added = accountant_->AddRdp(*rdp); !added.ok()) spent = added;
+  }
   if (!spent.ok()) {
     return absl::StrCat("; the release could not be counted: ", spent.status().message());
   }

@@ -500,6 +500,7 @@ TEST_F(EngineSecAggTest, TheCommitMarksTheAttemptBeforeTheMasksComeOff) {
   StartSecure();
   JoinAll();
   sites_[4].stop_at = 2;  // not in the sum
+  sites_[6].stop_at = 4;  // in the sum: it stops only at the unmasking
   RoundSummary done = DriveAttempt();
   ASSERT_TRUE(done.committed) << done.reason;
   ASSERT_FALSE(seen_while_unmasked.empty());

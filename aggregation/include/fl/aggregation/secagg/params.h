@@ -67,9 +67,10 @@ struct SecAggRisk {
   double exposed_site = 0;
   // Some honest site is: min(1, (n - C) x exposed_site), a union bound, for one graph (one
   // attempt of a round). Bell et al.'s condition that the honest survivors stay connected is not
-  // computed: a server that calls honest sites dropped can learn the sums of the components of
-  // the honest survivors' graph, each at least t - c + 1 inputs (c: a member's colluding
-  // neighbours), never one site's input (docs/design-decisions.md).
+  // computed: with signed survivor sets (identities), a server that calls honest sites dropped
+  // can learn the sums of the components of the honest survivors' graph, each at least t - c + 1
+  // inputs (c: a member's colluding neighbours), not one site's input (docs/design-decisions.md).
+  // Without identities a split view of the survivors isolates one input.
   double privacy = 0;
   // A given site keeps fewer than t live neighbours (its self-mask seed cannot be rebuilt and the
   // round fails), with the D dropouts among its peers; some site does: min(1, n x stalled_site).
