@@ -142,7 +142,7 @@ def server_process(port, clients, params, rounds, tls, results):
     })
 
 
-def client_process(port, params, ca_pem):
+def client_process(port, params, ca_pem, numpy_client=False):
     import numpy as np
     import flwr as fl
     from flwr.common import (Code, EvaluateRes, FitRes, GetParametersRes, Status,
@@ -164,7 +164,21 @@ def client_process(port, params, ca_pem):
         def evaluate(self, ins):
             return EvaluateRes(status=ok, loss=0.0, num_examples=1, metrics={})
 
-    fl.client.start_client(server_address=f"localhost:{port}", client=UnchangedClient(),
+    class UnchangedNumPyClient(fl.client.NumPyClient):
+        """The same as a NumPyClient, the API Flower's users write (bench/python_sdk_bench.sh):
+        Flower decodes the parameters to numpy arrays and encodes the result back."""
+
+        def get_parameters(self, config):
+            return [np.zeros(params, dtype=np.float32)]
+
+        def fit(self, parameters, config):
+            return parameters, 1, {}
+
+        def evaluate(self, parameters, config):
+            return 0.0, 1, {}
+
+    client = UnchangedNumPyClient().to_client() if numpy_client else UnchangedClient()
+    fl.client.start_client(server_address=f"localhost:{port}", client=client,
                            root_certificates=ca_pem)
 
 
@@ -175,6 +189,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=21, help="round 1 is a warm-up")
     ap.add_argument("--workload", default="", help="label echoed in the RESULT line")
     ap.add_argument("--timeout", type=float, default=1800)
+    ap.add_argument("--numpy-client", action="store_true",
+                    help="clients are NumPyClients (numpy decode and encode) instead of Clients")
     args = ap.parse_args()
     if args.rounds < 2:
         sys.exit("--rounds must be at least 2 (round 1 is a warm-up)")
@@ -187,7 +203,8 @@ def main():
     server = ctx.Process(target=server_process,
                          args=(port, args.clients, args.params, args.rounds, tls, results))
     server.start()
-    clients = [ctx.Process(target=client_process, args=(port, args.params, tls[0]))
+    clients = [ctx.Process(target=client_process,
+                           args=(port, args.params, tls[0], args.numpy_client))
                for _ in range(args.clients)]
     for c in clients:
         c.start()

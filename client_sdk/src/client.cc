@@ -212,7 +212,7 @@ absl::Status Client::Impl::Fit(const ClientTask& task, TaskReport& report) {
   absl::StatusOr<std::shared_ptr<const Model>> global = transport_->Download(task, *spec);
   if (!global.ok()) return global.status();
   const absl::Time start = absl::Now();
-  absl::StatusOr<FitResult> result = trainer_->Fit(**global, config);
+  absl::StatusOr<FitResult> result = trainer_->FitShared(*global, config);
   report.train_time = absl::Now() - start;
   if (!result.ok()) {
     Decline(task, result.status());
@@ -266,7 +266,7 @@ absl::Status Client::Impl::Evaluate(const ClientTask& task) {
   if (failure.ok()) {
     absl::StatusOr<std::shared_ptr<const Model>> global = transport_->Download(task, *spec);
     if (!global.ok()) return global.status();  // transport trouble: the task is offered again
-    absl::StatusOr<EvalResult> eval = trainer_->Evaluate(**global);
+    absl::StatusOr<EvalResult> eval = trainer_->EvaluateShared(*global);
     if (eval.ok()) {
       result.num_examples = eval->num_examples;
       result.loss = eval->loss;
@@ -426,7 +426,9 @@ absl::Status Client::Impl::RunTask(const ClientTask& task) {
       report.round = task.round;
       report.task_id = task.task_id;
       report.stage = StageName(task.kind);
+      const absl::Time start = absl::Now();
       report.status = IsSecAgg(task.kind) ? SecAggStage(task, report) : Fit(task, report);
+      report.task_time = absl::Now() - start;
       if (on_task_) on_task_(report);
       return report.status;
     }

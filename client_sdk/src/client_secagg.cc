@@ -148,7 +148,7 @@ absl::Status Client::Impl::MaskedInput(const ClientTask& task, TaskReport& repor
     absl::StatusOr<std::shared_ptr<const Model>> global = transport_->Download(task, *spec);
     if (!global.ok()) return global.status();  // transport trouble: the task is offered again
     const absl::Time start = absl::Now();
-    absl::StatusOr<FitResult> result = trainer_->Fit(**global, config);
+    absl::StatusOr<FitResult> result = trainer_->FitShared(*global, config);
     report.train_time = absl::Now() - start;
     if (result.ok() && !(result->model.spec() == *spec)) {
       result =

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 
 #include "absl/time/clock.h"
@@ -75,6 +76,22 @@ void SetLogFormat(LogFormat format) { Format().store(static_cast<int>(format)); 
 
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= Level().load(); }
 
+namespace {
+
+// Guards the sink's pointer only: a line is written without it.
+std::mutex& SinkMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::shared_ptr<const LogSink>& Sink() {
+  // Never destroyed: threads may log during exit.
+  static auto* sink = new std::shared_ptr<const LogSink>();
+  return *sink;
+}
+
+}  // namespace
+
 void LogEvent(LogLevel level, std::string_view event, std::initializer_list<LogField> fields) {
   if (!LogEnabled(level)) return;
   const std::string ts = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
@@ -101,9 +118,25 @@ void LogEvent(LogLevel level, std::string_view event, std::initializer_list<LogF
     }
     line.push_back('\n');
   }
-  static std::mutex mu;
+  std::shared_ptr<const LogSink> sink;
+  {
+    std::lock_guard<std::mutex> lock(SinkMutex());
+    sink = Sink();
+  }
+  if (sink != nullptr) {
+    (*sink)(level, std::string_view(line).substr(0, line.size() - 1));
+    return;
+  }
+  static std::mutex mu;  // whole lines on stderr
   std::lock_guard<std::mutex> lock(mu);
   std::fwrite(line.data(), 1, line.size(), stderr);
+}
+
+void SetLogSink(LogSink sink) {
+  std::shared_ptr<const LogSink> next =
+      sink ? std::make_shared<const LogSink>(std::move(sink)) : nullptr;
+  std::lock_guard<std::mutex> lock(SinkMutex());
+  Sink().swap(next);
 }
 
 }  // namespace fl

@@ -101,7 +101,9 @@ absl::StatusOr<ModelSpec> ModelSpec::FromJson(std::string_view text) {
 }
 
 void Model::FreeDeleter::operator()(float* p) const {
-  if (mapped_bytes != 0) {
+  if (keeper != nullptr) {
+    keeper.reset();
+  } else if (mapped_bytes != 0) {
     munmap(p, mapped_bytes);
   } else {
     std::free(p);
@@ -114,7 +116,7 @@ Model::Model(ModelSpec spec) : spec_(std::move(spec)), size_(spec_.NumFloats()) 
     PageBuffer pages(size_ * sizeof(float));
     const size_t mapped = PageBuffer::MappedBytes(pages.size());
     data_ = std::unique_ptr<float[], FreeDeleter>(static_cast<float*>(pages.Detach()),
-                                                  FreeDeleter{mapped});
+                                                  FreeDeleter{mapped, nullptr});
     return;
   }
   // 64-byte alignment for vector loads; aligned_alloc needs a size that is a multiple of it.
@@ -122,6 +124,13 @@ Model::Model(ModelSpec spec) : spec_(std::move(spec)), size_(spec_.NumFloats()) 
   if (bytes == 0) bytes = 64;
   data_.reset(static_cast<float*>(std::aligned_alloc(64, bytes)));
   std::memset(data_.get(), 0, bytes);
+}
+
+Model::Model(ModelSpec spec, float* data, FreeDeleter deleter)
+    : spec_(std::move(spec)), size_(spec_.NumFloats()), data_(data, std::move(deleter)) {}
+
+Model Model::Borrow(ModelSpec spec, float* data, std::shared_ptr<void> keeper) {
+  return Model(std::move(spec), data, FreeDeleter{0, std::move(keeper)});
 }
 
 Model Model::Clone() const {
@@ -170,9 +179,8 @@ std::string DescribeSpecDifference(const ModelSpec& ours, const ModelSpec& their
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
     if (a[i] == b[i]) continue;
     if (a[i].name == b[i].name) {
-      return absl::StrCat("tensor ", i, " '", a[i].name, "' is ", ShapeToString(a[i].shape),
-                          " in ", ours_name, " but ", ShapeToString(b[i].shape), " in ",
-                          theirs_name);
+      return absl::StrCat("tensor ", i, " '", a[i].name, "' is ", ShapeToString(a[i].shape), " in ",
+                          ours_name, " but ", ShapeToString(b[i].shape), " in ", theirs_name);
     }
     return absl::StrCat("tensor ", i, " is '", a[i].name, "' ", ShapeToString(a[i].shape), " in ",
                         ours_name, " but '", b[i].name, "' ", ShapeToString(b[i].shape), " in ",
@@ -185,8 +193,8 @@ std::string DescribeSpecDifference(const ModelSpec& ours, const ModelSpec& their
   }
   if (b.size() > a.size()) {
     return absl::StrCat(theirs_name, " has tensor ", a.size(), " '", b[a.size()].name, "' ",
-                        ShapeToString(b[a.size()].shape), " that ", ours_name, " lacks (",
-                        a.size(), " tensors there, ", b.size(), " here)");
+                        ShapeToString(b[a.size()].shape), " that ", ours_name, " lacks (", a.size(),
+                        " tensors there, ", b.size(), " here)");
   }
   return "";
 }

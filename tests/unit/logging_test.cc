@@ -1,5 +1,9 @@
 #include "fl/common/logging.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -14,6 +18,23 @@ TEST(LoggingTest, TextLinesQuoteValuesWithSpaces) {
   EXPECT_NE(out.find(" info round_committed round=3 reason=\"all \\\"good\\\" now\"\n"),
             std::string::npos)
       << out;
+}
+
+// A sink takes each line (without its newline) instead of stderr; an empty one gives stderr back.
+TEST(LoggingTest, ASinkTakesTheLinesUntilItIsRemoved) {
+  SetLogFormat(LogFormat::kText);
+  std::vector<std::pair<LogLevel, std::string>> seen;
+  SetLogSink([&](LogLevel level, std::string_view line) { seen.emplace_back(level, line); });
+  ::testing::internal::CaptureStderr();
+  LogEvent(LogLevel::kWarn, "client_retry", {{"attempt", "2"}});
+  SetLogSink({});
+  LogEvent(LogLevel::kInfo, "after", {});
+  std::string out = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].first, LogLevel::kWarn);
+  EXPECT_TRUE(seen[0].second.ends_with(" warn client_retry attempt=2")) << seen[0].second;
+  EXPECT_EQ(out.find("client_retry"), std::string::npos) << out;
+  EXPECT_NE(out.find(" info after\n"), std::string::npos) << out;
 }
 
 TEST(LoggingTest, JsonLinesParseAndKeepEveryField) {

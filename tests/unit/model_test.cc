@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -27,6 +28,29 @@ ModelSpec SmallSpec() { return ModelSpec({{"w", {2, 3}}, {"b", {3}}, {"s", {}}})
 // --- ModelSpec ---
 
 TEST(ModelSpecTest, ValidSpecPasses) { EXPECT_TRUE(SmallSpec().Validate().ok()); }
+
+// A borrowed model reads the memory it was given, copies and moves like any other, and releases
+// its keeper (not the memory) when the last owner goes.
+TEST(ModelTest, ABorrowedModelViewsTheBufferAndReleasesItsKeeperOnce) {
+  const ModelSpec spec = SmallSpec();
+  auto buffer = std::make_shared<std::vector<float>>(static_cast<size_t>(spec.NumFloats()));
+  for (size_t i = 0; i < buffer->size(); ++i) (*buffer)[i] = static_cast<float>(i);
+  std::weak_ptr<std::vector<float>> watch = buffer;
+  {
+    Model borrowed = Model::Borrow(spec, buffer->data(), buffer);
+    buffer.reset();  // the model's keeper holds it now
+    EXPECT_FALSE(watch.expired());
+    EXPECT_EQ(borrowed.data().data(), watch.lock()->data()) << "no copy";
+    EXPECT_EQ(borrowed.tensor(1)[0], static_cast<float>(spec.OffsetOf(1)));
+    Model clone = borrowed.Clone();
+    EXPECT_NE(clone.data().data(), borrowed.data().data());
+    EXPECT_EQ(clone.Sha256Hex(), borrowed.Sha256Hex());
+    Model moved = std::move(borrowed);
+    EXPECT_FALSE(watch.expired());
+    moved = Model(spec);  // the borrowed buffer's keeper goes with the assignment
+    EXPECT_TRUE(watch.expired());
+  }
+}
 
 TEST(ModelSpecTest, ValidateRefusesEmptySpec) {
   absl::Status s = ModelSpec().Validate();

@@ -164,6 +164,9 @@ struct TaskReport {
   absl::Status status;       // OK when the server accepted the update (or the stage's message)
   int64_t num_examples = 0;  // fit and secagg_masked_input: what the trainer reported
   absl::Duration train_time;
+  // The whole task at this site: from its arrival to the server's answer to what the site sent
+  // (download, training, encoding, upload).
+  absl::Duration task_time;
 };
 
 // How the run that ended a Run call ended (the server's DONE task).

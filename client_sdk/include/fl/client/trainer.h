@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -49,6 +50,17 @@ class Trainer {
   virtual ModelSpec spec() const = 0;
   virtual absl::StatusOr<FitResult> Fit(const Model& global, const FitConfig& config) = 0;
   virtual absl::StatusOr<EvalResult> Evaluate(const Model& model) = 0;
+  // What the SDK calls: the same, handed a share of the model's ownership, for a trainer that
+  // lends the weights to code that may keep them past the call (the Python SDK's zero-copy
+  // views keep the model alive with them). By default, Fit(*global, config) and
+  // Evaluate(*model).
+  virtual absl::StatusOr<FitResult> FitShared(std::shared_ptr<const Model> global,
+                                              const FitConfig& config) {
+    return Fit(*global, config);
+  }
+  virtual absl::StatusOr<EvalResult> EvaluateShared(std::shared_ptr<const Model> model) {
+    return Evaluate(*model);
+  }
 
   // Federated standardisation (a run with [run] federated_standardization): before round 1 the
   // server asks every site for the per-feature sums of its training rows (ComputeFeatureSums in

@@ -9,6 +9,7 @@
 #ifndef FL_COMMON_LOGGING_H_
 #define FL_COMMON_LOGGING_H_
 
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -28,6 +29,14 @@ using LogField = std::pair<std::string_view, std::string>;
 
 // Writes one line. Values with spaces or quotes are quoted.
 void LogEvent(LogLevel level, std::string_view event, std::initializer_list<LogField> fields = {});
+
+// Where lines go instead of stderr (the Python SDK hands them to Python's logging): `sink` is
+// called with each line (without its newline), from the thread that logged, with no lock of this
+// module held (so a sink may wait for a lock of its own, such as Python's GIL, without
+// deadlocking a thread that holds that lock and logs); calls may overlap. An empty function
+// restores stderr; a call of the previous sink already under way finishes with it.
+using LogSink = std::function<void(LogLevel level, std::string_view line)>;
+void SetLogSink(LogSink sink);
 
 }  // namespace fl
 

@@ -64,6 +64,10 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   Model Clone() const;
+  // A model over memory owned elsewhere, without a copy: `data` holds spec.NumFloats() floats
+  // (spec valid) that nothing else writes while the model lives, and `keeper` keeps them alive;
+  // it is released when the model is destroyed. The Python SDK hands numpy buffers over this way.
+  static Model Borrow(ModelSpec spec, float* data, std::shared_ptr<void> keeper);
 
   const ModelSpec& spec() const { return spec_; }
   std::span<float> data() { return {data_.get(), size_}; }
@@ -82,11 +86,14 @@ class Model {
   std::string Sha256Hex() const;
 
  private:
-  // Frees an aligned_alloc block, or unmaps `mapped_bytes` of a PageBuffer's mapping.
+  // Frees an aligned_alloc block, unmaps `mapped_bytes` of a PageBuffer's mapping, or releases
+  // the keeper of borrowed memory.
   struct FreeDeleter {
-    size_t mapped_bytes;  // 0: aligned_alloc (the deleter is value-initialised)
+    size_t mapped_bytes;                   // 0: aligned_alloc (the deleter is value-initialised)
+    mutable std::shared_ptr<void> keeper;  // set: borrowed memory (Borrow)
     void operator()(float* p) const;
   };
+  Model(ModelSpec spec, float* data, FreeDeleter deleter);
   ModelSpec spec_;
   size_t size_ = 0;
   std::unique_ptr<float[], FreeDeleter> data_;

@@ -1,0 +1,195 @@
+#include "python/src/py_trainer.h"
+
+#include <nanobind/stl/string.h>
+#include <pythread.h>
+
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "fl/common/logging.h"
+#include "python/src/weights.h"
+
+namespace nb = nanobind;
+
+namespace fl::python {
+namespace {
+
+// Marks the calling thread as in a trainer call while it lives (for Ctrl-C).
+class CallScope {
+ public:
+  explicit CallScope(std::atomic<unsigned long>& slot) : slot_(slot) {
+    slot_.store(PyThread_get_thread_ident());
+  }
+  ~CallScope() { slot_.store(0); }
+
+ private:
+  std::atomic<unsigned long>& slot_;
+};
+
+nb::dict ConfigDict(const client::FitConfig& c) {
+  nb::dict d;
+  for (const auto& [k, v] : c.extra) d[k.c_str()] = v;
+  d["round"] = c.round;
+  d["local_epochs"] = c.local_epochs;
+  d["batch_size"] = c.batch_size;
+  d["learning_rate"] = c.learning_rate;
+  d["model_name"] = c.model_name;
+  d["differential_privacy"] = c.differential_privacy;
+  d["secure_aggregation"] = c.secure_aggregation;
+  return d;
+}
+
+absl::StatusOr<std::map<std::string, double>> Metrics(nb::handle m, const char* what) {
+  std::map<std::string, double> out;
+  if (m.is_none()) return out;
+  if (!nb::hasattr(m, "items")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " metrics must be a dict of name to number"));
+  }
+  for (nb::handle item : m.attr("items")()) {
+    double value = 0;
+    if (!nb::isinstance<nb::str>(item[0]) || !nb::try_cast(item[1], value)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " metric ", nb::cast<std::string>(nb::repr(item[0])),
+          " must be a number under a string name, not ", nb::cast<std::string>(nb::repr(item[1]))));
+    }
+    out[nb::cast<std::string>(item[0])] = value;
+  }
+  return out;
+}
+
+// The tuple a trainer returned, checked to have `n` or `n - 1` items (metrics optional).
+absl::StatusOr<nb::tuple> Returned(nb::handle r, const char* what, const char* form) {
+  if (!nb::isinstance<nb::tuple>(r) && !nb::isinstance<nb::list>(r)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " must return ", form, ", not ",
+                                                   nb::cast<std::string>(nb::repr(r.type()))));
+  }
+  nb::tuple t = nb::tuple(r);
+  if (nb::len(t) != 2 && nb::len(t) != 3) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must return ", form, ", not ", nb::len(t), " values"));
+  }
+  return t;
+}
+
+}  // namespace
+
+absl::Status StatusOfPythonError(nb::python_error& e, const char* what) {
+  nb::object type = nb::borrow(e.type());
+  nb::object value = nb::borrow(e.value());
+  const std::string type_name = nb::cast<std::string>(type.attr("__name__"));
+  const std::string message = nb::cast<std::string>(nb::str(value));
+  if (type_name == "KeyboardInterrupt") return absl::CancelledError("interrupted (Ctrl-C)");
+  if (nb::hasattr(value, "code") && nb::hasattr(value, "message") && type_name == "FlError") {
+    // fl.FlError carries an absl status code name.
+    const std::string code = nb::cast<std::string>(nb::str(value.attr("code")));
+    const std::string text = nb::cast<std::string>(nb::str(value.attr("message")));
+    for (int c = 1; c <= 16; ++c) {
+      if (absl::StatusCodeToString(static_cast<absl::StatusCode>(c)) == code) {
+        return absl::Status(static_cast<absl::StatusCode>(c), text);
+      }
+    }
+  }
+  LogEvent(LogLevel::kWarn, "python_trainer_error", {{"call", what}, {"traceback", e.what()}});
+  return absl::UnknownError(absl::StrCat(what, " raised ", type_name, ": ", message));
+}
+
+absl::StatusOr<std::unique_ptr<PyTrainer>> PyTrainer::Create(nb::object trainer) {
+  if (!nb::hasattr(trainer, "fit") || !nb::hasattr(trainer, "get_weights")) {
+    return absl::InvalidArgumentError(
+        "the trainer needs get_weights() (the model's tensors by name) and fit(weights, config); "
+        "evaluate(weights, config) is optional");
+  }
+  absl::StatusOr<ModelSpec> spec = absl::UnknownError("");
+  try {
+    spec = SpecOfWeights(trainer.attr("get_weights")());
+  } catch (nb::python_error& e) {
+    return StatusOfPythonError(e, "get_weights()");
+  }
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the trainer's get_weights(): ", spec.status().message()));
+  }
+  return std::unique_ptr<PyTrainer>(new PyTrainer(std::move(trainer), *std::move(spec)));
+}
+
+PyTrainer::PyTrainer(nb::object trainer, ModelSpec spec)
+    : trainer_(std::move(trainer)), spec_(std::move(spec)) {}
+
+PyTrainer::~PyTrainer() {
+  nb::gil_scoped_acquire gil;
+  trainer_.reset();
+}
+
+absl::StatusOr<client::FitResult> PyTrainer::Fit(const Model& global,
+                                                 const client::FitConfig& config) {
+  return FitShared(std::make_shared<const Model>(global.Clone()), config);
+}
+
+absl::StatusOr<client::EvalResult> PyTrainer::Evaluate(const Model& model) {
+  return EvaluateShared(std::make_shared<const Model>(model.Clone()));
+}
+
+absl::StatusOr<client::FitResult> PyTrainer::FitShared(std::shared_ptr<const Model> global,
+                                                       const client::FitConfig& config) {
+  nb::gil_scoped_acquire gil;
+  CallScope scope(calling_thread_);
+  try {
+    nb::object r = trainer_.attr("fit")(GlobalWeights(std::move(global)), ConfigDict(config));
+    absl::StatusOr<nb::tuple> t =
+        Returned(r, "fit", "(weights, num_examples) or (weights, num_examples, metrics)");
+    if (!t.ok()) return t.status();
+    client::FitResult out{.model = Model(ModelSpec()), .num_examples = 0, .metrics = {}};
+    bool borrowed = false;
+    absl::StatusOr<Model> model = ModelFromWeights((*t)[0], spec_, "fit's weights", &borrowed);
+    if (!model.ok()) return model.status();
+    out.model = *std::move(model);
+    if (borrowed) borrowed_results_.fetch_add(1);
+    if (!nb::try_cast((*t)[1], out.num_examples) || out.num_examples <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("fit's num_examples must be a positive int, not ",
+                       nb::cast<std::string>(nb::repr((*t)[1]))));
+    }
+    if (nb::len(*t) == 3) {
+      absl::StatusOr<std::map<std::string, double>> m = Metrics((*t)[2], "fit's");
+      if (!m.ok()) return m.status();
+      out.metrics = *std::move(m);
+    }
+    return out;
+  } catch (nb::python_error& e) {
+    return StatusOfPythonError(e, "fit");
+  }
+}
+
+absl::StatusOr<client::EvalResult> PyTrainer::EvaluateShared(std::shared_ptr<const Model> model) {
+  nb::gil_scoped_acquire gil;
+  if (!nb::hasattr(trainer_, "evaluate")) {
+    return absl::UnimplementedError("this site's trainer has no evaluate(weights, config)");
+  }
+  CallScope scope(calling_thread_);
+  try {
+    nb::object r = trainer_.attr("evaluate")(GlobalWeights(std::move(model)), nb::dict());
+    absl::StatusOr<nb::tuple> t =
+        Returned(r, "evaluate", "(loss, num_examples) or (loss, num_examples, metrics)");
+    if (!t.ok()) return t.status();
+    client::EvalResult out;
+    if (!nb::try_cast((*t)[0], out.loss) || !nb::try_cast((*t)[1], out.num_examples) ||
+        out.num_examples < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("evaluate must return a number (the loss) and a non-negative int (the "
+                       "examples), not ",
+                       nb::cast<std::string>(nb::repr(r))));
+    }
+    if (nb::len(*t) == 3) {
+      absl::StatusOr<std::map<std::string, double>> m = Metrics((*t)[2], "evaluate's");
+      if (!m.ok()) return m.status();
+      out.metrics = *std::move(m);
+    }
+    return out;
+  } catch (nb::python_error& e) {
+    return StatusOfPythonError(e, "evaluate");
+  }
+}
+
+}  // namespace fl::python
