@@ -18,6 +18,22 @@ fl_example_programs() {
   done
 }
 
+# fl_example_python MODULE...: sets PYTHON to the Python that runs the Python SDK's examples
+# ($FL_PYTHON, else the install step's .venv, made absolute) with the build's package on
+# PYTHONPATH ($FL_PYTHONPATH, else $FL_BUILD_DIR/python), and checks that it imports MODULE...
+fl_example_python() {
+  PYTHON="${FL_PYTHON:-$repo/.venv/bin/python}"
+  case "$PYTHON" in */*) PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" ;; esac
+  export PYTHONPATH="${FL_PYTHONPATH:-${FL_BUILD_DIR:-$repo/build}/python}${PYTHONPATH:+:$PYTHONPATH}"
+  local m
+  for m in "$@"; do
+    if ! "$PYTHON" -c "import $m" 2>/dev/null; then
+      echo "error: $PYTHON cannot import $m: run scripts/install-deps.sh and scripts/build.sh" >&2
+      exit 1
+    fi
+  done
+}
+
 fl_example_pids=()
 fl_example_cleanup() {
   local pid

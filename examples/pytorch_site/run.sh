@@ -22,13 +22,8 @@ while [ $# -gt 0 ]; do
 done
 source "$repo/examples/common.sh"
 fl_example_programs
-python="${FL_PYTHON:-$repo/.venv/bin/python}"
-case "$python" in */*) python="$(cd "$(dirname "$python")" && pwd)/$(basename "$python")" ;; esac
-export PYTHONPATH="${FL_PYTHONPATH:-${FL_BUILD_DIR:-$repo/build}/python}${PYTHONPATH:+:$PYTHONPATH}"
-if ! "$python" -c "import fl, torch" 2>/dev/null; then
-  echo "error: $python cannot import fl and torch: run scripts/install-deps.sh and scripts/build.sh" >&2
-  exit 1
-fi
+fl_example_python fl torch
+python="$PYTHON"
 out="${out:-$(mktemp -d "${TMPDIR:-/tmp}/fl-pytorch-site.XXXXXX")}"
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"

@@ -21,20 +21,14 @@
 #include "fl/client/client.h"
 #include "fl/common/logging.h"
 #include "python/src/py_trainer.h"
+#include "python/src/simulation.h"
+#include "python/src/status.h"
 #include "python/src/weights.h"
 
 namespace nb = nanobind;
 
 namespace fl::python {
 namespace {
-
-[[noreturn]] void Raise(const absl::Status& s) {
-  nb::object error_type = nb::module_::import_("fl._errors").attr("FlError");
-  nb::object error =
-      error_type(std::string(absl::StatusCodeToString(s.code())), std::string(s.message()));
-  PyErr_SetObject(error_type.ptr(), error.ptr());
-  throw nb::python_error();
-}
 
 double Seconds(nb::handle v, const char* name) {
   double s = 0;
@@ -230,6 +224,7 @@ void SetLogHandler(nb::object handler) {
 
 NB_MODULE(_fl, m) {
   using fl::python::PyClient;
+  fl::python::RegisterSimulation(m);
   m.doc() = "The C++ core of the fl package (use `fl`, not this module).";
   nb::class_<PyClient>(m, "Client")
       .def(nb::init<nb::object, std::string, std::string, std::string, std::string, nb::object,

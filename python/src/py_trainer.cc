@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fl/common/logging.h"
+#include "python/src/status.h"
 #include "python/src/weights.h"
 
 namespace nb = nanobind;
@@ -75,26 +76,6 @@ absl::StatusOr<nb::tuple> Returned(nb::handle r, const char* what, const char* f
 
 }  // namespace
 
-absl::Status StatusOfPythonError(nb::python_error& e, const char* what) {
-  nb::object type = nb::borrow(e.type());
-  nb::object value = nb::borrow(e.value());
-  const std::string type_name = nb::cast<std::string>(type.attr("__name__"));
-  const std::string message = nb::cast<std::string>(nb::str(value));
-  if (type_name == "KeyboardInterrupt") return absl::CancelledError("interrupted (Ctrl-C)");
-  if (nb::hasattr(value, "code") && nb::hasattr(value, "message") && type_name == "FlError") {
-    // fl.FlError carries an absl status code name.
-    const std::string code = nb::cast<std::string>(nb::str(value.attr("code")));
-    const std::string text = nb::cast<std::string>(nb::str(value.attr("message")));
-    for (int c = 1; c <= 16; ++c) {
-      if (absl::StatusCodeToString(static_cast<absl::StatusCode>(c)) == code) {
-        return absl::Status(static_cast<absl::StatusCode>(c), text);
-      }
-    }
-  }
-  LogEvent(LogLevel::kWarn, "python_trainer_error", {{"call", what}, {"traceback", e.what()}});
-  return absl::UnknownError(absl::StrCat(what, " raised ", type_name, ": ", message));
-}
-
 absl::StatusOr<std::unique_ptr<PyTrainer>> PyTrainer::Create(nb::object trainer) {
   if (!nb::hasattr(trainer, "fit") || !nb::hasattr(trainer, "get_weights")) {
     return absl::InvalidArgumentError(
@@ -112,6 +93,15 @@ absl::StatusOr<std::unique_ptr<PyTrainer>> PyTrainer::Create(nb::object trainer)
         absl::StrCat("the trainer's get_weights(): ", spec.status().message()));
   }
   return std::unique_ptr<PyTrainer>(new PyTrainer(std::move(trainer), *std::move(spec)));
+}
+
+absl::StatusOr<std::unique_ptr<PyTrainer>> PyTrainer::Create(nb::object trainer, ModelSpec spec) {
+  if (!nb::hasattr(trainer, "fit")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the trainer (", nb::cast<std::string>(nb::repr(trainer.type())),
+                     ") has no fit(weights, config); evaluate(weights, config) is optional"));
+  }
+  return std::unique_ptr<PyTrainer>(new PyTrainer(std::move(trainer), std::move(spec)));
 }
 
 PyTrainer::PyTrainer(nb::object trainer, ModelSpec spec)

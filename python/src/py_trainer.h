@@ -25,6 +25,9 @@ class PyTrainer final : public client::Trainer {
   // The spec from trainer.get_weights(); INVALID_ARGUMENT when it lacks fit or get_weights, or
   // its weights are not a valid model. GIL held.
   static absl::StatusOr<std::unique_ptr<PyTrainer>> Create(nanobind::object trainer);
+  // For a model whose spec is known (a simulation's sites): get_weights is not called.
+  static absl::StatusOr<std::unique_ptr<PyTrainer>> Create(nanobind::object trainer,
+                                                           ModelSpec spec);
   ~PyTrainer() override;
 
   ModelSpec spec() const override { return spec_; }
@@ -48,9 +51,6 @@ class PyTrainer final : public client::Trainer {
   std::atomic<unsigned long> calling_thread_{0};
   std::atomic<int64_t> borrowed_results_{0};
 };
-
-// The Python exception the current error is as a Status (GIL held, error set; clears it).
-absl::Status StatusOfPythonError(nanobind::python_error& e, const char* what);
 
 }  // namespace fl::python
 

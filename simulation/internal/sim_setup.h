@@ -40,6 +40,9 @@ struct SimulationData {
 // read.
 absl::StatusOr<SimulationData> PrepareSimulation(
     const SimulationOptions& options, const std::function<void(const std::string&)>& on_setup = {});
+// PrepareSimulation for the caller's own sites (options.trainer_factory): the options checked,
+// num_clients empty partitions, no data and no architecture.
+absl::StatusOr<SimulationData> PrepareCallersSites(const SimulationOptions& options);
 // The steps of PrepareSimulation (sim_data.cc): the data and the server's test set by
 // options.data, then the training rows' split by options.partition.
 absl::Status LoadSimulationData(const SimulationOptions& options, SimulationData& data);

@@ -70,4 +70,18 @@ server::EngineHooks::EvaluateFn BuiltinTestSetEvaluation(
   };
 }
 
+server::EngineHooks::EvaluateFn CallersEvaluation(
+    std::function<absl::StatusOr<std::map<std::string, double>>(const Model&)> evaluate) {
+  if (!evaluate) return {};
+  return [evaluate = std::move(evaluate)](const Model& model) -> std::map<std::string, double> {
+    absl::StatusOr<std::map<std::string, double>> metrics = evaluate(model);
+    if (!metrics.ok()) {
+      LogEvent(LogLevel::kWarn, "server_evaluation_failed",
+               {{"error", metrics.status().ToString()}});
+      return {};
+    }
+    return *std::move(metrics);
+  };
+}
+
 }  // namespace fl::simulation

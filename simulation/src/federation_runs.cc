@@ -28,6 +28,7 @@ void SaySetup(const SimulationCallbacks& callbacks, const std::string& step) {
 
 absl::StatusOr<Model> InitialModelFor(const SimulationOptions& options,
                                       const SimulationData& data) {
+  if (options.initial_model != nullptr) return options.initial_model->Clone();
   absl::StatusOr<Model> weights = client::InitialBuiltinModel(data.arch, options.seed);
   if (!weights.ok()) return weights.status();
   return options.strategy.name == "scaffold" ? aggregation::WithZeroControlVariates(*weights)
@@ -40,6 +41,7 @@ int WorkersFor(const SimulationOptions& options) {
 }
 
 TrainerFactory TrainerFactoryFor(const SimulationOptions& options, const SimulationData& data) {
+  if (options.trainer_factory) return options.trainer_factory;
   // Sites train at once on the pool: share the cores among the workers.
   const int cpu_threads =
       std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / WorkersFor(options));
@@ -156,7 +158,9 @@ absl::StatusOr<SimulationResult> RunInprocSimulation(const SimulationOptions& op
   std::mutex result_mu;
   std::atomic<server::Store*> store_ptr{store->get()};
   server::EngineHooks hooks;
-  hooks.evaluate = BuiltinTestSetEvaluation(data.arch, data.test, options.backend);
+  hooks.evaluate = options.trainer_factory
+                       ? CallersEvaluation(options.evaluate)
+                       : BuiltinTestSetEvaluation(data.arch, data.test, options.backend);
   VirtualFederationOptions sites;
   if (options.secure_aggregation.enabled) {
     // Each site signs with a certificate of a CA made for this run, as deployed sites do.

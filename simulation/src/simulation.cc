@@ -49,6 +49,7 @@ absl::StatusOr<internal::SimulationData> internal::PrepareSimulation(
     return absl::InvalidArgumentError(
         absl::StrCat("unknown transport '", options.transport, "'; choose inproc or grpc"));
   }
+  if (options.trainer_factory) return PrepareCallersSites(options);
   SimulationData data;
   say(absl::StrCat("loading the data (", options.data, ")"));
   if (absl::Status s = LoadSimulationData(options, data); !s.ok()) return s;
@@ -70,11 +71,44 @@ absl::StatusOr<internal::SimulationData> internal::PrepareSimulation(
   return data;
 }
 
+absl::StatusOr<internal::SimulationData> internal::PrepareCallersSites(
+    const SimulationOptions& options) {
+  auto refuse = [](absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a simulation of the caller's own sites (a "
+                     "trainer_factory) ",
+                     why));
+  };
+  if (options.num_clients < 1) return refuse("needs num_clients >= 1");
+  if (options.initial_model == nullptr) return refuse("needs initial_model, the server's start");
+  if (absl::Status s = options.initial_model->spec().Validate(); !s.ok()) {
+    return refuse(absl::StrCat("has an invalid initial_model: ", s.message()));
+  }
+  if (options.transport != "inproc" || options.mpi) {
+    return refuse("runs in process only (transport inproc, no MPI)");
+  }
+  if (options.attack.enabled() && options.attack.kind == "label_flip") {
+    return refuse("cannot flip labels: the data is the trainers' own");
+  }
+  if (options.strategy.name == "fltrust" || options.strategy.name == "scaffold") {
+    return refuse(absl::StrCat("cannot run strategy '", options.strategy.name, "': ",
+                               options.strategy.name == "fltrust"
+                                   ? "it needs the server's own root data"
+                                   : "its control variates would be the trainers' to carry"));
+  }
+  SimulationData data;
+  data.description = absl::StrCat(options.num_clients, " sites of the caller's own model");
+  data.partition_name = "the caller's";
+  data.parts.resize(static_cast<size_t>(options.num_clients));
+  return data;
+}
+
 server::EngineOptions internal::EngineOptionsFor(const SimulationOptions& options,
                                                  const client::ModelArchitecture& arch) {
   server::EngineOptions engine;
-  engine.run_name = absl::StrCat(options.data, "-", options.model, "-", options.strategy.name,
-                                 options.privacy.accounted() ? "-dp" : "",
+  engine.run_name = absl::StrCat(options.trainer_factory ? "custom" : options.data, "-",
+                                 options.trainer_factory ? "model" : options.model, "-",
+                                 options.strategy.name, options.privacy.accounted() ? "-dp" : "",
                                  options.secure_aggregation.enabled ? "-secagg" : "");
   engine.num_rounds = options.num_rounds;
   engine.min_clients = options.num_clients;
@@ -88,7 +122,9 @@ server::EngineOptions internal::EngineOptionsFor(const SimulationOptions& option
   engine.round_timeout = options.round_timeout;
   engine.seed = options.seed;
   engine.fit = options.fit;
-  engine.fit.model_name = std::string(client::ModelKindName(arch.kind));
+  // A caller's own model has no built-in name (Trainer::FitConfig::model_name empty).
+  engine.fit.model_name =
+      options.trainer_factory ? "" : std::string(client::ModelKindName(arch.kind));
   engine.privacy = options.privacy;
   engine.secure_aggregation = options.secure_aggregation;
   engine.update_encoding = options.update_encoding;

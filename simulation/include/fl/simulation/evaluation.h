@@ -4,6 +4,8 @@
 #ifndef FL_SIMULATION_EVALUATION_H_
 #define FL_SIMULATION_EVALUATION_H_
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -23,6 +25,12 @@ namespace fl::simulation {
 server::EngineHooks::EvaluateFn BuiltinTestSetEvaluation(
     client::ModelArchitecture arch, std::shared_ptr<const client::Dataset> test,
     std::string backend = "auto");
+
+// The server's evaluation of the caller's own model (SimulationOptions::evaluate): its metrics,
+// or none when `evaluate` is empty; an error is logged (server_evaluation_failed) and the round
+// goes on without metrics.
+server::EngineHooks::EvaluateFn CallersEvaluation(
+    std::function<absl::StatusOr<std::map<std::string, double>>(const Model&)> evaluate);
 
 // FLTrust's root training (fl/aggregation/fltrust.h) with a built-in model: a trainer of `arch`
 // made on first use over `root` (with `options`), fit each round attempt with `fit`'s epochs,

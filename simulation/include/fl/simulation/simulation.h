@@ -21,6 +21,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,8 @@
 #include "absl/time/time.h"
 #include "fl/aggregation/strategies.h"
 #include "fl/client/dataset.h"
+#include "fl/client/trainer.h"
+#include "fl/common/model.h"
 #include "fl/server/engine.h"
 #include "fl/simulation/attacks.h"
 #include "fl/simulation/partition.h"
@@ -123,6 +127,20 @@ struct SimulationOptions {
   // or their labels. Needs float32 updates in the clear: not with secure aggregation, another
   // update encoding, or MPI.
   AttackOptions attack;
+
+  // Sites of the caller's own model (the Python SDK's fl.simulation.run). When trainer_factory is
+  // set, the simulation loads no data and trains no built-in model: site i's trainer is
+  // trainer_factory(i), called on the pool's worker threads, several at once (it must be
+  // thread-safe), the first time the site has a task in a round (and dropped after it); the
+  // server starts from initial_model (required), num_clients (>= 1) sites take part, and the
+  // server evaluates each new global model with `evaluate` when it is set (its metrics join the
+  // round's; "test_accuracy" becomes the result's final_test_accuracy; an error is logged and
+  // leaves the round without them). `evaluate` runs on the thread that called RunSimulation,
+  // between rounds. inproc only; not with MPI, label flipping (the data is the trainers'),
+  // FLTrust (no root data) or SCAFFOLD (its control variates would be the trainers' to carry).
+  std::function<absl::StatusOr<std::unique_ptr<client::Trainer>>(int32_t site)> trainer_factory;
+  std::shared_ptr<const Model> initial_model;
+  std::function<absl::StatusOr<std::map<std::string, double>>(const Model&)> evaluate;
 };
 
 // One round attempt as the simulation reports it.
