@@ -6,7 +6,8 @@
 #   cpp      bench/sdk_overhead_site (the C++ SDK; Trainer::Fit returns a Clone of the global)
 #   python   bench/python_sdk_site.py --mode views (the global's read-only views handed back:
 #            the SDK copies them, the same copy as the C++ Clone)
-#   buffer   --mode buffer (an update kept in one buffer: the SDK borrows it, no copy)
+#   buffer   --mode buffer (the global copied into a buffer of its own with numpy: the SDK
+#            borrows it, so the round's one copy is made in Python)
 #   flower   --mode flower (a Flower-style NumPyClient through fl.flower.adapt)
 # on a model of P float32 parameters (default 10M, as ten tensors) for R rounds (default 41:
 # about ten tasks a site). Each site times its fit tasks (download, training, upload until the
@@ -101,7 +102,7 @@ print("| site | tasks | fit task, median (s) | min (s) | max (s) | vs C++ SDK | 
 print("|---|---|---|---|---|---|---|")
 for name, label in (("cpp", "C++ SDK (returns a Clone)"),
                     ("python", "Python SDK (returns the views: copied)"),
-                    ("buffer", "Python SDK (returns one buffer: borrowed)"),
+                    ("buffer", "Python SDK (copies into its own buffer: borrowed)"),
                     ("flower", "Python SDK, Flower NumPyClient via fl.flower.adapt")):
     t = times(name, 2)
     if not t:

@@ -2,7 +2,9 @@
 SDK (fl), for the model in a safetensors file. --mode says what fit hands back:
     views    the global weights it was given (read-only views: the SDK copies them, as the C++
              trivial trainer's Clone does)
-    buffer   an update it keeps in one buffer (fl.copy_weights): the SDK borrows it, no copy
+    buffer   an update it writes into one buffer of its own each round (the global copied in
+             with numpy, as a trainer's result would be written): the SDK borrows it, so the
+             round holds the same one copy as the C++ Clone, made in Python
     flower   the same as views, written as a Flower NumPyClient run through fl.flower.adapt
 Prints one line per fit task after the run:
     TASK <round> <task seconds> <train seconds>
@@ -13,6 +15,8 @@ Prints one line per fit task after the run:
 
 import argparse
 import sys
+
+import numpy as np
 
 import fl
 import fl.flower
@@ -29,7 +33,11 @@ class Trivial:
         return self._weights
 
     def fit(self, weights, config):
-        return (self._update if self._update is not None else weights), 1
+        if self._update is None:
+            return weights, 1
+        for name, a in weights.items():
+            np.copyto(self._update[name], a)
+        return self._update, 1
 
 
 class TrivialNumPyClient(fl.flower.NumPyClient):

@@ -402,13 +402,19 @@ absl::Status Client::Impl::RunTask(const ClientTask& task) {
     case ClientTask::Kind::kWait:
       return absl::OkStatus();
     case ClientTask::Kind::kDone: {
-      absl::MutexLock lock(&id_mu_);
-      last_run_ = {.run_id = task.run_id,
-                   .failed = task.run_failed,
-                   .message = task.message,
-                   .was_live = live_};
-      // A run that was over before this call joined is news only the first time.
-      LogEvent(live_ ? LogLevel::kInfo : LogLevel::kDebug, "client_done",
+      bool was_live = false;
+      {
+        absl::MutexLock lock(&id_mu_);
+        last_run_ = {.run_id = task.run_id,
+                     .failed = task.run_failed,
+                     .message = task.message,
+                     .was_live = live_};
+        was_live = live_;
+      }
+      // A run that was over before this call joined is news only the first time. Logged with
+      // no lock held: a log sink may wait for a lock of its own (the Python SDK's GIL) that a
+      // thread asking for last_run() or client_id() holds.
+      LogEvent(was_live ? LogLevel::kInfo : LogLevel::kDebug, "client_done",
                {{"name", options_.name}, {"why", task.message}});
       return absl::OkStatus();
     }

@@ -56,6 +56,7 @@ class Client:
             share_site_evaluation=share_site_evaluation,
         )
         self._client: Optional[_fl.Client] = None
+        self._stop_requested = False
 
     def run(self, trainer: Any, on_task: Optional[Callable[[dict], None]] = None) -> RunEnd:
         """Takes part in the server's run with ``trainer`` until the run ends.
@@ -72,11 +73,15 @@ class Client:
         while the loop waits on the network.
         """
         self._client = _fl.Client(trainer, **self._options)
+        if self._stop_requested:  # stop() came before the loop existed
+            self._client.stop()
         end = self._client.run(on_task)
         return RunEnd(run_id=end["run_id"], failed=end["failed"], message=end["message"])
 
     def stop(self) -> None:
-        """Makes ``run`` return soon (from another thread)."""
+        """Makes ``run`` return soon (from another thread); before ``run``, makes it return at
+        once. ``run`` then raises ``fl.FlError`` with code CANCELLED."""
+        self._stop_requested = True
         if self._client is not None:
             self._client.stop()
 

@@ -39,11 +39,8 @@ class NumPyClient:
 
 
 def _numeric(metrics: Optional[dict]) -> dict[str, float]:
-    return {
-        k: float(v)
-        for k, v in (metrics or {}).items()
-        if isinstance(v, numbers.Real) and not isinstance(v, bool)
-    }
+    # bool is a number here (1.0 / 0.0), as the SDK takes it; str and bytes are left out.
+    return {k: float(v) for k, v in (metrics or {}).items() if isinstance(v, numbers.Real)}
 
 
 class _Adapter:

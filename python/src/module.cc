@@ -10,6 +10,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <memory>
 #include <string>
@@ -57,7 +58,11 @@ client::SiteLimits LimitsOf(nb::handle limits) {
                                 "min_corrupt_fraction",
                                 "grinding_bits"};
   for (auto [k, v] : nb::borrow<nb::dict>(limits)) {
-    const std::string key = nb::cast<std::string>(nb::str(k));
+    const std::string key = SafeStr(k);
+    if (nb::isinstance<nb::bool_>(v) && key.rfind("require_", 0) != 0) {
+      Raise(absl::InvalidArgumentError(
+          absl::StrCat("limits['", key, "'] must be a number, not ", SafeStr(nb::repr(v)))));
+    }
     try {
       if (key == "max_local_epochs") {
         l.max_local_epochs = nb::cast<int32_t>(v);
@@ -86,10 +91,26 @@ client::SiteLimits LimitsOf(nb::handle limits) {
             absl::StrCat("unknown limit '", key, "'; known: ", absl::StrJoin(kKeys, ", "))));
       }
     } catch (const nb::cast_error&) {
-      Raise(absl::InvalidArgumentError(absl::StrCat(
-          "limits['", key, "'] has the wrong type: ", nb::cast<std::string>(nb::repr(v)))));
+      Raise(absl::InvalidArgumentError(
+          absl::StrCat("limits['", key, "'] has the wrong type: ", SafeStr(nb::repr(v)))));
     }
   }
+  auto bad = [](const std::string& what) {
+    Raise(absl::InvalidArgumentError(absl::StrCat("limits: ", what)));
+  };
+  if (l.max_local_epochs < 0) bad("max_local_epochs must be >= 0 (0: no limit)");
+  if (!(l.min_noise_multiplier >= 0) || !std::isfinite(l.min_noise_multiplier)) {
+    bad("min_noise_multiplier must be a finite number >= 0");
+  }
+  if (!(l.max_epsilon >= 0) || !std::isfinite(l.max_epsilon)) {
+    bad("max_epsilon must be a finite number >= 0 (0: no limit)");
+  }
+  if (!(l.epsilon_delta > 0 && l.epsilon_delta < 1)) bad("epsilon_delta must be in (0, 1)");
+  if (l.min_sum_size < 0) bad("min_sum_size must be >= 0");
+  if (!(l.min_corrupt_fraction >= 0 && l.min_corrupt_fraction < 0.5)) {
+    bad("min_corrupt_fraction must be in [0, 0.5)");
+  }
+  if (l.grinding_bits < 0 || l.grinding_bits > 100) bad("grinding_bits must be in [0, 100]");
   return l;
 }
 
@@ -169,9 +190,15 @@ class PyClient {
         if (unsigned long thread = trainer_->calling_thread(); thread != 0) {
           PyThreadState_SetAsyncExc(thread, PyExc_KeyboardInterrupt);
         }
-        {
-          nb::gil_scoped_release release;
-          result.wait();
+        while (true) {
+          {
+            nb::gil_scoped_release release;
+            if (result.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready) {
+              break;
+            }
+          }
+          // A second Ctrl-C while the loop winds down: the first is already being handled.
+          if (PyErr_CheckSignals() != 0) PyErr_Clear();
         }
         loop.join();
         throw pending;
@@ -225,6 +252,8 @@ void SetLogHandler(nb::object handler) {
 NB_MODULE(_fl, m) {
   using fl::python::PyClient;
   fl::python::RegisterSimulation(m);
+  // A Client left in a module's globals at exit is not a leak worth a warning.
+  nb::set_leak_warnings(false);
   m.doc() = "The C++ core of the fl package (use `fl`, not this module).";
   nb::class_<PyClient>(m, "Client")
       .def(nb::init<nb::object, std::string, std::string, std::string, std::string, nb::object,
@@ -235,7 +264,7 @@ NB_MODULE(_fl, m) {
            nb::arg("poll_wait") = nb::none(), nb::arg("share_site_evaluation") = false)
       .def("run", &PyClient::Run, nb::arg("on_task") = nb::none())
       .def("stop", &PyClient::Stop, nb::call_guard<nb::gil_scoped_release>())
-      .def_prop_ro("client_id", &PyClient::client_id)
+      .def_prop_ro("client_id", &PyClient::client_id, nb::call_guard<nb::gil_scoped_release>())
       .def_prop_ro("borrowed_results", &PyClient::borrowed_results);
   m.def("set_log_handler", &fl::python::SetLogHandler, nb::arg("handler").none());
   m.def(

@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <pythread.h>
 
+#include <cmath>
 #include <string>
 #include <utility>
 
@@ -51,11 +52,16 @@ absl::StatusOr<std::map<std::string, double>> Metrics(nb::handle m, const char* 
   for (nb::handle item : m.attr("items")()) {
     double value = 0;
     if (!nb::isinstance<nb::str>(item[0]) || !nb::try_cast(item[1], value)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, " metric ", nb::cast<std::string>(nb::repr(item[0])),
-          " must be a number under a string name, not ", nb::cast<std::string>(nb::repr(item[1]))));
+      return absl::InvalidArgumentError(absl::StrCat(what, " metric ", SafeStr(nb::repr(item[0])),
+                                                     " must be a number under a string name, not ",
+                                                     SafeStr(nb::repr(item[1]))));
     }
-    out[nb::cast<std::string>(item[0])] = value;
+    const std::string name = SafeStr(item[0]);
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " metric '", name, "' is ", value, "; metrics must be finite"));
+    }
+    out[name] = value;
   }
   return out;
 }
@@ -63,8 +69,8 @@ absl::StatusOr<std::map<std::string, double>> Metrics(nb::handle m, const char* 
 // The tuple a trainer returned, checked to have `n` or `n - 1` items (metrics optional).
 absl::StatusOr<nb::tuple> Returned(nb::handle r, const char* what, const char* form) {
   if (!nb::isinstance<nb::tuple>(r) && !nb::isinstance<nb::list>(r)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " must return ", form, ", not ",
-                                                   nb::cast<std::string>(nb::repr(r.type()))));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " must return ", form, ", not ", SafeStr(nb::repr(r.type()))));
   }
   nb::tuple t = nb::tuple(r);
   if (nb::len(t) != 2 && nb::len(t) != 3) {
@@ -98,7 +104,7 @@ absl::StatusOr<std::unique_ptr<PyTrainer>> PyTrainer::Create(nb::object trainer)
 absl::StatusOr<std::unique_ptr<PyTrainer>> PyTrainer::Create(nb::object trainer, ModelSpec spec) {
   if (!nb::hasattr(trainer, "fit")) {
     return absl::InvalidArgumentError(
-        absl::StrCat("the trainer (", nb::cast<std::string>(nb::repr(trainer.type())),
+        absl::StrCat("the trainer (", SafeStr(nb::repr(trainer.type())),
                      ") has no fit(weights, config); evaluate(weights, config) is optional"));
   }
   return std::unique_ptr<PyTrainer>(new PyTrainer(std::move(trainer), std::move(spec)));
@@ -135,11 +141,17 @@ absl::StatusOr<client::FitResult> PyTrainer::FitShared(std::shared_ptr<const Mod
     absl::StatusOr<Model> model = ModelFromWeights((*t)[0], spec_, "fit's weights", &borrowed);
     if (!model.ok()) return model.status();
     out.model = *std::move(model);
+    if (borrowed && config.secure_aggregation) {
+      // The masked-input stage turns the update into its change, clips and masks it in place:
+      // that must not be the trainer's own memory.
+      out.model = out.model.Clone();
+      borrowed = false;
+    }
     if (borrowed) borrowed_results_.fetch_add(1);
-    if (!nb::try_cast((*t)[1], out.num_examples) || out.num_examples <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("fit's num_examples must be a positive int, not ",
-                       nb::cast<std::string>(nb::repr((*t)[1]))));
+    if (nb::isinstance<nb::bool_>((*t)[1]) || !nb::try_cast((*t)[1], out.num_examples) ||
+        out.num_examples <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "fit's num_examples must be a positive int, not ", SafeStr(nb::repr((*t)[1]))));
     }
     if (nb::len(*t) == 3) {
       absl::StatusOr<std::map<std::string, double>> m = Metrics((*t)[2], "fit's");
@@ -149,6 +161,8 @@ absl::StatusOr<client::FitResult> PyTrainer::FitShared(std::shared_ptr<const Mod
     return out;
   } catch (nb::python_error& e) {
     return StatusOfPythonError(e, "fit");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("reading fit's result: ", e.what()));
   }
 }
 
@@ -169,7 +183,7 @@ absl::StatusOr<client::EvalResult> PyTrainer::EvaluateShared(std::shared_ptr<con
       return absl::InvalidArgumentError(
           absl::StrCat("evaluate must return a number (the loss) and a non-negative int (the "
                        "examples), not ",
-                       nb::cast<std::string>(nb::repr(r))));
+                       SafeStr(nb::repr(r))));
     }
     if (nb::len(*t) == 3) {
       absl::StatusOr<std::map<std::string, double>> m = Metrics((*t)[2], "evaluate's");
@@ -179,6 +193,8 @@ absl::StatusOr<client::EvalResult> PyTrainer::EvaluateShared(std::shared_ptr<con
     return out;
   } catch (nb::python_error& e) {
     return StatusOfPythonError(e, "evaluate");
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("reading evaluate's result: ", e.what()));
   }
 }
 

@@ -50,8 +50,7 @@ void Set(nb::handle d, const char* key, T& out) {
   if (!nb::bool_(d.attr("__contains__")(key))) return;
   if (!nb::try_cast(d[key], out)) {
     throw nb::value_error(
-        absl::StrCat("'", key, "' has the wrong type: ", nb::cast<std::string>(nb::repr(d[key])))
-            .c_str());
+        absl::StrCat("'", key, "' has the wrong type: ", SafeStr(nb::repr(d[key]))).c_str());
   }
 }
 
@@ -138,9 +137,8 @@ nb::dict Simulate(nb::object client_fn, nb::object initial_weights, int32_t num_
         nb::object r = (*fn)(GlobalWeights(std::move(copy)));
         std::map<std::string, double> metrics;
         if (!r.is_none() && !nb::try_cast(r, metrics)) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("evaluate_fn must return a dict of name to number, not ",
-                           nb::cast<std::string>(nb::repr(r))));
+          return absl::InvalidArgumentError(absl::StrCat(
+              "evaluate_fn must return a dict of name to number, not ", SafeStr(nb::repr(r))));
         }
         return metrics;
       } catch (nb::python_error& e) {

@@ -4,6 +4,8 @@
 
 #include <nanobind/nanobind.h>
 
+#include <string>
+
 #include "absl/status/status.h"
 
 namespace fl::python {
@@ -15,6 +17,10 @@ namespace fl::python {
 // is CANCELLED, fl.FlError keeps its code, anything else is UNKNOWN "<what> raised <Type>:
 // <message>" with its traceback logged at warn. GIL held.
 absl::Status StatusOfPythonError(nanobind::python_error& e, const char* what);
+
+// str(o) as UTF-8 (lone surrogates backslash-escaped), "<unprintable>" when str() raises; never
+// throws. GIL held.
+std::string SafeStr(nanobind::handle o);
 
 }  // namespace fl::python
 

@@ -3,12 +3,14 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "python/src/status.h"
 
 namespace nb = nanobind;
 
@@ -77,7 +79,7 @@ absl::StatusOr<ModelSpec> SpecOfWeights(nb::handle weights) {
   if (!nb::hasattr(weights, "items")) {
     return absl::InvalidArgumentError(
         absl::StrCat("weights must be a dict of name to numpy array, not ",
-                     nb::cast<std::string>(nb::str(weights.type().attr("__name__")))));
+                     SafeStr(weights.type().attr("__name__"))));
   }
   std::vector<TensorSpec> tensors;
   for (nb::handle item : weights.attr("items")()) {
@@ -85,7 +87,7 @@ absl::StatusOr<ModelSpec> SpecOfWeights(nb::handle weights) {
     if (!nb::isinstance<nb::str>(key)) {
       return absl::InvalidArgumentError("weights' names must be strings");
     }
-    const std::string name = nb::cast<std::string>(key);
+    const std::string name = SafeStr(key);
     nb::object array = nb::module_::import_("numpy").attr("asarray")(item[1]);
     TensorSpec t{.name = name, .shape = {}};
     for (nb::handle d : array.attr("shape")) t.shape.push_back(nb::cast<int64_t>(d));
@@ -100,20 +102,20 @@ absl::StatusOr<Model> ModelFromWeights(nb::handle weights, const ModelSpec& spec
                                        bool* borrowed) {
   if (borrowed != nullptr) *borrowed = false;
   if (!nb::hasattr(weights, "items") || !nb::hasattr(weights, "__getitem__")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " must be a dict of name to numpy array, not ",
-                     nb::cast<std::string>(nb::str(weights.type().attr("__name__")))));
+    return absl::InvalidArgumentError(absl::StrCat(what,
+                                                   " must be a dict of name to numpy array, not ",
+                                                   SafeStr(weights.type().attr("__name__"))));
   }
   const std::vector<TensorSpec>& tensors = spec.tensors();
   if (nb::len(weights) != tensors.size()) {
     for (nb::handle key : weights.attr("keys")()) {
-      const std::string name = nb::isinstance<nb::str>(key) ? nb::cast<std::string>(key) : "";
+      const std::string name = nb::isinstance<nb::str>(key) ? SafeStr(key) : "";
       bool known = false;
       for (const TensorSpec& t : tensors) known = known || t.name == name;
       if (!known) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, " hold '", nb::cast<std::string>(nb::str(key)),
-                         "', which the model (", tensors.size(), " tensors) does not have"));
+        return absl::InvalidArgumentError(absl::StrCat(what, " hold '", SafeStr(nb::str(key)),
+                                                       "', which the model (", tensors.size(),
+                                                       " tensors) does not have"));
       }
     }
   }
@@ -129,7 +131,8 @@ absl::StatusOr<Model> ModelFromWeights(nb::handle weights, const ModelSpec& spec
     }
     arrays.push_back(nb::borrow(weights[t.name.c_str()]));
     WriteArray w;
-    if (can_borrow && nb::try_cast(arrays.back(), w, /*convert=*/false) && ShapeIs(w, t)) {
+    if (can_borrow && nb::try_cast(arrays.back(), w, /*convert=*/false) && ShapeIs(w, t) &&
+        reinterpret_cast<uintptr_t>(w.data()) % alignof(float) == 0) {
       writable.push_back(std::move(w));
     } else {
       can_borrow = false;
