@@ -51,20 +51,49 @@ const char* LevelName(LogLevel level) {
   return "info";
 }
 
+bool IsControl(char c) {
+  const auto u = static_cast<unsigned char>(c);
+  return u < 0x20 || u == 0x7f;
+}
+
+// A value as is, or quoted with `"` and `\` escaped and every control character written as an
+// escape (\n, \r, \t, \xNN): a client's text (its name, a decline reason) can neither start a
+// new line nor reach a terminal as an escape sequence.
 void AppendValue(std::string& line, std::string_view value) {
-  bool quote = value.empty() || value.find_first_of(" \"=\t\n") != std::string_view::npos;
+  bool quote = value.empty() || value.find_first_of(" \"=") != std::string_view::npos;
+  for (char c : value) quote = quote || IsControl(c);
   if (!quote) {
     line.append(value);
     return;
   }
   line.push_back('"');
   for (char c : value) {
-    if (c == '"' || c == '\\') line.push_back('\\');
-    if (c == '\n') {
-      line.append("\\n");
-      continue;
+    switch (c) {
+      case '"':
+      case '\\':
+        line.push_back('\\');
+        line.push_back(c);
+        break;
+      case '\n':
+        line.append("\\n");
+        break;
+      case '\r':
+        line.append("\\r");
+        break;
+      case '\t':
+        line.append("\\t");
+        break;
+      default:
+        if (IsControl(c)) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          const auto u = static_cast<unsigned char>(c);
+          line.append("\\x");
+          line.push_back(kHex[u >> 4]);
+          line.push_back(kHex[u & 0xf]);
+        } else {
+          line.push_back(c);
+        }
     }
-    line.push_back(c);
   }
   line.push_back('"');
 }

@@ -39,6 +39,9 @@ const std::vector<tk::TableSpec>& Tables() {
        "Secure aggregation (SecAgg+): the server learns only the sum of the sampled clients' "
        "changes, never one client's. 0 for num_neighbors, threshold or quantization_bits: the "
        "default for each round's number of clients."},
+      {"limits",
+       "What the server takes from a client's text and maps; a request over a limit is refused "
+       "(INVALID_ARGUMENT naming the field and the limit) and audited."},
   };
   return *kTables;
 }
@@ -94,6 +97,23 @@ const std::vector<Key>& Keys() {
             [](auto& c) -> auto& { return c.server.metrics_address; })
             .Flag("--metrics-listen",
                   "host:port of the /metrics and /healthz HTTP endpoint (empty: off)"),
+        tk::IntKey<C, int64_t>(
+            "limits", "max_name_bytes",
+            "Longest client_name, sdk_version, capability or task id a client may send (bytes).", 1,
+            [](auto& c) -> auto& { return c.server.client_limits.max_name_bytes; }),
+        tk::IntKey<C, int32_t>(
+            "limits", "max_capabilities", "Most capabilities a join may list.", 1,
+            [](auto& c) -> auto& { return c.server.client_limits.max_capabilities; }),
+        tk::IntKey<C, int32_t>(
+            "limits", "max_metrics", "Most entries in one update's or evaluation's metrics.", 1,
+            [](auto& c) -> auto& { return c.server.client_limits.max_metrics; }),
+        tk::IntKey<C, int64_t>(
+            "limits", "max_metric_key_bytes", "Longest metric name (bytes).", 1,
+            [](auto& c) -> auto& { return c.server.client_limits.max_metric_key_bytes; }),
+        tk::IntKey<C, int64_t>(
+            "limits", "max_text_bytes",
+            "Longest decline reason or evaluation error a client may send (bytes).", 1,
+            [](auto& c) -> auto& { return c.server.client_limits.max_text_bytes; }),
         tk::IntKey<C, int32_t>(
             "server", "cert_warn_days",
             "Warn (log certificate_expiring at start and daily; metric fl_site_certificates_"

@@ -250,6 +250,7 @@ class ServerImpl final : public Server {
     service_options.insecure_plaintext = options_.insecure_plaintext;
     service_options.verifier = verifier;
     service_options.max_poll_wait = options_.max_poll_wait;
+    service_options.limits = options_.client_limits;
     service_ = MakeFederationService(
         service_options, [host = host_.get()] { return host->CurrentEngine(); }, store_.get());
     ControlServiceOptions control_options;

@@ -14,6 +14,7 @@
 #include "fl/common/crypto.h"
 #include "fl/wire/proto_serde.h"
 #include "grpcpp/grpcpp.h"
+#include "server/service/input_limits.h"
 #include "server/service/model_chunks.h"
 #include "server/service/secagg_serde.h"
 #include "server/store/checkpoint_file.h"
@@ -120,6 +121,10 @@ class FederationService final
       reply->set_client_id(*id);
       reply->set_run_id(0);
       return grpc::Status::OK;
+    }
+    if (absl::Status s = CheckJoinInput(*req, options_.limits); !s.ok()) {
+      engine->AuditRefusal(*id, "join_refused", s);
+      return ToGrpcStatus(s);
     }
     absl::StatusOr<SiteProfile> profile = SiteProfileFromProto(*req);
     if (!profile.ok()) {
@@ -244,6 +249,10 @@ class FederationService final
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ModelDownload::Refuse(ToGrpcStatus(id.status()));
     if (engine == nullptr) return ModelDownload::Refuse(NoRun());
+    if (absl::Status s = CheckName(req.task_id(), "task_id", options_.limits); !s.ok()) {
+      engine->AuditRefusal(*id, "download_refused", s);
+      return ModelDownload::Refuse(ToGrpcStatus(s));
+    }
     absl::StatusOr<GlobalModel> global =
         engine->ModelForTask(*id, req.run_id(), req.round(), req.task_id());
     if (global.ok() && global->model == nullptr) {
@@ -262,6 +271,9 @@ class FederationService final
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
     if (engine == nullptr) return NoRun();
+    if (absl::Status s = CheckName(req->task_id(), "task_id", options_.limits); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
     const bool open = engine->Heartbeat(*id, req->round(), req->task_id());
     reply->set_task_open(open);
     if (!open) reply->set_message("the task's round is closed, or this client was dropped from it");
@@ -274,6 +286,13 @@ class FederationService final
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
     if (engine == nullptr) return NoRun();
+    absl::Status bounded = CheckName(req->task_id(), "task_id", options_.limits);
+    if (bounded.ok()) bounded = CheckMetrics(req->metrics(), "the evaluation's", options_.limits);
+    if (bounded.ok()) bounded = CheckText(req->error(), "the evaluation's error", options_.limits);
+    if (!bounded.ok()) {
+      engine->AuditRefusal(*id, "evaluation_refused", bounded);
+      return ToGrpcStatus(bounded);
+    }
     EvaluationReport report;
     report.run_id = req->run_id();
     report.round = req->round();
@@ -304,6 +323,13 @@ class FederationService final
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
     if (engine == nullptr) return NoRun();
+    absl::Status bounded = CheckName(req->task_id(), "task_id", options_.limits);
+    if (bounded.ok())
+      bounded = CheckText(req->decline_reason(), "the decline reason", options_.limits);
+    if (!bounded.ok()) {
+      engine->AuditRefusal(*id, "secagg_refused", bounded);
+      return ToGrpcStatus(bounded);
+    }
     absl::StatusOr<SecAggMessage> message = SecAggMessageFromProto(*req);
     if (!message.ok()) {
       engine->AuditRefusal(*id, "secagg_refused", message.status());
@@ -334,6 +360,14 @@ class FederationService final
       return ToGrpcStatus(s);
     }
     const fl::v1::UpdateMetadata& m = part.metadata();
+    absl::Status bounded = CheckName(m.task_id(), "task_id", options_.limits);
+    if (bounded.ok()) bounded = CheckMetrics(m.metrics(), "the update's", options_.limits);
+    if (bounded.ok())
+      bounded = CheckText(m.decline_reason(), "the decline reason", options_.limits);
+    if (!bounded.ok()) {
+      engine->AuditRefusal(*id, "update_refused", bounded);
+      return ToGrpcStatus(bounded);
+    }
     UpdateMeta meta;
     meta.run_id = m.run_id();
     meta.round = m.round();

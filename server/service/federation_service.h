@@ -11,6 +11,7 @@
 
 #include "absl/time/time.h"
 #include "fl/common/crypto.h"
+#include "fl/server/client_limits.h"
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
 #include "fl/v1/federation.grpc.pb.h"
@@ -22,6 +23,8 @@ struct ServiceOptions {
   // Client certificates must chain to the federation CA it holds (null in plaintext).
   std::shared_ptr<const ClientCertificateVerifier> verifier;
   absl::Duration max_poll_wait = absl::Seconds(20);
+  // What a client's text and maps may hold (fl/server/client_limits.h).
+  ClientInputLimits limits;
 };
 
 // The engine of the server's current run, or null between runs (a server that stays up and has

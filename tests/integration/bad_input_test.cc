@@ -235,6 +235,94 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
 // The server trusts a certificate it verified for a while (verifying on every call was most of
 // its CPU in short rounds), but looks enrollment up on every call: a site revoked between two
 // calls is refused at the second, with the reason.
+// Client text and maps over the server's [limits] are refused before anything in them is logged
+// or stored, each naming the field, its size and the option; the round goes on with the others.
+TEST(BadInputTest, ClientTextOverTheLimitsIsRefusedNamingTheLimit) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "raw"});
+  server::ServerOptions o = TlsServerOptions(pki, dir.path());
+  o.engine.num_rounds = 2;
+  o.engine.min_clients = 3;
+  o.engine.min_fit_clients = 2;
+  o.engine.round_timeout = absl::Seconds(60);
+  o.max_poll_wait = absl::Seconds(1);
+  o.client_limits.max_name_bytes = 32;
+  o.client_limits.max_metrics = 4;
+  o.client_limits.max_metric_key_bytes = 16;
+  o.client_limits.max_text_bytes = 64;
+  o.engine.client_timeout = absl::Seconds(3);
+  const ModelSpec spec = client::SoftmaxRegressionSpec(784, 10);
+  absl::StatusOr<std::unique_ptr<server::Server>> server = server::Server::Start(o, Model(spec));
+  ASSERT_TRUE(server.ok()) << server.status();
+  BadClient raw(pki, 2, (*server)->port());
+  {
+    grpc::ClientContext ctx;
+    v1::JoinRequest req;
+    req.set_client_name(std::string(1500000, 'n'));
+    v1::JoinReply reply;
+    ExpectRefused(raw.stub().Join(&ctx, req, &reply), grpc::StatusCode::INVALID_ARGUMENT,
+                  "client_name is 1500000 bytes; the server takes at most 32 "
+                  "(limits.max_name_bytes)");
+  }
+  std::vector<std::unique_ptr<ClientThread>> good;
+  for (int i = 0; i < 2; ++i) {
+    good.push_back(std::make_unique<ClientThread>(
+        TlsClientOptions(pki, i, (*server)->port()),
+        client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {})));
+  }
+  const int64_t run_id = raw.Join().run_id();
+  v1::Task t = raw.NextFit(run_id, 0);
+  v1::UpdateMetadata m = MetaFor(t, Model(spec).NumBytes());
+  for (int i = 0; i < 80; ++i) (*m.mutable_metrics())[absl::StrCat("m", i)] = i;
+  ExpectRefused(raw.Send(m, "", ""), grpc::StatusCode::INVALID_ARGUMENT,
+                "the update's metrics map is 80 entries; the server takes at most 4 "
+                "(limits.max_metrics)");
+  m = MetaFor(t, Model(spec).NumBytes());
+  (*m.mutable_metrics())[std::string(1000, 'k')] = 1;
+  ExpectRefused(raw.Send(m, "", ""), grpc::StatusCode::INVALID_ARGUMENT,
+                "a key of the update's metrics is 1000 bytes; the server takes at most 16 "
+                "(limits.max_metric_key_bytes)");
+  m = MetaFor(t, Model(spec).NumBytes());
+  m.set_decline_reason(std::string(5000, 'r'));
+  ExpectRefused(raw.Send(m, "", ""), grpc::StatusCode::INVALID_ARGUMENT,
+                "the decline reason is 5000 bytes; the server takes at most 64 "
+                "(limits.max_text_bytes)");
+  m = MetaFor(t, Model(spec).NumBytes());
+  m.set_task_id(std::string(100, 't'));
+  ExpectRefused(raw.Send(m, "", ""), grpc::StatusCode::INVALID_ARGUMENT,
+                "task_id is 100 bytes; the server takes at most 32 (limits.max_name_bytes)");
+  {
+    grpc::ClientContext ctx;
+    v1::EvaluationResult e;
+    e.set_run_id(run_id);
+    e.set_task_id(t.task_id());
+    e.set_error(std::string(65, 'e'));
+    v1::SubmitReply reply;
+    ExpectRefused(raw.stub().SubmitEvaluation(&ctx, e, &reply), grpc::StatusCode::INVALID_ARGUMENT,
+                  "the evaluation's error is 65 bytes; the server takes at most 64");
+  }
+  // The raw client declines round 1 within the limits (and then stops: round 2 goes on without
+  // it once it is timed out); the refusals are audited, and the good sites' rounds commit.
+  m = MetaFor(t, Model(spec).NumBytes());
+  m.set_decline_reason("not today");
+  EXPECT_TRUE(raw.Send(m, "", "").ok());
+  for (auto& g : good) EXPECT_TRUE(g->Join().ok());
+  absl::StatusOr<std::vector<server::RoundRecord>> rounds = (*server)->store().Rounds(run_id);
+  ASSERT_TRUE(rounds.ok());
+  int committed = 0;
+  for (const server::RoundRecord& r : *rounds) {
+    committed += r.status == server::RoundStatus::kCommitted ? 1 : 0;
+  }
+  EXPECT_EQ(committed, 2);
+  absl::StatusOr<std::vector<server::AuditRecord>> audit = (*server)->store().AuditLog(1000);
+  ASSERT_TRUE(audit.ok()) << audit.status();
+  int refused = 0;
+  for (const server::AuditRecord& a : *audit) {
+    refused += a.detail.find("(limits.max_") != std::string::npos;
+  }
+  EXPECT_EQ(refused, 6);  // the join, four updates, the evaluation
+}
+
 TEST(BadInputTest, ASiteRevokedBetweenTwoCallsIsRefusedAtTheSecond) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "raw"});

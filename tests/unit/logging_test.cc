@@ -20,6 +20,18 @@ TEST(LoggingTest, TextLinesQuoteValuesWithSpaces) {
       << out;
 }
 
+// A client's text with a carriage return and an ANSI escape stays on one line, inert.
+TEST(LoggingTest, ControlCharactersInValuesAreEscaped) {
+  SetLogFormat(LogFormat::kText);
+  ::testing::internal::CaptureStderr();
+  LogEvent(LogLevel::kInfo, "client_joined", {{"name", "evil\r\x1b[31mred\x7f"}});
+  std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find(" name=\"evil\\r\\x1b[31mred\\x7f\"\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find('\r'), std::string::npos);
+  EXPECT_EQ(out.find('\x1b'), std::string::npos);
+  EXPECT_EQ(out.find('\n'), out.size() - 1);
+}
+
 // A sink takes each line (without its newline) instead of stderr; an empty one gives stderr back.
 TEST(LoggingTest, ASinkTakesTheLinesUntilItIsRemoved) {
   SetLogFormat(LogFormat::kText);

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "fl/aggregation/strategies.h"
 #include "fl/common/model.h"
+#include "fl/server/client_limits.h"
 #include "fl/server/engine.h"
 #include "fl/server/store.h"
 
@@ -60,6 +61,8 @@ struct ServerOptions {
   // server's own run (`fl server` makes it from model.root_images; a simulation gives its own).
   aggregation::RootTrainer root_trainer;
   absl::Duration max_poll_wait = absl::Seconds(20);
+  // What a client's text and maps may hold ([limits]; fl/server/client_limits.h).
+  ClientInputLimits client_limits;
   // Flow-control window of each upload stream, in MiB: the server buffers at most this much of
   // each concurrent upload, so its memory stays flat in the number of uploading sites. One
   // upload's speed is at most window / round-trip time (4 MiB at 100 ms: 40 MB/s), so raise it

@@ -1,0 +1,40 @@
+// What the server takes from a client's text and maps: each a server option ([limits] in
+// `fl server`'s configuration) with a safe default. A request over one is refused with
+// INVALID_ARGUMENT naming the field, its size and the option (e.g. "client_name is 1500000 bytes;
+// the server takes at most 128 (limits.max_name_bytes)"), and the refusal is audited; the round
+// goes on with the other sites.
+#ifndef FL_SERVER_CLIENT_LIMITS_H_
+#define FL_SERVER_CLIENT_LIMITS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+
+namespace fl::server {
+
+struct ClientInputLimits {
+  // A join's client_name and sdk_version, each capability, and every task id a client sends.
+  int64_t max_name_bytes = 128;
+  // Capabilities a join may list.
+  int32_t max_capabilities = 32;
+  // Entries of one update's or one evaluation's metrics, and the bytes of each key.
+  int32_t max_metrics = 64;
+  int64_t max_metric_key_bytes = 128;
+  // A decline reason or an evaluation's error text.
+  int64_t max_text_bytes = 4096;
+
+  // INVALID_ARGUMENT naming a limit below 1.
+  absl::Status Validate() const {
+    if (max_name_bytes < 1 || max_capabilities < 1 || max_metrics < 1 || max_metric_key_bytes < 1 ||
+        max_text_bytes < 1) {
+      return absl::InvalidArgumentError(
+          "limits.max_name_bytes, max_capabilities, max_metrics, max_metric_key_bytes and "
+          "max_text_bytes must each be at least 1");
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace fl::server
+
+#endif  // FL_SERVER_CLIENT_LIMITS_H_
