@@ -112,8 +112,9 @@ const std::vector<Key>& Keys() {
             [](auto& c) -> auto& { return c.server.client_limits.max_metric_key_bytes; }),
         tk::IntKey<C, int64_t>(
             "limits", "max_text_bytes",
-            "Longest decline reason or evaluation error a client may send (bytes).", 1,
-            [](auto& c) -> auto& { return c.server.client_limits.max_text_bytes; }),
+            "A client's decline reason or evaluation error is cut to this many bytes (and "
+            "recorded, not refused).",
+            1, [](auto& c) -> auto& { return c.server.client_limits.max_text_bytes; }),
         tk::IntKey<C, int32_t>(
             "server", "cert_warn_days",
             "Warn (log certificate_expiring at start and daily; metric fl_site_certificates_"

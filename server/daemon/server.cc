@@ -566,6 +566,7 @@ class ServerImpl final : public Server {
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Start(ServerOptions options, Model initial_model,
                                                       EngineHooks hooks) {
+  if (absl::Status s = options.client_limits.Validate(); !s.ok()) return s;
   auto server = std::make_unique<ServerImpl>();
   if (absl::Status s = server->Init(std::move(options), std::move(initial_model), std::move(hooks));
       !s.ok()) {

@@ -272,6 +272,7 @@ class FederationService final
     if (!id.ok()) return ToGrpcStatus(id.status());
     if (engine == nullptr) return NoRun();
     if (absl::Status s = CheckName(req->task_id(), "task_id", options_.limits); !s.ok()) {
+      engine->AuditRefusal(*id, "heartbeat_refused", s);
       return ToGrpcStatus(s);
     }
     const bool open = engine->Heartbeat(*id, req->round(), req->task_id());
@@ -288,7 +289,6 @@ class FederationService final
     if (engine == nullptr) return NoRun();
     absl::Status bounded = CheckName(req->task_id(), "task_id", options_.limits);
     if (bounded.ok()) bounded = CheckMetrics(req->metrics(), "the evaluation's", options_.limits);
-    if (bounded.ok()) bounded = CheckText(req->error(), "the evaluation's error", options_.limits);
     if (!bounded.ok()) {
       engine->AuditRefusal(*id, "evaluation_refused", bounded);
       return ToGrpcStatus(bounded);
@@ -300,7 +300,7 @@ class FederationService final
     report.num_examples = req->num_examples();
     report.loss = req->loss();
     report.metrics.insert(req->metrics().begin(), req->metrics().end());
-    report.error = req->error();
+    report.error = CutText(req->error(), options_.limits);
     report.share_site_result = req->share_site_result();
     if (req->has_feature_sums()) {
       // Bounded by the engine (CheckFeatureSums); the gRPC message limit bounds the copy.
@@ -323,18 +323,16 @@ class FederationService final
     absl::StatusOr<std::string> id = Identify(ctx, engine.get());
     if (!id.ok()) return ToGrpcStatus(id.status());
     if (engine == nullptr) return NoRun();
-    absl::Status bounded = CheckName(req->task_id(), "task_id", options_.limits);
-    if (bounded.ok())
-      bounded = CheckText(req->decline_reason(), "the decline reason", options_.limits);
-    if (!bounded.ok()) {
-      engine->AuditRefusal(*id, "secagg_refused", bounded);
-      return ToGrpcStatus(bounded);
+    if (absl::Status s = CheckName(req->task_id(), "task_id", options_.limits); !s.ok()) {
+      engine->AuditRefusal(*id, "secagg_refused", s);
+      return ToGrpcStatus(s);
     }
     absl::StatusOr<SecAggMessage> message = SecAggMessageFromProto(*req);
     if (!message.ok()) {
       engine->AuditRefusal(*id, "secagg_refused", message.status());
       return ToGrpcStatus(message.status());
     }
+    message->decline_reason = CutText(message->decline_reason, options_.limits);
     absl::Status s = engine->SubmitSecAgg(*id, *message);
     if (!s.ok()) return ToGrpcStatus(s);
     const bool declined = !message->decline_reason.empty();
@@ -362,8 +360,9 @@ class FederationService final
     const fl::v1::UpdateMetadata& m = part.metadata();
     absl::Status bounded = CheckName(m.task_id(), "task_id", options_.limits);
     if (bounded.ok()) bounded = CheckMetrics(m.metrics(), "the update's", options_.limits);
-    if (bounded.ok())
-      bounded = CheckText(m.decline_reason(), "the decline reason", options_.limits);
+    if (bounded.ok() && m.has_model_spec()) {
+      bounded = CheckSpecInput(m.model_spec(), "the update's");
+    }
     if (!bounded.ok()) {
       engine->AuditRefusal(*id, "update_refused", bounded);
       return ToGrpcStatus(bounded);
@@ -386,7 +385,7 @@ class FederationService final
       meta.spec = *std::move(spec);
     }
     if (!m.decline_reason().empty()) {
-      absl::Status s = engine->Decline(*id, meta, m.decline_reason());
+      absl::Status s = engine->Decline(*id, meta, CutText(m.decline_reason(), options_.limits));
       if (!s.ok()) return ToGrpcStatus(s);
       reply->set_accepted(false);
       reply->set_message(absl::StrCat("decline of task '", meta.task_id, "' recorded"));
@@ -413,6 +412,9 @@ class FederationService final
           break;
         }
         case fl::v1::UpdatePart::kSha256: {
+          if (absl::Status bad = CheckSha256Input(part.sha256()); !bad.ok()) {
+            return ToGrpcStatus((*upload)->Refuse(bad));
+          }
           absl::Status s = (*upload)->Finish(part.sha256());
           if (!s.ok()) return ToGrpcStatus(s);
           reply->set_accepted(true);

@@ -22,17 +22,42 @@ absl::Status CheckName(const std::string& value, absl::string_view field,
   return absl::OkStatus();
 }
 
-absl::Status CheckText(const std::string& value, absl::string_view field,
-                       const ClientInputLimits& limits) {
-  if (static_cast<int64_t>(value.size()) > limits.max_text_bytes) {
-    return TooLarge(field, static_cast<int64_t>(value.size()), "bytes", limits.max_text_bytes,
-                    "max_text_bytes");
+std::string CutText(absl::string_view text, const ClientInputLimits& limits) {
+  if (static_cast<int64_t>(text.size()) <= limits.max_text_bytes) return std::string(text);
+  size_t end = static_cast<size_t>(limits.max_text_bytes);
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;
+  return absl::StrCat(text.substr(0, end), "... (truncated)");
+}
+
+absl::Status CheckSpecInput(const fl::v1::ModelSpec& spec, absl::string_view whose) {
+  if (spec.tensors_size() > kMaxTensors) {
+    return absl::InvalidArgumentError(absl::StrCat(whose, " model spec lists ", spec.tensors_size(),
+                                                   " tensors; at most ", kMaxTensors));
+  }
+  for (int i = 0; i < spec.tensors_size(); ++i) {
+    const fl::v1::TensorSpec& t = spec.tensors(i);
+    if (t.name().size() > kMaxTensorNameBytes || t.shape_size() > kMaxTensorDims) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          whose, " model spec's tensor ", i, " has a name of ", t.name().size(), " bytes and ",
+          t.shape_size(), " dimensions; at most ", kMaxTensorNameBytes, " and ", kMaxTensorDims));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSha256Input(const std::string& hex) {
+  bool ok = hex.size() == 64;
+  for (char c : hex) ok = ok && ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'));
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an update's SHA-256 must be 64 lowercase hex digits; got ", hex.size(), " bytes"));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckJoinInput(const fl::v1::JoinRequest& req, const ClientInputLimits& limits) {
   if (absl::Status s = CheckName(req.client_name(), "client_name", limits); !s.ok()) return s;
+  if (absl::Status s = CheckSpecInput(req.model_spec(), "the join's"); !s.ok()) return s;
   if (absl::Status s = CheckName(req.sdk_version(), "sdk_version", limits); !s.ok()) return s;
   if (req.capabilities_size() > limits.max_capabilities) {
     return TooLarge("the join's capability list", req.capabilities_size(), "entries",

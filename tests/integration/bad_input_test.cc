@@ -232,11 +232,9 @@ TEST(BadInputTest, EachBadUpdateIsRefusedAndTheRoundGoesOn) {
   }
 }
 
-// The server trusts a certificate it verified for a while (verifying on every call was most of
-// its CPU in short rounds), but looks enrollment up on every call: a site revoked between two
-// calls is refused at the second, with the reason.
 // Client text and maps over the server's [limits] are refused before anything in them is logged
-// or stored, each naming the field, its size and the option; the round goes on with the others.
+// or stored, each naming the field, its size and the option; a long decline is cut, not refused;
+// the round goes on with the others.
 TEST(BadInputTest, ClientTextOverTheLimitsIsRefusedNamingTheLimit) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "raw"});
@@ -283,10 +281,9 @@ TEST(BadInputTest, ClientTextOverTheLimitsIsRefusedNamingTheLimit) {
                 "a key of the update's metrics is 1000 bytes; the server takes at most 16 "
                 "(limits.max_metric_key_bytes)");
   m = MetaFor(t, Model(spec).NumBytes());
-  m.set_decline_reason(std::string(5000, 'r'));
+  m.mutable_model_spec()->add_tensors()->set_name(std::string(5000, 'w'));
   ExpectRefused(raw.Send(m, "", ""), grpc::StatusCode::INVALID_ARGUMENT,
-                "the decline reason is 5000 bytes; the server takes at most 64 "
-                "(limits.max_text_bytes)");
+                "the update's model spec's tensor 0 has a name of 5000 bytes");
   m = MetaFor(t, Model(spec).NumBytes());
   m.set_task_id(std::string(100, 't'));
   ExpectRefused(raw.Send(m, "", ""), grpc::StatusCode::INVALID_ARGUMENT,
@@ -296,15 +293,16 @@ TEST(BadInputTest, ClientTextOverTheLimitsIsRefusedNamingTheLimit) {
     v1::EvaluationResult e;
     e.set_run_id(run_id);
     e.set_task_id(t.task_id());
-    e.set_error(std::string(65, 'e'));
+    for (int i = 0; i < 5; ++i) (*e.mutable_metrics())[absl::StrCat("m", i)] = i;
     v1::SubmitReply reply;
     ExpectRefused(raw.stub().SubmitEvaluation(&ctx, e, &reply), grpc::StatusCode::INVALID_ARGUMENT,
-                  "the evaluation's error is 65 bytes; the server takes at most 64");
+                  "the evaluation's metrics map is 5 entries; the server takes at most 4");
   }
-  // The raw client declines round 1 within the limits (and then stops: round 2 goes on without
-  // it once it is timed out); the refusals are audited, and the good sites' rounds commit.
+  // A long decline (a site's own error, say) is cut to max_text_bytes and recorded, not refused;
+  // then the raw client stops (round 2 goes on without it once it is timed out). The refusals
+  // are audited, and the good sites' rounds commit.
   m = MetaFor(t, Model(spec).NumBytes());
-  m.set_decline_reason("not today");
+  m.set_decline_reason(std::string(5000, 'r'));
   EXPECT_TRUE(raw.Send(m, "", "").ok());
   for (auto& g : good) EXPECT_TRUE(g->Join().ok());
   absl::StatusOr<std::vector<server::RoundRecord>> rounds = (*server)->store().Rounds(run_id);
@@ -320,9 +318,20 @@ TEST(BadInputTest, ClientTextOverTheLimitsIsRefusedNamingTheLimit) {
   for (const server::AuditRecord& a : *audit) {
     refused += a.detail.find("(limits.max_") != std::string::npos;
   }
-  EXPECT_EQ(refused, 6);  // the join, four updates, the evaluation
+  EXPECT_EQ(refused, 5);  // the join, three updates, the evaluation
+  absl::StatusOr<std::vector<server::ParticipationRecord>> parts =
+      (*server)->store().Participations(run_id, 1);
+  ASSERT_TRUE(parts.ok());
+  bool cut = false;
+  for (const server::ParticipationRecord& p : *parts) {
+    cut = cut || (p.reason.find("rrrr") != std::string::npos && p.reason.size() < 1000);
+  }
+  EXPECT_TRUE(cut) << "the long decline is recorded, cut";
 }
 
+// The server trusts a certificate it verified for a while (verifying on every call was most of
+// its CPU in short rounds), but looks enrollment up on every call: a site revoked between two
+// calls is refused at the second, with the reason.
 TEST(BadInputTest, ASiteRevokedBetweenTwoCallsIsRefusedAtTheSecond) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "raw"});

@@ -18,9 +18,10 @@ struct ClientInputLimits {
   // Capabilities a join may list.
   int32_t max_capabilities = 32;
   // Entries of one update's or one evaluation's metrics, and the bytes of each key.
-  int32_t max_metrics = 64;
+  int32_t max_metrics = 1024;
   int64_t max_metric_key_bytes = 128;
-  // A decline reason or an evaluation's error text.
+  // A decline reason or an evaluation's error text is cut to this (not refused: a site's own long
+  // error is still recorded).
   int64_t max_text_bytes = 4096;
 
   // INVALID_ARGUMENT naming a limit below 1.
