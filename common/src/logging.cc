@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 
+#include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "nlohmann/json.hpp"
@@ -59,15 +60,45 @@ bool IsControl(char c) {
 // A value as is, or quoted with `"` and `\` escaped and every control character written as an
 // escape (\n, \r, \t, \xNN): a client's text (its name, a decline reason) can neither start a
 // new line nor reach a terminal as an escape sequence.
+// The length of a UTF-8 sequence at `at` that a terminal may act on: a C1 control (U+0080 to
+// U+009F, C2 80..9F; U+009B is CSI) or a bidirectional override or isolate (U+202A to U+202E,
+// U+2066 to U+2069); 0 for anything else.
+size_t ActiveSequence(std::string_view v, size_t at) {
+  auto byte = [&](size_t i) { return i < v.size() ? static_cast<unsigned char>(v[i]) : 0u; };
+  if (byte(at) == 0xc2 && byte(at + 1) >= 0x80 && byte(at + 1) <= 0x9f) return 2;
+  if (byte(at) == 0xe2 && byte(at + 1) == 0x80 && byte(at + 2) >= 0xaa && byte(at + 2) <= 0xae) {
+    return 3;
+  }
+  if (byte(at) == 0xe2 && byte(at + 1) == 0x81 && byte(at + 2) >= 0xa6 && byte(at + 2) <= 0xa9) {
+    return 3;
+  }
+  return 0;
+}
+
 void AppendValue(std::string& line, std::string_view value) {
   bool quote = value.empty() || value.find_first_of(" \"=") != std::string_view::npos;
-  for (char c : value) quote = quote || IsControl(c);
+  for (size_t i = 0; i < value.size(); ++i) {
+    quote = quote || IsControl(value[i]) || ActiveSequence(value, i) > 0;
+  }
   if (!quote) {
     line.append(value);
     return;
   }
   line.push_back('"');
-  for (char c : value) {
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (const size_t n = ActiveSequence(value, i); n > 0) {
+      // As \xNN escapes of its bytes, like a C0 control: inert, and still readable.
+      static constexpr char kHex[] = "0123456789abcdef";
+      for (size_t k = 0; k < n; ++k) {
+        const auto u = static_cast<unsigned char>(value[i + k]);
+        line.append("\\x");
+        line.push_back(kHex[u >> 4]);
+        line.push_back(kHex[u & 0xf]);
+      }
+      i += n - 1;
+      continue;
+    }
+    const char c = value[i];
     switch (c) {
       case '"':
       case '\\':
@@ -131,7 +162,10 @@ void LogEvent(LogLevel level, std::string_view event, std::initializer_list<LogF
     j["level"] = LevelName(level);
     j["event"] = std::string(event);
     for (const LogField& f : fields) j[std::string(f.first)] = f.second;
-    line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    // ASCII only: every character past it (C1 controls, bidi overrides) as a \\u escape; and
+    // DEL, which JSON leaves raw.
+    line = j.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+    line = absl::StrReplaceAll(line, {{"\x7f", "\\u007f"}});
     line.push_back('\n');
   } else {
     line = ts;

@@ -439,6 +439,12 @@ class FederationService final
         return absl::UnauthenticatedError(
             "plaintext mode: send the client's name in the fl-client-name metadata");
       }
+      if (static_cast<int64_t>(it->second.size()) > options_.limits.max_name_bytes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("plaintext mode: the fl-client-name metadata is ", it->second.size(),
+                         " bytes; the server takes at most ", options_.limits.max_name_bytes,
+                         " (limits.max_name_bytes)"));
+      }
       return absl::StrCat("plain:", std::string(it->second.data(), it->second.size()));
     }
     std::vector<grpc::string_ref> certs = ctx->auth_context()->FindPropertyValues("x509_pem_cert");

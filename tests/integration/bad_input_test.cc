@@ -329,6 +329,34 @@ TEST(BadInputTest, ClientTextOverTheLimitsIsRefusedNamingTheLimit) {
   EXPECT_TRUE(cut) << "the long decline is recorded, cut";
 }
 
+// In plaintext mode (loopback tests) a client is named by its fl-client-name header: bounded
+// like any client name.
+TEST(BadInputTest, APlaintextClientNameOverTheLimitIsRefused) {
+  TempDir dir;
+  server::ServerOptions o;
+  o.listen_address = "127.0.0.1:0";
+  o.data_dir = dir.path() + "/server";
+  o.insecure_plaintext = true;
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(o, Model(client::SoftmaxRegressionSpec(784, 10)));
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::Federation::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
+  for (const size_t length : {size_t{128}, size_t{129}}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("fl-client-name", std::string(length, 'n'));
+    v1::JoinRequest req;
+    v1::JoinReply reply;
+    const grpc::Status s = stub->Join(&ctx, req, &reply);
+    if (length == 128) {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    } else {
+      ExpectRefused(s, grpc::StatusCode::INVALID_ARGUMENT,
+                    "the fl-client-name metadata is 129 bytes; the server takes at most 128");
+    }
+  }
+}
+
 // The server trusts a certificate it verified for a while (verifying on every call was most of
 // its CPU in short rounds), but looks enrollment up on every call: a site revoked between two
 // calls is refused at the second, with the reason.

@@ -32,6 +32,31 @@ TEST(LoggingTest, ControlCharactersInValuesAreEscaped) {
   EXPECT_EQ(out.find('\n'), out.size() - 1);
 }
 
+// Sequences a terminal acts on past ASCII (C1's CSI, a right-to-left override) are escaped in
+// text lines; JSON lines are ASCII, DEL included.
+TEST(LoggingTest, TerminalSequencesPastAsciiAreEscapedInBothFormats) {
+  SetLogFormat(LogFormat::kText);
+  ::testing::internal::CaptureStderr();
+  LogEvent(LogLevel::kInfo, "client_joined",
+           {{"name",
+             "a\xc2\x9b"
+             "31mb\xe2\x80\xae"
+             "c caf\xc3\xa9"}});
+  std::string out = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(out.find(" name=\"a\\xc2\\x9b31mb\\xe2\\x80\\xaec caf\xc3\xa9\"\n"), std::string::npos)
+      << out;
+  SetLogFormat(LogFormat::kJson);
+  ::testing::internal::CaptureStderr();
+  LogEvent(LogLevel::kInfo, "client_joined", {{"name", "x\x7fy\xe2\x80\xae"}});
+  out = ::testing::internal::GetCapturedStderr();
+  SetLogFormat(LogFormat::kText);
+  for (char c : out) EXPECT_LT(static_cast<unsigned char>(c), 0x7f) << out;
+  EXPECT_NE(out.find("x\\u007fy\\u202e"), std::string::npos) << out;
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  EXPECT_EQ(j["name"], "x\x7fy\xe2\x80\xae");
+}
+
 // A sink takes each line (without its newline) instead of stderr; an empty one gives stderr back.
 TEST(LoggingTest, ASinkTakesTheLinesUntilItIsRemoved) {
   SetLogFormat(LogFormat::kText);
