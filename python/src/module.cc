@@ -9,10 +9,10 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <chrono>
 #include <cmath>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "fl/client/client.h"
 #include "fl/common/logging.h"
+#include "python/src/gil.h"
 #include "python/src/py_trainer.h"
 #include "python/src/simulation.h"
 #include "python/src/status.h"
@@ -151,11 +152,7 @@ class PyClient {
   // stage, status ("OK" or the error), num_examples, train_seconds, task_seconds.
   nb::dict Run(nb::object on_task) {
     if (!on_task.is_none()) {
-      auto held =
-          std::shared_ptr<nb::object>(new nb::object(std::move(on_task)), [](nb::object* p) {
-            nb::gil_scoped_acquire gil;
-            delete p;
-          });
+      std::shared_ptr<nb::object> held = Shared(std::move(on_task));
       client_->set_on_task([held](const client::TaskReport& r) {
         nb::gil_scoped_acquire gil;
         nb::dict d;
@@ -175,36 +172,16 @@ class PyClient {
     std::promise<absl::Status> done;
     std::future<absl::Status> result = done.get_future();
     std::thread loop([&] { done.set_value(client_->Run()); });
-    bool interrupted = false;
-    while (true) {
-      {
-        nb::gil_scoped_release release;
-        if (result.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready) break;
+    // Ctrl-C (or another signal handler that raised): stop the loop, interrupt a trainer call
+    // under way, and re-raise once the loop has ended.
+    std::optional<nb::python_error> pending = WaitHandlingSignals(result, [&] {
+      client_->Stop();
+      if (unsigned long thread = trainer_->calling_thread(); thread != 0) {
+        PyThreadState_SetAsyncExc(thread, PyExc_KeyboardInterrupt);
       }
-      if (!interrupted && PyErr_CheckSignals() != 0) {
-        // Ctrl-C (or another signal handler that raised): stop the loop, interrupt a trainer
-        // call under way, and re-raise once the loop has ended.
-        interrupted = true;
-        nb::python_error pending;  // takes the raised KeyboardInterrupt
-        client_->Stop();
-        if (unsigned long thread = trainer_->calling_thread(); thread != 0) {
-          PyThreadState_SetAsyncExc(thread, PyExc_KeyboardInterrupt);
-        }
-        while (true) {
-          {
-            nb::gil_scoped_release release;
-            if (result.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready) {
-              break;
-            }
-          }
-          // A second Ctrl-C while the loop winds down: the first is already being handled.
-          if (PyErr_CheckSignals() != 0) PyErr_Clear();
-        }
-        loop.join();
-        throw pending;
-      }
-    }
+    });
     loop.join();
+    if (pending.has_value()) throw *pending;
     absl::Status s = result.get();
     if (!s.ok()) Raise(s);
     const client::RunEnd end = client_->last_run();
@@ -231,10 +208,7 @@ void SetLogHandler(nb::object handler) {
     SetLogSink({});
     return;
   }
-  auto held = std::shared_ptr<nb::object>(new nb::object(std::move(handler)), [](nb::object* p) {
-    nb::gil_scoped_acquire gil;
-    delete p;
-  });
+  std::shared_ptr<nb::object> held = Shared(std::move(handler));
   SetLogSink([held](LogLevel level, std::string_view line) {
     if (!Py_IsInitialized()) return;
     nb::gil_scoped_acquire gil;

@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <future>
 #include <map>
 #include <memory>
@@ -27,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "fl/simulation/partition.h"
 #include "fl/simulation/simulation.h"
+#include "python/src/gil.h"
 #include "python/src/py_trainer.h"
 #include "python/src/status.h"
 #include "python/src/weights.h"
@@ -35,15 +35,6 @@ namespace nb = nanobind;
 
 namespace fl::python {
 namespace {
-
-// A Python object shared by C++ threads: copies cost no reference count, the last one drops it
-// with the GIL taken.
-std::shared_ptr<nb::object> Shared(nb::object o) {
-  return std::shared_ptr<nb::object>(new nb::object(std::move(o)), [](nb::object* p) {
-    nb::gil_scoped_acquire gil;
-    delete p;
-  });
-}
 
 template <typename T>
 void Set(nb::handle d, const char* key, T& out) {
@@ -162,19 +153,8 @@ nb::dict Simulate(nb::object client_fn, nb::object initial_weights, int32_t num_
   std::promise<absl::StatusOr<simulation::SimulationResult>> done;
   auto result = done.get_future();
   std::thread runner([&] { done.set_value(simulation::RunSimulation(o, callbacks)); });
-  bool interrupted = false;
-  std::optional<nb::python_error> pending;
-  while (true) {
-    {
-      nb::gil_scoped_release release;
-      if (result.wait_for(std::chrono::milliseconds(100)) == std::future_status::ready) break;
-    }
-    if (!interrupted && PyErr_CheckSignals() != 0) {
-      interrupted = true;
-      pending.emplace();  // takes the raised KeyboardInterrupt
-      stopping->store(true);
-    }
-  }
+  std::optional<nb::python_error> pending =
+      WaitHandlingSignals(result, [&] { stopping->store(true); });
   runner.join();
   if (pending.has_value()) throw *pending;
   absl::StatusOr<simulation::SimulationResult> r = result.get();

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "python/src/gil.h"
 #include "python/src/status.h"
 
 namespace nb = nanobind;
@@ -19,18 +20,6 @@ namespace {
 
 using ReadArray = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
 using WriteArray = nb::ndarray<float, nb::c_contig, nb::device::cpu>;
-
-// A Python object a borrowed model keeps alive; dropped with the GIL taken, from any thread.
-struct PyKeeper {
-  nb::object object;
-};
-
-std::shared_ptr<void> KeepAlive(nb::object object) {
-  return std::shared_ptr<void>(new PyKeeper{std::move(object)}, [](void* p) {
-    nb::gil_scoped_acquire gil;
-    delete static_cast<PyKeeper*>(p);
-  });
-}
 
 // The object whose memory a numpy array finally views (its `base` chain's end).
 nb::object RootOf(nb::handle array) {
@@ -148,7 +137,7 @@ absl::StatusOr<Model> ModelFromWeights(nb::handle weights, const ModelSpec& spec
     }
     if (can_borrow) {
       if (borrowed != nullptr) *borrowed = true;
-      return Model::Borrow(spec, writable[0].data(), KeepAlive(std::move(root)));
+      return Model::Borrow(spec, writable[0].data(), Shared(std::move(root)));
     }
   }
   Model model(spec);

@@ -85,8 +85,10 @@ def test_two_python_sites_train_a_run_over_mutual_tls(federation, caplog):
     assert clients[0].client_id
     rounds = f.admin("rounds")
     assert "committed" in rounds
-    # The SDK's log lines went to Python's logging, logger "fl".
-    assert any(r.name == "fl" for r in caplog.records)
+    # The SDK's log lines went to Python's logging, logger "fl", at their level: each site's
+    # end of the run, at INFO.
+    done = [r for r in caplog.records if r.name == "fl" and " client_done " in r.getMessage()]
+    assert len(done) == 2 and all(r.levelno == logging.INFO for r in done), caplog.records
 
 
 def test_errors_are_fl_errors_with_their_code(federation, tmp_path):

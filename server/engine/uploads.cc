@@ -17,6 +17,7 @@
 #include "fl/common/crash_point.h"
 #include "fl/common/crypto.h"
 #include "fl/common/logging.h"
+#include "fl/common/text.h"
 #include "server/engine/engine_impl.h"
 
 namespace fl::server::internal {
@@ -49,14 +50,7 @@ std::string SpecMismatch(const ModelSpec& got, const ModelSpec& want) {
 
 }  // namespace
 
-std::string CapClientText(std::string_view text) {
-  if (text.size() <= kMaxClientTextBytes) return std::string(text);
-  size_t end = kMaxClientTextBytes;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;
-  std::string capped(text.substr(0, end));
-  capped += "... (truncated)";
-  return capped;
-}
+std::string CapClientText(std::string_view text) { return CutUtf8(text, kMaxClientTextBytes); }
 
 std::shared_ptr<RoundState> EngineImpl::RegisterUploadLocked(const std::string& client_id,
                                                              const UpdateMeta& meta,

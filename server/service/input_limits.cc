@@ -1,6 +1,7 @@
 #include "server/service/input_limits.h"
 
 #include "absl/strings/str_cat.h"
+#include "fl/common/text.h"
 
 namespace fl::server {
 namespace {
@@ -23,10 +24,8 @@ absl::Status CheckName(const std::string& value, absl::string_view field,
 }
 
 std::string CutText(absl::string_view text, const ClientInputLimits& limits) {
-  if (static_cast<int64_t>(text.size()) <= limits.max_text_bytes) return std::string(text);
-  size_t end = static_cast<size_t>(limits.max_text_bytes);
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xc0) == 0x80) --end;
-  return absl::StrCat(text.substr(0, end), "... (truncated)");
+  return CutUtf8(std::string_view(text.data(), text.size()),
+                 static_cast<size_t>(limits.max_text_bytes));
 }
 
 absl::Status CheckSpecInput(const fl::v1::ModelSpec& spec, absl::string_view whose) {
