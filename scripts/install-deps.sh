@@ -9,7 +9,6 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libssl-dev libsqlite3-dev libeigen3-dev zlib1g-dev
   libgtest-dev libgmock-dev libcli11-dev nlohmann-json3-dev libtomlplusplus-dev
-  libcpp-httplib-dev
   libopenmpi-dev openmpi-bin
   dataset-fashion-mnist
   # The Python SDK (python/): headers to build against, the venv below, and what its tests and

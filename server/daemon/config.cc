@@ -116,6 +116,26 @@ const std::vector<Key>& Keys() {
             "recorded, not refused).",
             1, [](auto& c) -> auto& { return c.server.client_limits.max_text_bytes; }),
         tk::IntKey<C, int32_t>(
+            "limits", "max_streams_per_client",
+            "Most calls one client may have in progress at once (polls, downloads, uploads, "
+            "short calls); past it, RESOURCE_EXHAUSTED.",
+            1, [](auto& c) -> auto& { return c.server.client_limits.max_streams_per_client; }),
+        tk::IntKey<C, int32_t>(
+            "limits", "max_uploads_per_client",
+            "Most uploads one client may have in progress at once; past it, RESOURCE_EXHAUSTED.",
+            1, [](auto& c) -> auto& { return c.server.client_limits.max_uploads_per_client; }),
+        tk::SecondsKey<C>(
+            "limits", "stream_idle_timeout_s",
+            "An upload or download that moves no data for this long is cut and audited "
+            "(seconds); one whose round closed is cut at once.",
+            Range::kPositive,
+            [](auto& c) -> auto& { return c.server.client_limits.stream_idle_timeout; }),
+        tk::IntKey<C, int32_t>(
+            "server", "service_threads",
+            "Threads that run the federation service's calls into the engine and the store; "
+            "waiting polls and idle streams hold none.",
+            1, [](auto& c) -> auto& { return c.server.service_threads; }, 256),
+        tk::IntKey<C, int32_t>(
             "server", "cert_warn_days",
             "Warn (log certificate_expiring at start and daily; metric fl_site_certificates_"
             "expiring) when the server's or an enrolled site's certificate expires within this "

@@ -251,6 +251,7 @@ class ServerImpl final : public Server {
     service_options.verifier = verifier;
     service_options.max_poll_wait = options_.max_poll_wait;
     service_options.limits = options_.client_limits;
+    service_options.threads = options_.service_threads;
     service_ = MakeFederationService(
         service_options, [host = host_.get()] { return host->CurrentEngine(); }, store_.get());
     ControlServiceOptions control_options;
@@ -549,7 +550,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<HttpEndpoint> http_;
   std::unique_ptr<Store> store_;
   std::unique_ptr<RunHost> host_;
-  std::unique_ptr<fl::v1::Federation::Service> service_;
+  std::unique_ptr<grpc::Service> service_;
   std::unique_ptr<fl::v1::Control::Service> control_;
   std::unique_ptr<grpc::Server> grpc_server_;
   int port_ = 0;

@@ -114,6 +114,7 @@ class UploadImpl final : public Upload {
                      assembler_.expected(), " bytes, without its SHA-256")));
   }
   absl::Status Refuse(absl::Status why) override;
+  bool RoundClosing() const override { return round_->closing.load(); }
 
  private:
   // The round is closing or closed: this update is cut off (the close records why).

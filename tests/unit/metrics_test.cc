@@ -2,11 +2,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -18,10 +22,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/daemon/http_endpoint.h"
@@ -242,42 +248,89 @@ TEST(ServerMetricsTest, ConcurrentUpdatesSumAndRendersAreSnapshots) {
 struct HttpResponse {
   int status = 0;
   std::string content_type;
+  std::string allow;
   std::string body;
 };
 
-// A minimal HTTP/1.1 client over a plain socket: one request, Connection: close, read to EOF.
-absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& method,
-                                         const std::string& path) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::InternalError("socket");
-  struct FdCloser {
-    int fd;
-    ~FdCloser() { close(fd); }
-  } closer{fd};
-  timeval timeout{.tv_sec = 5, .tv_usec = 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+// A client socket of a test; closed when it goes.
+class Socket {
+ public:
+  Socket() = default;
+  Socket(Socket&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Socket& operator=(Socket&& other) noexcept {
+    if (this != &other) {
+      Close();
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  ~Socket() { Close(); }
+
+  // Connects to 127.0.0.1:`port` (AF_INET) or [::1]:`port` (AF_INET6), with a 5 s receive
+  // timeout; false when it cannot.
+  bool Connect(int port, int family = AF_INET) {
+    Close();
+    fd_ = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd_ < 0) return false;
+    timeval timeout{.tv_sec = 5, .tv_usec = 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    if (family == AF_INET6) {
+      sockaddr_in6 addr{};
+      addr.sin6_family = AF_INET6;
+      addr.sin6_port = htons(static_cast<uint16_t>(port));
+      addr.sin6_addr = in6addr_loopback;
+      return connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  bool Send(absl::string_view data) {
+    return send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
+  }
+  // Everything up to the server's close; an error when it resets or times out first.
+  absl::StatusOr<std::string> ReadToEnd() {
+    std::string raw;
+    char buffer[4096];
+    for (;;) {
+      const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+      if (n < 0) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("recv failed or timed out after ", raw.size(), " bytes"));
+      }
+      if (n == 0) return raw;
+      raw.append(buffer, static_cast<size_t>(n));
+    }
+  }
+  // Whether the server has closed its side, waiting up to `wait` for it. Discards what it reads.
+  bool ClosedByServer(std::chrono::milliseconds wait) {
+    pollfd p{.fd = fd_, .events = POLLIN, .revents = 0};
+    if (poll(&p, 1, static_cast<int>(wait.count())) <= 0) return false;
+    char buffer[4096];
+    const ssize_t n = recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// Sends `request` as it is and parses the response (read to the server's close).
+absl::StatusOr<HttpResponse> RawHttpRequest(int port, absl::string_view request) {
+  Socket socket;
+  if (!socket.Connect(port)) {
     return absl::UnavailableError(absl::StrCat("connect to port ", port, " failed"));
   }
-  const std::string request = absl::StrCat(method, " ", path,
-                                           " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                           "Content-Length: 0\r\nConnection: close\r\n\r\n");
-  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(request.size())) {
-    return absl::UnavailableError("send failed");
-  }
-  std::string raw;
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = recv(fd, buffer, sizeof(buffer), 0);
-    if (n < 0) return absl::DeadlineExceededError("recv failed or timed out");
-    if (n == 0) break;
-    raw.append(buffer, static_cast<size_t>(n));
-  }
+  if (!socket.Send(request)) return absl::UnavailableError("send failed");
+  absl::StatusOr<std::string> read = socket.ReadToEnd();
+  if (!read.ok()) return read.status();
+  const std::string& raw = *read;
   const size_t header_end = raw.find("\r\n\r\n");
   if (header_end == std::string::npos)
     return absl::DataLossError(absl::StrCat("no headers: ", raw));
@@ -292,9 +345,90 @@ absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& method,
     if (absl::StartsWithIgnoreCase(lines[i], "Content-Type: ")) {
       response.content_type = lines[i].substr(14);
     }
+    if (absl::StartsWithIgnoreCase(lines[i], "Allow: ")) response.allow = lines[i].substr(7);
   }
   return response;
 }
+
+// A minimal HTTP/1.1 client over a plain socket: one request, Connection: close, read to EOF.
+absl::StatusOr<HttpResponse> HttpRequest(int port, const std::string& method,
+                                         const std::string& path) {
+  return RawHttpRequest(port, absl::StrCat(method, " ", path,
+                                           " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                           "Content-Length: 0\r\nConnection: close\r\n\r\n"));
+}
+
+// Milliseconds since `start`.
+int64_t MillisSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                               start)
+      .count();
+}
+
+// GET /healthz; its status, or -1 when it got none, and how long the answer took.
+std::pair<int, int64_t> TimedHealthz(int port) {
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<HttpResponse> response = HttpRequest(port, "GET", "/healthz");
+  const int64_t elapsed_ms = MillisSince(start);
+  return {response.ok() ? response->status : -1, elapsed_ms};
+}
+
+// Abusive clients on a thread of their own: `silent` connections that send nothing and `slow`
+// ones that send the start of a GET /healthz and then one more header byte every 200 ms, never
+// ending the head. One that the server closes is opened again at once, so that they stay open.
+class Abusers {
+ public:
+  Abusers(int port, int silent, int slow)
+      : port_(port), silent_(silent), sockets_(silent + slow), sent_(silent + slow, 0) {}
+  ~Abusers() { Stop(); }
+
+  // Opens them all and starts the thread; false when one cannot connect.
+  bool Start() {
+    for (size_t i = 0; i < sockets_.size(); ++i) {
+      if (!Open(i)) return false;
+    }
+    thread_ = std::thread([this] { Run(); });
+    return true;
+  }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // How many the server closed (and were opened again).
+  int reopened() const { return reopened_; }
+
+ private:
+  bool Open(size_t i) {
+    if (!sockets_[i].Connect(port_)) return false;
+    return i < static_cast<size_t>(silent_) ||
+           sockets_[i].Send("GET /healthz HTTP/1.1\r\nHost: x\r\n");
+  }
+  void Run() {
+    static constexpr absl::string_view kHeaderBytes = "X: y\r\n";
+    while (!stop_) {
+      for (size_t i = 0; i < sockets_.size(); ++i) {
+        bool closed = sockets_[i].ClosedByServer(std::chrono::milliseconds(0));
+        if (!closed && i >= static_cast<size_t>(silent_)) {
+          closed = !sockets_[i].Send(kHeaderBytes.substr(sent_[i]++ % kHeaderBytes.size(), 1));
+        }
+        if (closed) {
+          ++reopened_;
+          sent_[i] = 0;
+          Open(i);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  const int port_;
+  const int silent_;
+  std::vector<Socket> sockets_;  // the silent ones first
+  std::vector<size_t> sent_;     // header bytes sent by each slow one
+  std::atomic<bool> stop_{false};
+  std::atomic<int> reopened_{0};
+  std::thread thread_;
+};
 
 class HttpEndpointTest : public ::testing::Test {
  protected:
@@ -368,8 +502,8 @@ TEST_F(HttpEndpointTest, EverythingElseIsNotFound) {
                                                         {"GET", "/metricsx"},
                                                         {"GET", "/metrics/"},
                                                         {"GET", "/healthz/x"},
-                                                        {"POST", "/metrics"},
-                                                        {"DELETE", "/healthz"}}) {
+                                                        {"POST", "/"},
+                                                        {"DELETE", "/x"}}) {
     absl::StatusOr<HttpResponse> response = HttpRequest(endpoint->port(), method, path);
     ASSERT_TRUE(response.ok()) << method << " " << path << ": " << response.status();
     EXPECT_EQ(response->status, 404) << method << " " << path;
@@ -425,6 +559,179 @@ TEST_F(HttpEndpointTest, RefusesBadArguments) {
   // Not an address of this machine: bind fails.
   EXPECT_EQ(HttpEndpoint::Start("192.0.2.1", 0, &metrics_, health).status().code(),
             absl::StatusCode::kUnavailable);
+}
+
+// The issue's bound: a health check must not fail because of slow or silent clients.
+TEST_F(HttpEndpointTest, HealthzAnswersWithinASecondWhile100SlowAndSilentConnectionsAreOpen) {
+  std::unique_ptr<HttpEndpoint> endpoint = StartOrDie();
+  ASSERT_NE(endpoint, nullptr);
+  Abusers abusers(endpoint->port(), /*silent=*/50, /*slow=*/50);
+  ASSERT_TRUE(abusers.Start());
+  // Five checks over about 3 s, so that some come while abusers pass their 2 s deadline, are
+  // closed and come back.
+  int64_t slowest_ms = 0;
+  for (int i = 0; i < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+    const auto [status, elapsed_ms] = TimedHealthz(endpoint->port());
+    EXPECT_EQ(status, 200) << "check " << i;
+    EXPECT_LT(elapsed_ms, 1000) << "check " << i;
+    slowest_ms = std::max(slowest_ms, elapsed_ms);
+  }
+  abusers.Stop();
+  EXPECT_GT(abusers.reopened(), 0) << "no abuser was closed at its deadline";
+  RecordProperty("slowest_healthz_ms", static_cast<int>(slowest_ms));
+}
+
+TEST_F(HttpEndpointTest, HealthzAnswersWithinASecondPastTheConnectionBound) {
+  std::unique_ptr<HttpEndpoint> endpoint = StartOrDie();
+  ASSERT_NE(endpoint, nullptr);
+  constexpr size_t kSilent = 300;
+  constexpr size_t kBound = 128;  // http_endpoint.h
+  std::vector<Socket> silent(kSilent);
+  for (Socket& socket : silent) ASSERT_TRUE(socket.Connect(endpoint->port()));
+
+  int64_t slowest_ms = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto [status, elapsed_ms] = TimedHealthz(endpoint->port());
+    EXPECT_EQ(status, 200) << "check " << i;
+    EXPECT_LT(elapsed_ms, 1000) << "check " << i;
+    slowest_ms = std::max(slowest_ms, elapsed_ms);
+  }
+  RecordProperty("slowest_healthz_ms", static_cast<int>(slowest_ms));
+  // Each connection past the bound displaced the oldest unanswered one; the newest are still
+  // open, well within their 2 s.
+  for (size_t i = 0; i + kBound <= kSilent; ++i) {
+    EXPECT_TRUE(silent[i].ClosedByServer(std::chrono::milliseconds(500))) << "connection " << i;
+  }
+  for (size_t i = kSilent - 100; i < kSilent; ++i) {
+    EXPECT_FALSE(silent[i].ClosedByServer(std::chrono::milliseconds(0))) << "connection " << i;
+  }
+}
+
+TEST_F(HttpEndpointTest, ClosesSilentAndTricklingConnectionsAtTheirDeadline) {
+  std::unique_ptr<HttpEndpoint> endpoint = StartOrDie();
+  ASSERT_NE(endpoint, nullptr);
+  Socket silent;
+  Socket trickling;
+  ASSERT_TRUE(silent.Connect(endpoint->port()));
+  ASSERT_TRUE(trickling.Connect(endpoint->port()));
+  ASSERT_TRUE(trickling.Send("GET /healthz HTTP/1.1\r\n"));
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<int64_t> silent_closed_ms;
+  std::optional<int64_t> trickling_closed_ms;
+  // A byte every 100 ms does not extend the 2 s the head has in all.
+  while (MillisSince(start) < 4000 && !(silent_closed_ms && trickling_closed_ms)) {
+    if (!silent_closed_ms && silent.ClosedByServer(std::chrono::milliseconds(0))) {
+      silent_closed_ms = MillisSince(start);
+    }
+    if (!trickling_closed_ms) {
+      if (trickling.ClosedByServer(std::chrono::milliseconds(0))) {
+        trickling_closed_ms = MillisSince(start);
+      } else {
+        trickling.Send("X");
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(silent_closed_ms.has_value());
+  ASSERT_TRUE(trickling_closed_ms.has_value());
+  EXPECT_GE(*silent_closed_ms, 1500);
+  EXPECT_LT(*silent_closed_ms, 3000);
+  EXPECT_GE(*trickling_closed_ms, 1500);
+  EXPECT_LT(*trickling_closed_ms, 3000);
+}
+
+TEST_F(HttpEndpointTest, OversizedHeadIs431OtherMethodsAre405AndGarbageIs400) {
+  std::unique_ptr<HttpEndpoint> endpoint = StartOrDie();
+  ASSERT_NE(endpoint, nullptr);
+  const int port = endpoint->port();
+
+  // Over the 8 KiB limit; the rest of it is read and discarded, so the answer is not lost to a
+  // reset.
+  absl::StatusOr<HttpResponse> response = RawHttpRequest(
+      port, absl::StrCat("GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: ", std::string(10000, 'a'),
+                         "\r\n\r\n"));
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 431);
+  // It still serves, and a head just under the limit is fine.
+  response = RawHttpRequest(
+      port, absl::StrCat("GET /healthz HTTP/1.1\r\nX-Big: ", std::string(8000, 'a'), "\r\n\r\n"));
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+
+  for (const auto& [method, path] : std::vector<std::pair<std::string, std::string>>{
+           {"POST", "/metrics"}, {"DELETE", "/healthz"}, {"PUT", "/healthz?x=1"}}) {
+    response = HttpRequest(port, method, path);
+    ASSERT_TRUE(response.ok()) << method << " " << path << ": " << response.status();
+    EXPECT_EQ(response->status, 405) << method << " " << path;
+    EXPECT_EQ(response->allow, "GET, HEAD") << method << " " << path;
+  }
+  // A POST with a body it does not read still gets its answer.
+  response = RawHttpRequest(port, absl::StrCat("POST /healthz HTTP/1.1\r\nContent-Length: 20000"
+                                               "\r\n\r\n",
+                                               std::string(20000, 'b')));
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 405);
+
+  for (const std::string request :
+       {"hello\r\n\r\n", "GET /healthz\r\n\r\n", "GET /healthz SPDY/3\r\n\r\n", "\r\n\r\n"}) {
+    response = RawHttpRequest(port, request);
+    ASSERT_TRUE(response.ok()) << absl::CEscape(request) << ": " << response.status();
+    EXPECT_EQ(response->status, 400) << absl::CEscape(request);
+  }
+  response = HttpRequest(port, "GET", "/healthz");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+}
+
+TEST_F(HttpEndpointTest, HeadHasNoBodyAndTheQueryStringIsIgnored) {
+  std::unique_ptr<HttpEndpoint> endpoint = StartOrDie();
+  ASSERT_NE(endpoint, nullptr);
+  absl::StatusOr<HttpResponse> response = HttpRequest(endpoint->port(), "HEAD", "/healthz");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->content_type, "application/json");
+  EXPECT_EQ(response->body, "");
+
+  response = HttpRequest(endpoint->port(), "GET", "/healthz?verbose=1");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->body, R"({"status":"ok","run_id":3,"round":7,"clients_online":2})");
+
+  response = HttpRequest(endpoint->port(), "GET", "/metrics?x");
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->content_type, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+TEST_F(HttpEndpointTest, ServesOnIpv6) {
+  absl::StatusOr<std::unique_ptr<HttpEndpoint>> endpoint =
+      HttpEndpoint::Start("::1", 0, &metrics_, [this] { return Health(); });
+  if (!endpoint.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << endpoint.status();
+  Socket socket;
+  ASSERT_TRUE(socket.Connect((*endpoint)->port(), AF_INET6));
+  ASSERT_TRUE(socket.Send("GET /healthz HTTP/1.1\r\nHost: [::1]\r\n\r\n"));
+  absl::StatusOr<std::string> raw = socket.ReadToEnd();
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_TRUE(absl::StartsWith(*raw, "HTTP/1.1 200 OK\r\n")) << *raw;
+  EXPECT_TRUE(absl::EndsWith(*raw, R"({"status":"ok","run_id":3,"round":7,"clients_online":2})"))
+      << *raw;
+}
+
+TEST_F(HttpEndpointTest, StopClosesOpenConnectionsAtOnce) {
+  std::unique_ptr<HttpEndpoint> endpoint = StartOrDie();
+  ASSERT_NE(endpoint, nullptr);
+  std::vector<Socket> open(10);
+  for (Socket& socket : open) ASSERT_TRUE(socket.Connect(endpoint->port()));
+  ASSERT_TRUE(open[0].Send("GET /healthz HTTP/1.1\r\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // accepted
+
+  const auto start = std::chrono::steady_clock::now();
+  endpoint->Stop();
+  EXPECT_LT(MillisSince(start), 500);
+  for (size_t i = 0; i < open.size(); ++i) {
+    EXPECT_TRUE(open[i].ClosedByServer(std::chrono::milliseconds(500))) << "connection " << i;
+  }
 }
 
 }  // namespace

@@ -63,6 +63,9 @@ struct ServerOptions {
   absl::Duration max_poll_wait = absl::Seconds(20);
   // What a client's text and maps may hold ([limits]; fl/server/client_limits.h).
   ClientInputLimits client_limits;
+  // Threads of the federation service (server/service/work_pool.h): every call into the engine
+  // and the store runs on them; a parked poll or an idle stream holds none.
+  int32_t service_threads = 8;
   // Flow-control window of each upload stream, in MiB: the server buffers at most this much of
   // each concurrent upload, so its memory stays flat in the number of uploading sites. One
   // upload's speed is at most window / round-trip time (4 MiB at 100 ms: 40 MB/s), so raise it

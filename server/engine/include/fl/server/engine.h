@@ -373,6 +373,10 @@ class Upload {
   // Refuses the update for a reason found outside the engine (e.g. a protocol violation) and
   // returns `why`.
   virtual absl::Status Refuse(absl::Status why) = 0;
+  // True once the update's round closes (its deadline passed, or it has what it needs): the
+  // update can no longer be accepted, so the stream need not be kept open. Thread-safe, unlike
+  // the rest.
+  virtual bool RoundClosing() const = 0;
 };
 
 // The global model of the open round, as handed to the clients sampled in it.

@@ -1,0 +1,31 @@
+#include "server/service/service_core.h"
+
+#include "absl/strings/str_cat.h"
+#include "fl/wire/proto_serde.h"
+
+namespace fl::server {
+
+absl::StatusOr<ServiceCore::Caller> ServiceCore::Enter(grpc::ServerContextBase* ctx, bool upload,
+                                                       const char* event) {
+  Caller caller;
+  caller.engine = engines();
+  absl::StatusOr<std::string> id = identity.Identify(ctx, caller.engine.get());
+  if (!id.ok()) return id.status();
+  caller.id = *std::move(id);
+  bool audit = false;
+  absl::StatusOr<ClientCalls::Lease> lease = calls.Open(caller.id, upload, &audit);
+  if (!lease.ok()) {
+    if (audit) identity.AuditRefusal(caller.engine.get(), caller.id, event, lease.status());
+    return lease.status();
+  }
+  caller.lease = *std::move(lease);
+  return caller;
+}
+
+grpc::Status ServiceBusy() {
+  return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
+      "the server is busy: ", ServiceCore::kMaxQueuedCalls,
+      " calls wait for its threads; try again shortly (or raise server.service_threads)")));
+}
+
+}  // namespace fl::server
