@@ -24,8 +24,11 @@ namespace {
 // A server that is shutting down cancels the calls in flight (a long poll gets CANCELLED, not
 // UNAVAILABLE); unless this client is stopping itself (checked first), that is the server going
 // away, and the client waits for it like any other outage.
+// RESOURCE_EXHAUSTED: the server's per-client call quota or its full queue ("the server is
+// busy"); both pass once calls end.
 bool IsRetryable(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s) ||
+         absl::IsResourceExhausted(s);
 }
 
 // A failed connection whose cause will not pass: this site does not trust the server's

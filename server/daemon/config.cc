@@ -200,6 +200,12 @@ const std::vector<Key>& Keys() {
             "run", "client_timeout_s",
             "A client silent this long is offline; rounds stop waiting for it (seconds).",
             Range::kPositive, [](auto& c) -> auto& { return c.server.engine.client_timeout; }),
+        tk::SecondsKey<C>(
+            "run", "task_pickup_timeout_s",
+            "A client sampled in a round that has not asked for its task this long after the "
+            "round opened is dropped from it (seconds).",
+            Range::kPositive,
+            [](auto& c) -> auto& { return c.server.engine.task_pickup_timeout; }),
         tk::IntKey<C, int32_t>(
             "run", "max_round_retries", "Failed attempts of a round retried before the run fails.",
             0, [](auto& c) -> auto& { return c.server.engine.max_round_retries; })

@@ -19,16 +19,24 @@ namespace fl::server::internal {
 absl::StatusOr<int64_t> EngineImpl::Join(const std::string& client_id, const std::string& name) {
   {
     absl::MutexLock lock(&mu_);
-    ClientState& c = clients_[client_id];
+    const absl::Time now = clock_->Now();
+    auto [it, added] = clients_.try_emplace(client_id);
+    ClientState& c = it->second;
+    // A join of a client already online under the same name changes nothing but its last_seen
+    // (which the tick flushes to the store): no store write, no log line and no wake-up of the
+    // parked polls, so that a client that joins in a loop costs little more than a poll.
+    const bool news = added || c.name != name || now - c.last_seen > options_.client_timeout;
     if (c.name != name) ++clients_changes_;  // a rename reorders by_name_
     c.name = name;
-    c.last_seen = clock_->Now();
-    (void)store_->TouchClient(client_id, ToMs(c.last_seen));
-    c.last_seen_stored = c.last_seen;
-    LogEvent(LogLevel::kInfo, "client_joined",
-             {{"client", client_id.substr(0, 16)}, {"name", name}});
+    c.last_seen = now;
+    if (news) {
+      (void)store_->TouchClient(client_id, ToMs(c.last_seen));
+      c.last_seen_stored = c.last_seen;
+      LogEvent(LogLevel::kInfo, "client_joined",
+               {{"client", client_id.substr(0, 16)}, {"name", name}});
+    }
     MaybeAdvanceLocked();
-    BumpLocked();
+    if (news) BumpLocked();
   }
   AfterUnlock();
   return run_id_;
@@ -41,6 +49,7 @@ Task EngineImpl::Poll(const std::string& client_id) {
     clients_[client_id].last_seen = clock_->Now();
     MaybeAdvanceLocked();
     task = TaskForLocked(client_id);
+    if (task.kind == Task::Kind::kFit) current_->picked_up.insert(client_id);
   }
   AfterUnlock();
   return task;
@@ -78,6 +87,14 @@ std::vector<std::string> EngineImpl::PendingClients() const {
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;
+}
+
+void EngineImpl::NoteSeen(const std::vector<std::string>& client_ids) {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
+  for (const std::string& id : client_ids) {
+    if (auto it = clients_.find(id); it != clients_.end()) it->second.last_seen = now;
+  }
 }
 
 bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
@@ -258,9 +275,21 @@ void EngineImpl::DropOfflineClientsLocked(absl::Time now) {
   RoundState& round = *current_;
   if (now <= round.no_silence_until && now >= round.checked_silence_at) return;
   absl::Time next = absl::InfiniteFuture();
+  const absl::Time pickup_by = round.started + options_.task_pickup_timeout;
   for (const std::string& id : round.sampled) {
     if (round.uploads.count(id) != 0) continue;  // reported, refused or uploading
     DropIfSilentLocked(id, now);
+    if (round.uploads.count(id) == 0 && round.picked_up.count(id) == 0) {
+      if (now > pickup_by) {
+        DropFromRoundLocked(id, "client_no_pickup",
+                            absl::StrCat("did not ask for its task within ",
+                                         absl::FormatDuration(options_.task_pickup_timeout),
+                                         " of the round's start (task_pickup_timeout_s)"),
+                            now);
+      } else {
+        next = std::min(next, pickup_by);
+      }
+    }
     if (round.uploads.count(id) == 0) {  // still owing its update
       next = std::min(next, clients_[id].last_seen + options_.client_timeout);
     }

@@ -199,6 +199,7 @@ class EngineImpl final : public RoundEngine {
                          const absl::Status& status, int32_t round);
 
   std::vector<std::string> PendingClients() const override ABSL_LOCKS_EXCLUDED(mu_);
+  void NoteSeen(const std::vector<std::string>& client_ids) override ABSL_LOCKS_EXCLUDED(mu_);
   void Tick() override ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock lock(&mu_);

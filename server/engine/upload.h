@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -68,6 +69,8 @@ struct RoundState {
   absl::Time checked_silence_at = absl::InfinitePast();
   std::vector<std::string> sampled;
   std::map<std::string, std::string> task_of;  // client id -> task id
+  // The sampled clients that were handed their fit task (a poll answered FIT).
+  std::set<std::string> picked_up;
   // What the strategy's ConfigureFit added to the fit tasks: for every site, and per site.
   std::map<std::string, double> fit_config;
   std::map<std::string, std::map<std::string, double>> site_config;

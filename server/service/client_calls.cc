@@ -29,9 +29,7 @@ absl::StatusOr<ClientCalls::Lease> ClientCalls::Open(const std::string& client_i
   const bool over_uploads = upload && count.uploads >= limits_.max_uploads_per_client;
   if (over_calls || over_uploads) {
     // count.calls >= 1 here (the limits are at least 1), so the entry is not left empty.
-    const absl::Time now = absl::Now();
-    const bool first = now - count.audited >= kAuditEvery;
-    if (first) count.audited = now;
+    const bool first = AuditNowLocked(client_id, absl::Now());
     if (audit != nullptr) *audit = first;
   }
   if (over_calls) {
@@ -50,6 +48,17 @@ absl::StatusOr<ClientCalls::Lease> ClientCalls::Open(const std::string& client_i
   if (upload) ++count.uploads;
   ++open_;
   return Lease(this, client_id, upload);
+}
+
+bool ClientCalls::AuditNowLocked(const std::string& client_id, absl::Time now) {
+  if (audited_.size() >= kMaxAudited) {
+    absl::erase_if(audited_, [&](const auto& entry) { return now - entry.second >= kAuditEvery; });
+  }
+  auto [it, added] = audited_.try_emplace(client_id, now);
+  if (added) return true;
+  if (now - it->second < kAuditEvery) return false;
+  it->second = now;
+  return true;
 }
 
 int64_t ClientCalls::open() const {

@@ -54,14 +54,20 @@ class ClientCalls {
   struct Count {
     int32_t calls = 0;
     int32_t uploads = 0;
-    absl::Time audited = absl::InfinitePast();  // the last refusal audited
   };
+  // True (and noted) when `client_id`'s last audited refusal is kAuditEvery old or more.
+  bool AuditNowLocked(const std::string& client_id, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Close(const std::string& client_id, bool upload);
 
   const ClientInputLimits limits_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, Count> counts_ ABSL_GUARDED_BY(mu_);
   int64_t open_ ABSL_GUARDED_BY(mu_) = 0;
+  // When each client's last refusal was audited; kept apart from counts_, whose entries go when a
+  // client's calls end. Pruned of entries past kAuditEvery when it grows past kMaxAudited.
+  static constexpr size_t kMaxAudited = 4096;
+  absl::flat_hash_map<std::string, absl::Time> audited_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fl::server

@@ -181,11 +181,18 @@ class FederationService final : public CallbackBase {
   }
 
  private:
-  // Runs `handle` on a service thread and finishes the call with the status it returns.
+  // Runs `handle` on a service thread and finishes the call with the status it returns; a call
+  // its client gave up on while it waited for a thread is not run.
   template <typename Handle>
   grpc::ServerUnaryReactor* Unary(grpc::CallbackServerContext* ctx, Handle handle) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-    if (!core_.pool.Post([reactor, handle = std::move(handle)] { reactor->Finish(handle()); })) {
+    if (!core_.pool.Post([ctx, reactor, handle = std::move(handle)] {
+          if (ctx->IsCancelled()) {
+            reactor->Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+            return;
+          }
+          reactor->Finish(handle());
+        })) {
       reactor->Finish(ServiceBusy());
     }
     return reactor;
@@ -193,8 +200,7 @@ class FederationService final : public CallbackBase {
 
   grpc::Status DoJoin(grpc::CallbackServerContext* ctx, const fl::v1::JoinRequest* req,
                       fl::v1::JoinReply* reply) {
-    absl::StatusOr<ServiceCore::Caller> entered =
-        core_.Enter(ctx, /*upload=*/false, "join_refused");
+    absl::StatusOr<ServiceCore::Caller> entered = core_.Enter(ctx, /*upload=*/false);
     if (!entered.ok()) return ToGrpcStatus(entered.status());
     ServiceCore::Caller& caller = *entered;
     if (caller.engine == nullptr) {
@@ -241,8 +247,7 @@ class FederationService final : public CallbackBase {
   };
 
   void BeginPoll(const std::shared_ptr<PollCall>& call) {
-    absl::StatusOr<ServiceCore::Caller> caller =
-        core_.Enter(call->ctx, /*upload=*/false, "poll_refused");
+    absl::StatusOr<ServiceCore::Caller> caller = core_.Enter(call->ctx, /*upload=*/false);
     if (!caller.ok()) {
       call->reactor->Finish(ToGrpcStatus(caller.status()));
       return;
@@ -271,7 +276,7 @@ class FederationService final : public CallbackBase {
     const Task task = engine->Poll(call->caller.id);
     if (task.kind == Task::Kind::kWait && absl::Now() < call->deadline &&
         !call->ctx->IsCancelled()) {
-      core_.parking.Park(engine, seen, call->deadline, call->ctx,
+      core_.parking.Park(engine, call->caller.id, seen, call->deadline, call->ctx,
                          [this, call] { ContinuePoll(call); });
       return;
     }
@@ -282,8 +287,7 @@ class FederationService final : public CallbackBase {
 
   grpc::Status DoHeartbeat(grpc::CallbackServerContext* ctx, const fl::v1::HeartbeatRequest* req,
                            fl::v1::HeartbeatReply* reply) {
-    absl::StatusOr<ServiceCore::Caller> entered =
-        core_.Enter(ctx, /*upload=*/false, "heartbeat_refused");
+    absl::StatusOr<ServiceCore::Caller> entered = core_.Enter(ctx, /*upload=*/false);
     if (!entered.ok()) return ToGrpcStatus(entered.status());
     ServiceCore::Caller& caller = *entered;
     if (caller.engine == nullptr) return NoRun();
@@ -299,8 +303,7 @@ class FederationService final : public CallbackBase {
 
   grpc::Status DoSubmitEvaluation(grpc::CallbackServerContext* ctx,
                                   const fl::v1::EvaluationResult* req, fl::v1::SubmitReply* reply) {
-    absl::StatusOr<ServiceCore::Caller> entered =
-        core_.Enter(ctx, /*upload=*/false, "evaluation_refused");
+    absl::StatusOr<ServiceCore::Caller> entered = core_.Enter(ctx, /*upload=*/false);
     if (!entered.ok()) return ToGrpcStatus(entered.status());
     ServiceCore::Caller& caller = *entered;
     if (caller.engine == nullptr) return NoRun();
@@ -338,8 +341,7 @@ class FederationService final : public CallbackBase {
 
   grpc::Status DoSubmitSecAgg(grpc::CallbackServerContext* ctx, const fl::v1::SecAggSubmission* req,
                               fl::v1::SubmitReply* reply) {
-    absl::StatusOr<ServiceCore::Caller> entered =
-        core_.Enter(ctx, /*upload=*/false, "secagg_refused");
+    absl::StatusOr<ServiceCore::Caller> entered = core_.Enter(ctx, /*upload=*/false);
     if (!entered.ok()) return ToGrpcStatus(entered.status());
     ServiceCore::Caller& caller = *entered;
     if (caller.engine == nullptr) return NoRun();

@@ -26,11 +26,10 @@ class ModelDownload final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
   }
 
   void OnWriteDone(bool ok) override {
-    if (!ok) {
+    if (!watched_->PeerMoved() || !ok) {
       End(grpc::Status(grpc::StatusCode::CANCELLED, "client went away during the download"));
       return;
     }
-    watched_->Touch();
     ++next_;
     WriteNext();
   }
@@ -48,8 +47,7 @@ class ModelDownload final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       Finish(std::move(parsed));
       return;
     }
-    absl::StatusOr<ServiceCore::Caller> caller =
-        core_->Enter(ctx_, /*upload=*/false, "download_refused");
+    absl::StatusOr<ServiceCore::Caller> caller = core_->Enter(ctx_, /*upload=*/false);
     if (!caller.ok()) {
       Finish(ToGrpcStatus(caller.status()));
       return;
@@ -91,6 +89,7 @@ class ModelDownload final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       return;
     }
     // The set outlives the write (this reactor holds it); gRPC only references the slices.
+    watched_->WaitForPeer();
     StartWrite(&chunks[next_]);
   }
 

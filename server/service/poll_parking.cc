@@ -18,16 +18,18 @@ PollParking::~PollParking() {
   thread_.join();
 }
 
-void PollParking::Park(std::shared_ptr<RoundEngine> engine, uint64_t seen_version,
-                       absl::Time deadline, grpc::ServerContextBase* ctx,
+void PollParking::Park(std::shared_ptr<RoundEngine> engine, std::string client_id,
+                       uint64_t seen_version, absl::Time deadline, grpc::ServerContextBase* ctx,
                        std::function<void()> resume) {
-  // Already due: the change came between the caller's poll and now.
-  if (engine->version() != seen_version || absl::Now() >= deadline || ctx->IsCancelled()) {
+  // Over already. A change of the engine since the caller's poll waits for the next sweep, like
+  // every other: resuming at once would let a stream of changes spin the polls on the pool.
+  if (absl::Now() >= deadline || ctx->IsCancelled()) {
     pool_->Continue(std::move(resume));
     return;
   }
   absl::MutexLock lock(&mu_);
-  parked_.push_back({std::move(engine), seen_version, deadline, ctx, std::move(resume)});
+  parked_.push_back(
+      {std::move(engine), std::move(client_id), seen_version, deadline, ctx, std::move(resume)});
 }
 
 size_t PollParking::parked() const {
@@ -59,6 +61,13 @@ PollParking::Swept PollParking::Sweep() {
     swept.engine = p.engine;
     swept.version = it->second;
     kept.push_back(std::move(p));
+  }
+  if (now - noted_seen_ >= kNoteSeenEvery) {
+    // A parked poll is a live client; the engine no longer sees it poll while it waits.
+    noted_seen_ = now;
+    absl::flat_hash_map<RoundEngine*, std::vector<std::string>> waiting;
+    for (const Parked& p : kept) waiting[p.engine.get()].push_back(p.client_id);
+    for (auto& [engine, ids] : waiting) engine->NoteSeen(ids);
   }
   absl::MutexLock lock(&mu_);
   parked_.insert(parked_.end(), std::make_move_iterator(kept.begin()),

@@ -29,6 +29,7 @@ class PollParking {
  public:
   static constexpr absl::Duration kCheckEvery = absl::Milliseconds(250);
   static constexpr absl::Duration kMinSweep = absl::Milliseconds(50);
+  static constexpr absl::Duration kNoteSeenEvery = absl::Seconds(1);
 
   // `pool` is not owned and must outlive this.
   explicit PollParking(WorkPool* pool);
@@ -38,11 +39,13 @@ class PollParking {
   PollParking(const PollParking&) = delete;
   PollParking& operator=(const PollParking&) = delete;
 
-  // Parks a poll that saw `engine` at `seen_version`; `resume` is posted to the pool once the
-  // engine's version is no longer `seen_version`, `deadline` has passed or `ctx` is cancelled
-  // (at once when that is so already). `ctx` must stay valid until `resume` runs. Thread-safe.
-  void Park(std::shared_ptr<RoundEngine> engine, uint64_t seen_version, absl::Time deadline,
-            grpc::ServerContextBase* ctx, std::function<void()> resume);
+  // Parks the poll of `client_id` that saw `engine` at `seen_version`; `resume` is posted to the
+  // pool once the engine's version is no longer `seen_version` (at the next sweep), `deadline`
+  // has passed or `ctx` is cancelled (at once when one of these two is so already). While parked,
+  // the client counts as seen by its engine (RoundEngine::NoteSeen, every kNoteSeenEvery). `ctx`
+  // must stay valid until `resume` runs. Thread-safe.
+  void Park(std::shared_ptr<RoundEngine> engine, std::string client_id, uint64_t seen_version,
+            absl::Time deadline, grpc::ServerContextBase* ctx, std::function<void()> resume);
 
   // Polls parked now.
   size_t parked() const;
@@ -50,6 +53,7 @@ class PollParking {
  private:
   struct Parked {
     std::shared_ptr<RoundEngine> engine;
+    std::string client_id;
     uint64_t seen_version = 0;
     absl::Time deadline;
     grpc::ServerContextBase* ctx = nullptr;
@@ -68,6 +72,7 @@ class PollParking {
   mutable absl::Mutex mu_;
   std::vector<Parked> parked_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time noted_seen_ = absl::InfinitePast();  // the sweep's thread only
   std::thread thread_;
 };
 

@@ -5,8 +5,7 @@
 
 namespace fl::server {
 
-absl::StatusOr<ServiceCore::Caller> ServiceCore::Enter(grpc::ServerContextBase* ctx, bool upload,
-                                                       const char* event) {
+absl::StatusOr<ServiceCore::Caller> ServiceCore::Enter(grpc::ServerContextBase* ctx, bool upload) {
   Caller caller;
   caller.engine = engines();
   absl::StatusOr<std::string> id = identity.Identify(ctx, caller.engine.get());
@@ -15,7 +14,8 @@ absl::StatusOr<ServiceCore::Caller> ServiceCore::Enter(grpc::ServerContextBase* 
   bool audit = false;
   absl::StatusOr<ClientCalls::Lease> lease = calls.Open(caller.id, upload, &audit);
   if (!lease.ok()) {
-    if (audit) identity.AuditRefusal(caller.engine.get(), caller.id, event, lease.status());
+    if (audit)
+      identity.AuditRefusal(caller.engine.get(), caller.id, "quota_refused", lease.status());
     return lease.status();
   }
   caller.lease = *std::move(lease);

@@ -43,8 +43,9 @@ struct ServiceCore {
     ClientCalls::Lease lease;
   };
   // Identifies the caller (CallerIdentity::Identify's refusals) and counts the call
-  // (ClientCalls::Open's RESOURCE_EXHAUSTED, audited as `event` at most once a minute per client).
-  absl::StatusOr<Caller> Enter(grpc::ServerContextBase* ctx, bool upload, const char* event);
+  // (ClientCalls::Open's RESOURCE_EXHAUSTED, audited as "quota_refused" at most once a minute per
+  // client).
+  absl::StatusOr<Caller> Enter(grpc::ServerContextBase* ctx, bool upload);
 
   const ServiceOptions options;
   const EngineSource engines;

@@ -1,5 +1,6 @@
 #include "server/service/stream_watch.h"
 
+#include <chrono>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -11,14 +12,29 @@ namespace {
 
 constexpr absl::Duration kCheckEvery = absl::Milliseconds(250);
 
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 StreamWatch::Watched::Watched(absl::Duration idle, std::function<void()> cut,
                               std::function<bool()> unwanted)
-    : idle_(idle),
-      last_ns_(absl::GetCurrentTimeNanos()),
-      cut_(std::move(cut)),
-      unwanted_(std::move(unwanted)) {}
+    : idle_(idle), cut_(std::move(cut)), unwanted_(std::move(unwanted)) {}
+
+void StreamWatch::Watched::WaitForPeer() {
+  absl::MutexLock lock(&mu_);
+  waiting_ = true;
+  waiting_since_ns_ = SteadyNanos();
+}
+
+bool StreamWatch::Watched::PeerMoved() {
+  absl::MutexLock lock(&mu_);
+  waiting_ = false;
+  return cut_reason_.empty();
+}
 
 void StreamWatch::Watched::Release() {
   absl::MutexLock lock(&mu_);
@@ -35,18 +51,19 @@ std::string StreamWatch::Watched::cut_reason() const {
   return cut_reason_;
 }
 
-bool StreamWatch::Watched::CutIfDue(absl::Time now) {
+bool StreamWatch::Watched::CutIfDue(int64_t now_ns) {
   std::function<void()> cut;
   {
     absl::MutexLock lock(&mu_);
     if (released_) return true;
-    const absl::Time last = absl::FromUnixNanos(last_ns_.load(std::memory_order_relaxed));
+    if (!waiting_) return false;  // the server is at work on the stream's last message
+    const absl::Duration waited = absl::Nanoseconds(now_ns - waiting_since_ns_);
     if (unwanted_ && unwanted_()) {
       cut_reason_ = "its round closed while it was open";
-    } else if (now - last >= idle_) {
-      cut_reason_ =
-          absl::StrCat("no data moved for ", absl::FormatDuration(absl::Trunc(now - last, absl::Milliseconds(100))),
-                       " (limits.stream_idle_timeout_s is ", absl::ToInt64Seconds(idle_), ")");
+    } else if (waited >= idle_) {
+      cut_reason_ = absl::StrCat(
+          "no data moved for ", absl::FormatDuration(absl::Trunc(waited, absl::Milliseconds(100))),
+          " (limits.stream_idle_timeout_s is ", absl::FormatDuration(idle_), ")");
     } else {
       return false;
     }
@@ -96,7 +113,7 @@ void StreamWatch::Loop() {
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), kCheckEvery)) return;
       streams = streams_;
     }
-    const absl::Time now = absl::Now();
+    const int64_t now = SteadyNanos();
     absl::flat_hash_set<Watched*> done;
     for (const std::shared_ptr<Watched>& s : streams) {
       if (s->CutIfDue(now)) done.insert(s.get());

@@ -4,13 +4,18 @@
 // a thread. Each watched stream is cut when it has moved no data for its idle time, or when what
 // it carries is no longer wanted (an upload whose round closed), whichever comes first.
 //
+// Only the time the server waits on the client counts: a stream is watched from WaitForPeer()
+// (before a read or write is started) to PeerMoved() (in its completion), so the server's own
+// queueing and processing of a message never count as the client's silence. The idle time is per
+// message (an upload's or download's chunk of up to 1 MiB): the default 30 s implies a link of at
+// least 35 KB/s. Times are on a monotonic clock.
+//
 // One thread checks every watched stream four times a second; cutting one calls its `cut` there,
 // once. `cut` is expected to cancel the call (grpc::ServerContextBase::TryCancel) and record why;
 // the stream's reactor then ends it as usual.
 #ifndef FL_SERVER_SERVICE_STREAM_WATCH_H_
 #define FL_SERVER_SERVICE_STREAM_WATCH_H_
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,8 +33,12 @@ class StreamWatch {
   // One watched stream. Touch() on every message moved; Release() before the stream finishes.
   class Watched {
    public:
-    // The stream moved data now.
-    void Touch() { last_ns_.store(absl::GetCurrentTimeNanos(), std::memory_order_relaxed); }
+    // The server now waits on the client (a read or write is about to start): the idle clock
+    // starts.
+    void WaitForPeer();
+    // The read or write completed: the idle clock stops. False when the stream was cut first
+    // (the message that came is then not to be handled: the call is being cancelled).
+    bool PeerMoved();
     // Stops watching. When it returns, `cut` is not running on another thread and will not be
     // called again (called from within `cut` itself, it does not wait). Idempotent.
     void Release();
@@ -39,12 +48,14 @@ class StreamWatch {
    private:
     friend class StreamWatch;
     Watched(absl::Duration idle, std::function<void()> cut, std::function<bool()> unwanted);
-    // Calls `cut_` if the stream is due at `now`; true when it is done with (cut or released).
-    bool CutIfDue(absl::Time now);
+    // Calls `cut_` if the stream is due at `now_ns` (steady clock); true when it is done with
+    // (cut or released).
+    bool CutIfDue(int64_t now_ns);
 
     const absl::Duration idle_;
-    std::atomic<int64_t> last_ns_;
     mutable absl::Mutex mu_;
+    bool waiting_ ABSL_GUARDED_BY(mu_) = false;
+    int64_t waiting_since_ns_ ABSL_GUARDED_BY(mu_) = 0;
     std::function<void()> cut_ ABSL_GUARDED_BY(mu_);
     std::function<bool()> unwanted_ ABSL_GUARDED_BY(mu_);
     bool released_ ABSL_GUARDED_BY(mu_) = false;
@@ -58,9 +69,10 @@ class StreamWatch {
   StreamWatch(const StreamWatch&) = delete;
   StreamWatch& operator=(const StreamWatch&) = delete;
 
-  // Watches a stream that starts now: `cut` runs once when it has not been touched for `idle`,
-  // or when `unwanted` (may be empty) says true. `unwanted` is asked on the watch's thread, never
-  // after Release() returned. Thread-safe.
+  // Watches a stream: `cut` runs once when it has waited on its client for `idle` since the last
+  // WaitForPeer(), or when `unwanted` (may be empty) says true while it waits. `unwanted` is asked
+  // on the watch's thread, only while the stream waits, never after Release() returned.
+  // Thread-safe.
   std::shared_ptr<Watched> Watch(absl::Duration idle, std::function<void()> cut,
                                  std::function<bool()> unwanted = nullptr);
 

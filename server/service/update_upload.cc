@@ -25,8 +25,9 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
   // On gRPC's thread: the message is handled on a service thread, and the next read starts only
   // once it is (one message of a stream at a time, in order).
   void OnReadDone(bool ok) override {
-    if (ok) watched_->Touch();
-    core_->pool.Continue([this, ok] { Handle(ok); });
+    // A message that came as the stream was cut is not handled: the call is being cancelled.
+    const bool live = watched_->PeerMoved() && ok;
+    core_->pool.Continue([this, live] { Handle(live); });
   }
 
   void OnDone() override { delete this; }
@@ -34,8 +35,7 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
  private:
   // Who uploads; then the first read (the metadata).
   void Begin() {
-    absl::StatusOr<ServiceCore::Caller> caller =
-        core_->Enter(ctx_, /*upload=*/true, "update_refused");
+    absl::StatusOr<ServiceCore::Caller> caller = core_->Enter(ctx_, /*upload=*/true);
     if (!caller.ok()) {
       Finish(ToGrpcStatus(caller.status()));
       return;
@@ -50,7 +50,14 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
     grpc::CallbackServerContext* ctx = ctx_;
     watched_ = core_->watch.Watch(
         core_->options.limits.stream_idle_timeout, [ctx] { ctx->TryCancel(); },
-        [this] { return upload_open_.load() && upload_->RoundClosing(); });
+        // Asked only while the stream waits for the client, never while Handle runs.
+        [this] { return upload_ != nullptr && upload_->RoundClosing(); });
+    Read();
+  }
+
+  // Reads the next message; the watch's idle clock runs until it comes.
+  void Read() {
+    watched_->WaitForPeer();
     StartRead(&part_);
   }
 
@@ -64,7 +71,7 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
       End(*end);
       return;
     }
-    StartRead(&part_);
+    Read();
   }
 
   // The stream ended before the SHA-256: cut by the server (why is recorded), or by the client.
@@ -78,11 +85,10 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
               ? absl::InvalidArgumentError("the first message of an update must carry its metadata")
               : absl::DeadlineExceededError(
                     absl::StrCat("the server cut this upload before its metadata: ", cut));
-      engine->AuditRefusal(caller_.id, "update_refused", s);
+      engine->AuditRefusal(caller_.id, cut.empty() ? "update_refused" : "upload_cut", s);
       End(s);
       return;
     }
-    upload_open_ = false;
     if (cut.empty()) {
       End(upload_->Abandon());
       return;
@@ -150,7 +156,6 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
     if (!upload.ok()) return upload.status();
     upload_ = *std::move(upload);
     round_ = meta.round;
-    upload_open_ = true;
     return std::nullopt;
   }
 
@@ -159,34 +164,27 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
     switch (part_.part_case()) {
       case fl::v1::UpdatePart::kChunk: {
         absl::Status s = upload_->AddChunk(part_.chunk().offset(), part_.chunk().data());
-        if (!s.ok()) return Closed(s);
+        if (!s.ok()) return s;
         return std::nullopt;
       }
       case fl::v1::UpdatePart::kSha256: {
         if (absl::Status bad = CheckSha256Input(part_.sha256()); !bad.ok()) {
-          return Closed(upload_->Refuse(bad));
+          return upload_->Refuse(bad);
         }
         absl::Status s = upload_->Finish(part_.sha256());
-        if (!s.ok()) return Closed(s);
+        if (!s.ok()) return s;
         reply_->set_accepted(true);
         reply_->set_message(absl::StrCat("update accepted for round ", round_));
-        return Closed(absl::OkStatus());
+        return absl::OkStatus();
       }
       default:
-        return Closed(upload_->Refuse(
-            absl::InvalidArgumentError("an update's metadata may only come first, once")));
+        return upload_->Refuse(
+            absl::InvalidArgumentError("an update's metadata may only come first, once"));
     }
-  }
-
-  // The upload is over (accepted or refused by the engine): the watch no longer asks it.
-  absl::Status Closed(absl::Status s) {
-    upload_open_ = false;
-    return s;
   }
 
   // Ends the call; the reactor may be gone once Finish returns.
   void End(const absl::Status& status) {
-    upload_open_ = false;
     if (watched_ != nullptr) watched_->Release();
     upload_.reset();
     caller_.lease.Release();
@@ -200,8 +198,6 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
   fl::v1::UpdatePart part_;
   std::shared_ptr<StreamWatch::Watched> watched_;
   std::unique_ptr<Upload> upload_;
-  // Set while upload_ streams: the watch asks upload_->RoundClosing() only then.
-  std::atomic<bool> upload_open_{false};
   int32_t round_ = 0;
 };
 

@@ -28,7 +28,7 @@ bool WorkPool::Post(std::function<void()> work) {
 
 void WorkPool::Continue(std::function<void()> work) {
   absl::MutexLock lock(&mu_);
-  queue_.push_back(std::move(work));
+  continued_.push_back(std::move(work));
 }
 
 size_t WorkPool::queued() const {
@@ -42,9 +42,10 @@ void WorkPool::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &WorkPool::ReadyLocked));
-      if (queue_.empty()) return;  // stopping, and nothing left
-      work = std::move(queue_.front());
-      queue_.pop_front();
+      std::deque<std::function<void()>>& from = continued_.empty() ? queue_ : continued_;
+      if (from.empty()) return;  // stopping, and nothing left
+      work = std::move(from.front());
+      from.pop_front();
     }
     work();
   }

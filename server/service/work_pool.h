@@ -36,22 +36,24 @@ class WorkPool {
   bool Post(std::function<void()> work);
   // Queues `work` whatever the queue holds: for the next step of a call already taken (a stream's
   // next message, a parked poll's resume), which must run for the call to end. Each call has at
-  // most one such step queued, so these are bounded by the calls taken.
+  // most one such step queued, so these are bounded by the calls taken. They run before any new
+  // call waiting, so that a flood of new calls cannot stall the streams under way.
   void Continue(std::function<void()> work);
 
   int threads() const { return static_cast<int>(threads_.size()); }
-  // Items waiting now (not those running).
+  // New calls waiting now (not those running, nor the steps of calls taken).
   size_t queued() const;
 
  private:
   void Loop();
   bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !queue_.empty();
+    return stopping_ || !queue_.empty() || !continued_.empty();
   }
 
   const size_t max_queued_;
   mutable absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);      // new calls (Post)
+  std::deque<std::function<void()>> continued_ ABSL_GUARDED_BY(mu_);  // calls taken (Continue)
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };

@@ -96,6 +96,7 @@ class ManyCalls {
       }
       call->ended = true;
       statuses_.push_back(call->status);
+      kinds_.push_back(call->poll != nullptr ? static_cast<int>(call->task.kind()) : -1);
       ++ended;
       ++done_;
     }
@@ -103,6 +104,8 @@ class ManyCalls {
   }
 
   const std::vector<grpc::Status>& statuses() const { return statuses_; }
+  // The task kind each poll that ended got (-1 for an upload), in the order they ended.
+  const std::vector<int>& kinds() const { return kinds_; }
 
  private:
   struct Call {
@@ -127,6 +130,7 @@ class ManyCalls {
   grpc::CompletionQueue cq_;
   std::vector<std::unique_ptr<Call>> calls_;
   std::vector<grpc::Status> statuses_;
+  std::vector<int> kinds_;
   size_t done_ = 0;
 };
 
@@ -179,9 +183,16 @@ TEST(StreamLimitsTest, AClientOverItsCallQuotaIsRefusedNamingTheLimit) {
   const int64_t run_id = JoinAs(calls, "greedy");
   JoinAs(calls, "other");
 
-  for (int i = 0; i < 3; ++i) calls.Poll("greedy", run_id, absl::Seconds(3));
-  absl::SleepFor(absl::Milliseconds(500));  // the polls are parked on the server
-  ExpectRefused(HeartbeatAs(calls, "greedy"), grpc::StatusCode::RESOURCE_EXHAUSTED,
+  for (int i = 0; i < 3; ++i) calls.Poll("greedy", run_id, absl::Seconds(5));
+  // Once the three polls are parked on the server, the next call is refused.
+  grpc::Status refused;
+  for (int i = 0; i < 100 && refused.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED; ++i) {
+    refused = HeartbeatAs(calls, "greedy");
+    if (refused.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+  ExpectRefused(refused, grpc::StatusCode::RESOURCE_EXHAUSTED,
                 "this client has 3 calls in progress; the server takes at most 3 at once from "
                 "one client (limits.max_streams_per_client)");
   const grpc::Status other = HeartbeatAs(calls, "other");
@@ -193,13 +204,16 @@ TEST(StreamLimitsTest, AClientOverItsCallQuotaIsRefusedNamingTheLimit) {
   const grpc::Status again = HeartbeatAs(calls, "greedy");
   EXPECT_NE(again.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << again.error_message();
 
-  // One upload in progress; the second is refused.
+  // One upload in progress; a second is refused (tried until the first is in).
   calls.SilentUpload("greedy");
-  absl::SleepFor(absl::Milliseconds(500));
-  ManyCalls second(server->port());
-  second.SilentUpload("greedy");
-  ASSERT_EQ(second.Drain(1, absl::Seconds(10)), 1u);
-  ExpectRefused(second.statuses().front(), grpc::StatusCode::RESOURCE_EXHAUSTED,
+  grpc::Status second_upload;
+  for (int i = 0; i < 100 && second_upload.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED;
+       ++i) {
+    ManyCalls second(server->port());
+    second.SilentUpload("greedy");
+    if (second.Drain(1, absl::Milliseconds(300)) == 1) second_upload = second.statuses().front();
+  }
+  ExpectRefused(second_upload, grpc::StatusCode::RESOURCE_EXHAUSTED,
                 "this client has 1 uploads in progress; the server takes at most 1 at once from "
                 "one client (limits.max_uploads_per_client)");
 
@@ -238,7 +252,7 @@ TEST(StreamLimitsTest, ASilentUploadIsCutAfterTheIdleTimeAndTheCutIsAudited) {
   EXPECT_NE(audit.find("the server cut this upload before its metadata: no data moved for"),
             std::string::npos)
       << audit;
-  EXPECT_NE(audit.find("limits.stream_idle_timeout_s is 1"), std::string::npos) << audit;
+  EXPECT_NE(audit.find("limits.stream_idle_timeout_s is 1s"), std::string::npos) << audit;
   // Its upload slot was given back: a new upload is not refused for the quota.
   ManyCalls next(server->port());
   next.SilentUpload("silent");
@@ -289,8 +303,8 @@ TEST(StreamLimitsTest, ASiteThatGoesSilentMidUploadIsCutAndTheRoundGoesOn) {
   ASSERT_TRUE(writer->Write(part));
   part.Clear();
   part.mutable_chunk()->set_offset(0);
-  part.mutable_chunk()->set_data(std::string(
-      reinterpret_cast<const char*>(update.bytes().data()), update.NumBytes() / 2));
+  part.mutable_chunk()->set_data(
+      std::string(reinterpret_cast<const char*>(update.bytes().data()), update.NumBytes() / 2));
   ASSERT_TRUE(writer->Write(part));
   // Then nothing: the server ends the stream.
   const grpc::Status s = writer->Finish();
@@ -335,23 +349,34 @@ TEST(StreamLimitsTest, ParkedPollsAndIdleStreamsHoldNoServerThreads) {
   ASSERT_EQ(calls.Drain(1, absl::Seconds(10)), 1u);
   const int before = ThreadCount();
 
+  const absl::Time start = absl::Now();
   for (int i = 0; i < 300; ++i) calls.Poll(absl::StrCat("poller-", i), run_id, absl::Seconds(6));
   for (int i = 0; i < 100; ++i) calls.SilentUpload(absl::StrCat("uploader-", i));
   absl::SleepFor(absl::Seconds(1));
   const int during = ThreadCount();
   EXPECT_LT(during - before, 16) << before << " threads before, " << during << " with 400 calls";
 
-  // The silent uploads are cut at the idle time (2 s); the polls answer at their wait (6 s).
-  ASSERT_EQ(calls.Drain(400, absl::Seconds(30)), 400u);
-  int polls_ok = 0;
-  int cut = 0;
-  for (size_t i = 1; i < calls.statuses().size(); ++i) {
-    const grpc::Status& s = calls.statuses()[i];
-    if (s.ok()) ++polls_ok;
-    if (!s.ok()) ++cut;
+  // The silent uploads are cut at the idle time (2 s): the client sees its call cancelled.
+  ASSERT_EQ(calls.Drain(100, absl::Seconds(20)), 100u);
+  for (size_t i = 1; i <= 100; ++i) {
+    EXPECT_EQ(calls.statuses()[i].error_code(), grpc::StatusCode::CANCELLED)
+        << calls.statuses()[i].error_message();
+    EXPECT_EQ(calls.kinds()[i], -1) << "a poll ended before the uploads were cut";
   }
-  EXPECT_EQ(polls_ok, 300);
-  EXPECT_EQ(cut, 100);
+  // The polls waited their whole wait (6 s) and were answered WAIT: they were parked.
+  ASSERT_EQ(calls.Drain(300, absl::Seconds(30)), 300u);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(5500));
+  for (size_t i = 101; i < calls.statuses().size(); ++i) {
+    EXPECT_TRUE(calls.statuses()[i].ok()) << calls.statuses()[i].error_message();
+    EXPECT_EQ(calls.kinds()[i], static_cast<int>(v1::Task::WAIT));
+  }
+  const std::string audit = AuditText(server->store());
+  size_t cuts = 0;
+  for (size_t at = audit.find("the server cut this upload"); at != std::string::npos;
+       at = audit.find("the server cut this upload", at + 1)) {
+    ++cuts;
+  }
+  EXPECT_EQ(cuts, 100u);
   std::cerr << "threads: " << before << " before, " << during << " with 300 parked polls and 100 "
             << "silent uploads\n";
 }

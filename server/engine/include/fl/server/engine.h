@@ -149,6 +149,11 @@ struct EngineOptions {
   // A client neither polling nor heartbeating for this long is offline: it does not count towards
   // min_clients, and a round it was sampled in stops waiting for it.
   absl::Duration client_timeout = absl::Seconds(90);
+  // A client sampled in a (plain) round that has not asked for its fit task this long after the
+  // round opened is dropped from it: a client that only joins, or holds streams without polling,
+  // cannot hold a round until client_timeout or the deadline. A polling client asks within
+  // milliseconds of the round's start.
+  absl::Duration task_pickup_timeout = absl::Seconds(90);
   int32_t max_round_retries = 3;
   // A failed attempt is retried after this delay, doubled for each further failure of the same
   // round and at most kMaxRetryBackoff (60 s); 0: at once. So a round that fails for a reason
@@ -462,6 +467,9 @@ class RoundEngine {
   // when its round closed or the client was dropped from it as offline).
   virtual bool Heartbeat(const std::string& client_id, int32_t round,
                          const std::string& task_id) = 0;
+  // The clients are alive, waiting in a long poll (the service parks polls without polling the
+  // engine): they count as seen now. Ids the engine does not know are ignored.
+  virtual void NoteSeen(const std::vector<std::string>& client_ids) = 0;
   // Forgets a client the service no longer admits (revoked): it stops counting as online at once,
   // and a round it was sampled in records it as dropped instead of waiting for it.
   virtual void ForgetClient(const std::string& client_id, const std::string& reason) = 0;
