@@ -93,7 +93,10 @@ ClientTask internal::TaskFromProto(const fl::v1::Task& in) {
   t.model_sha256 = fit.model_sha256();
   t.update_encoding = FitEncodingFromProto(fit.update_encoding());
   if (!t.update_encoding.has_value()) {
-    t.encoding_name = fl::v1::UpdateMetadata::Encoding_Name(fit.update_encoding());
+    // A value this SDK's protocol does not know has no name: say its number.
+    const std::string& name = fl::v1::UpdateMetadata::Encoding_Name(fit.update_encoding());
+    t.encoding_name =
+        name.empty() ? absl::StrCat("number ", static_cast<int>(fit.update_encoding())) : name;
   }
   if (in.has_feature_statistics()) {
     const fl::v1::FeatureStatistics& stats = in.feature_statistics();

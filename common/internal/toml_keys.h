@@ -257,6 +257,15 @@ KeySpec<Config> FloatKey(std::string table, std::string name, std::string doc, R
     absl::StatusOr<double> x = ReadNumber(node, file, full_key, range);
     if (!x.ok()) return x.status();
     using Float = std::remove_reference_t<decltype(field(config))>;
+    // Checked again as the field's type holds it: a double past a float's range (1e39) or under
+    // its least value (1e-127 > 0 becomes 0) would pass the check above and break it.
+    if (std::fabs(*x) > static_cast<double>(std::numeric_limits<Float>::max()) ||
+        (*x != 0 && static_cast<Float>(*x) == 0)) {
+      return ErrorAt(file, node.source(),
+                     absl::StrCat("key '", full_key, "' is ", FormatFloat(*x),
+                                  ", out of the range a ", sizeof(Float) * 8,
+                                  "-bit float holds"));
+    }
     field(config) = static_cast<Float>(*x);
     return absl::OkStatus();
   };
@@ -274,6 +283,14 @@ KeySpec<Config> SecondsKey(std::string table, std::string name, std::string doc,
                            const std::string& full_key, Config& config) -> absl::Status {
     absl::StatusOr<double> x = ReadNumber(node, file, full_key, range);
     if (!x.ok()) return x.status();
+    // A duration has a nanosecond floor and a ceiling of about 292 years: 1e-12 would be zero
+    // (past a check for > 0) and 1e300 infinite.
+    constexpr double kMaxSeconds = 1e9;  // 31 years
+    if (std::fabs(*x) > kMaxSeconds || (*x != 0 && std::fabs(*x) < 1e-9)) {
+      return ErrorAt(file, node.source(),
+                     absl::StrCat("key '", full_key, "' is ", FormatFloat(*x),
+                                  " seconds; a duration must be 0 or between 1e-9 and 1e9"));
+    }
     field(config) = absl::Seconds(*x);
     return absl::OkStatus();
   };

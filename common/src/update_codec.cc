@@ -216,6 +216,7 @@ absl::Status DecodeChunk(UpdateEncoding encoding, std::span<const std::byte> chu
     case UpdateEncoding::kInt8:
       break;
   }
+  if (n == 0) return absl::OkStatus();  // no values, no scale (EncodedChunkBytes: 0 bytes)
   float scale;
   std::memcpy(&scale, chunk.data(), kInt8ScaleBytes);
   if (!std::isfinite(scale) || scale < 0) {

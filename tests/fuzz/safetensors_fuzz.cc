@@ -10,46 +10,27 @@
 //                            mutations, under ASan and UBSan where the compiler has them; CTest
 //                            always runs it (Fuzz.SafetensorsReplay).
 // In both, common/src/safetensors*.cc are compiled into the executable with the sanitizers, and
-// the rest comes from the (unsanitized) fl::common.
-//
-// A longer libFuzzer session, by hand, against a GCC build tree's fl_common (here build-st), from
-// the repository root (one command; the lines are joined):
-//   clang++ -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
-//     -I. -Icommon/include tests/fuzz/safetensors_fuzz.cc common/src/safetensors.cc
-//     common/src/safetensors_write.cc build-st/common/libfl_common.a
-//     -labsl_statusor -labsl_status -labsl_strings -labsl_str_format_internal -labsl_throw_delegate
-//     -lcrypto -o /tmp/safetensors_fuzz
-//   mkdir -p /tmp/st_corpus
-//   /tmp/safetensors_fuzz -max_total_time=60 /tmp/st_corpus tests/fuzz/corpus/safetensors
-// A crash file it writes replays with `safetensors_fuzz_replay --mutations=0 crash-<sha1>`.
+// the rest comes from the (unsanitized) fl::common. bench/fuzz_long.sh runs it (and the other
+// targets) for longer, in a tree whose libraries are instrumented too. A crash file it writes
+// replays with `safetensors_fuzz_replay --mutations=0 crash-<sha1>`.
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <span>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "fl/common/safetensors.h"
+#include "tests/fuzz/fuzz_support.h"
 
-namespace {
-
-void Check(bool condition, const char* what) {
-  if (condition) return;
-  std::fprintf(stderr, "safetensors_fuzz: invariant broken: %s\n", what);
-  std::abort();
-}
-
-}  // namespace
+using fl::fuzz::Check;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   absl::StatusOr<fl::SafetensorsFile> file =
       fl::ParseSafetensors(std::as_bytes(std::span(data, size)));
   if (!file.ok()) {
-    Check(file.status().code() == absl::StatusCode::kInvalidArgument,
-          "a refusal is INVALID_ARGUMENT");
-    Check(!file.status().message().empty(), "a refusal says why");
+    fl::fuzz::CheckRefusal(file.status(), absl::StatusCode::kInvalidArgument,
+                           "a refusal is INVALID_ARGUMENT");
     return 0;
   }
   absl::StatusOr<std::string> bytes = fl::SerializeSafetensors(file->model, file->metadata);

@@ -890,3 +890,35 @@ TEST_F(ServerCommandTest, PrintConfigReference) {
 
 }  // namespace
 }  // namespace fl::server
+
+namespace fl::server {
+namespace {
+
+// A number is checked as the field holds it (found by the TOML fuzz target): a learning rate that
+// a float rounds to 0, or past a float's range, and a duration under a nanosecond or past 31
+// years, are refused naming the key, where they used to pass the range check and become 0 or
+// infinity.
+TEST_F(ConfigTest, NumbersAFieldCannotHoldAreRefusedNotRoundedToZeroOrInfinity) {
+  struct Case {
+    const char* text;
+    const char* error;
+  };
+  for (const Case& c : {
+           Case{"[fit]\nlearning_rate = 1e-127\n",
+                "key 'fit.learning_rate' is 1e-127, out of the range a 32-bit float holds"},
+           Case{"[fit]\nlearning_rate = 1e39\n",
+                "key 'fit.learning_rate' is 1e+39, out of the range a 32-bit float holds"},
+           Case{"[run]\nround_timeout_s = 1e-12\n",
+                "key 'run.round_timeout_s' is 1e-12 seconds; a duration must be 0 or between "
+                "1e-9 and 1e9"},
+           Case{"[run]\nround_timeout_s = 1e300\n", "a duration must be 0 or between"},
+       }) {
+    absl::Status s = ApplyText(c.text);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.text;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.error)) << c.text;
+  }
+  EXPECT_TRUE(ApplyText("[fit]\nlearning_rate = 1e-30\n[run]\nround_timeout_s = 1e-3\n").ok());
+}
+
+}  // namespace
+}  // namespace fl::server

@@ -342,7 +342,15 @@ class X509Verifier final : public IdentityVerifier {
     const int verified = X509_verify_cert(ctx.get());
     if (verified == 1) return absl::OkStatus();
     const int error = X509_STORE_CTX_get_error(ctx.get());
-    if (verified < 0 || error == X509_V_OK) return Internal("X509_verify_cert");
+    if (verified < 0 || error == X509_V_OK) {
+      // OpenSSL could not carry the check out (a public key it cannot decode, say): the
+      // certificate is the sender's fault, not the verifier's.
+      ERR_clear_error();
+      return absl::PermissionDeniedError(absl::StrCat(
+          "the certificate of ", common_name, " (", fingerprint.substr(0, 16),
+          ") cannot be verified (OpenSSL could not check its signature or key); a site must sign "
+          "with the client certificate its federation's CA issued it"));
+    }
     ERR_clear_error();
     return absl::PermissionDeniedError(absl::StrCat(
         "the certificate of ", common_name, " (", fingerprint.substr(0, 16),

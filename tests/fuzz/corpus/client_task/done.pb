@@ -1,0 +1,1 @@
+2run 1 failed: too few clients@

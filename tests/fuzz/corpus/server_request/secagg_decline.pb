@@ -1,0 +1,1 @@
+r3.a0.c2 B'FAILED_PRECONDITION: too few neighbours
