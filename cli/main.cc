@@ -199,6 +199,7 @@ int RunServer(fl::server::ServerConfig config) {
   signals.detach();
   s->WaitUntilFinished(config.grace);
   s->Shutdown();
+  if (absl::Status fatal = s->fatal_error(); !fatal.ok()) return Fail(fatal);
   // A failed run exits non-zero, so that systemd and scripts see it; a daemon (--stay-up) ends
   // only on a signal, and its runs' outcomes are in fl run list.
   if (config.server.stay_up) return 0;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -157,6 +158,9 @@ class ServerImpl final : public Server {
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(options_.data_dir, store_options);
     if (!store.ok()) return store.status();
     store_ = *std::move(store);
+    if (struct stat st{}; ::stat(store_->db_path().c_str(), &st) == 0) {
+      db_identity_ = {st.st_dev, st.st_ino};
+    }
     std::shared_ptr<const ClientCertificateVerifier> verifier;
     if (!options_.insecure_plaintext) {
       absl::StatusOr<ClientCertificateVerifier> made = ClientCertificateVerifier::Create(ca_pem);
@@ -314,6 +318,10 @@ class ServerImpl final : public Server {
   std::shared_ptr<RoundEngine> current_engine() override { return host_->CurrentEngine(); }
   std::vector<int64_t> served_runs() override { return host_->served_runs(); }
   Store& store() override { return *store_; }
+  absl::Status fatal_error() const override {
+    std::lock_guard<std::mutex> lock(fatal_mu_);
+    return fatal_;
+  }
 
   void WaitUntilFinished(absl::Duration grace) override {
     while (!stopping_.load() && (options_.stay_up || !host_->Idle())) {
@@ -509,11 +517,36 @@ class ServerImpl final : public Server {
     return (options_.clock != nullptr ? options_.clock : Clock::Real())->Now();
   }
 
+  // The SQLite file is still the one the server opened. When its directory was removed (or the
+  // file replaced) under the running server, the server writes on into a file nobody can see:
+  // nothing it commits from then on would survive it. It stops instead, saying why
+  // (fatal_error(), `fl server`'s exit), with the run recorded as aborted where it still can be.
+  void CheckDataDirectory() {
+    if (db_identity_.first == 0 && db_identity_.second == 0) return;
+    struct stat st {};
+    const bool same = ::stat(store_->db_path().c_str(), &st) == 0 &&
+                      st.st_dev == db_identity_.first && st.st_ino == db_identity_.second;
+    if (same) return;
+    const absl::Status fatal = absl::FailedPreconditionError(absl::StrCat(
+        "the SQLite file ", store_->db_path(),
+        " was removed or replaced while the server ran (its data directory deleted or moved?); "
+        "nothing the server committed from now on could be kept, so it stopped. Restore the "
+        "data directory from a backup (fl admin backup) or start it afresh"));
+    LogEvent(LogLevel::kError, "data_directory_gone", {{"error", std::string(fatal.message())}});
+    {
+      std::lock_guard<std::mutex> lock(fatal_mu_);
+      fatal_ = fatal;
+    }
+    stopping_ = true;
+    stop_cv_.notify_all();
+  }
+
   void TickLoop() {
     std::unique_lock<std::mutex> lock(stop_mu_);
     absl::Time next_queue_check = absl::InfinitePast();
     absl::Time next_cert_check = absl::InfinitePast();
     absl::Time next_cert_warning = absl::InfinitePast();
+    absl::Time next_store_check = absl::InfinitePast();
     while (!stopping_.load()) {
       lock.unlock();
       // A run that is over gives way to the oldest queued one (looked for a few times a second).
@@ -526,6 +559,10 @@ class ServerImpl final : public Server {
         CheckCertificates(warn);
         next_cert_check = now + absl::Hours(1);
         if (warn) next_cert_warning = now + absl::Hours(24);
+      }
+      if (const absl::Time now = absl::Now(); now >= next_store_check) {
+        CheckDataDirectory();
+        next_store_check = now + absl::Seconds(1);
       }
       if (const std::shared_ptr<RoundEngine> engine = host_->CurrentEngine(); engine != nullptr) {
         engine->Tick();
@@ -561,6 +598,9 @@ class ServerImpl final : public Server {
   std::condition_variable stop_cv_;
   std::atomic<bool> stopping_{false};
   std::once_flag shutdown_once_;
+  std::pair<dev_t, ino_t> db_identity_{0, 0};  // of the SQLite file as opened
+  mutable std::mutex fatal_mu_;
+  absl::Status fatal_;  // guarded by fatal_mu_
 };
 
 }  // namespace

@@ -504,6 +504,8 @@ class EngineImpl final : public RoundEngine {
   // Why the strategy last could not configure a round (empty since it last could): each reason
   // is logged and audited once.
   std::string configure_failure_ ABSL_GUARDED_BY(mu_);
+  // The store's refusal of the last round that could not begin (logged once per cause).
+  std::string begin_failure_ ABSL_GUARDED_BY(mu_);
   // A federated evaluation in progress (between rounds), if any.
   struct EvalState {
     int32_t round = 0;

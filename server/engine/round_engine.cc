@@ -291,9 +291,20 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
   rec.started_at_ms = ToMs(round->started);
   rec.num_sampled = k;
   if (absl::Status s = store_->BeginRound(rec); !s.ok()) {
-    LogEvent(LogLevel::kError, "round_begin_failed", {{"error", s.ToString()}});
+    // The store cannot record the round (a full disk, say): tried again after the retry backoff,
+    // not at the next poll, and logged once per cause rather than at every try.
+    const absl::Duration retry_in = std::max(options_.retry_backoff, absl::Seconds(1));
+    retry_not_before_ = round->started + retry_in;
+    if (s.ToString() != begin_failure_) {
+      begin_failure_ = s.ToString();
+      LogEvent(LogLevel::kError, "round_begin_failed",
+               {{"round", absl::StrCat(round->round)},
+                {"error", begin_failure_},
+                {"retry_every", absl::FormatDuration(retry_in)}});
+    }
     return;
   }
+  begin_failure_.clear();
   for (const std::string& id : round->sampled) {
     ParticipationRecord p;
     p.run_id = run_.run_id;
@@ -386,6 +397,21 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     failure = absl::StrCat("only ", summary.num_accepted, " of ", round->sampled.size(),
                            " sampled clients delivered an accepted update (", why,
                            "); min_fit_clients is ", options_.min_fit_clients);
+    // Why the sites failed, so that the round's record says more than a count (a full disk
+    // refuses every update, each naming its own spill file): the most common reason, or the
+    // first when each is different.
+    std::map<std::string, int> reasons;
+    for (const aggregation::SiteFailure& f : failures) {
+      if (!f.reason.empty()) ++reasons[f.reason];
+    }
+    auto most = std::max_element(reasons.begin(), reasons.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    if (most != reasons.end()) {
+      absl::StrAppend(&failure, "; ",
+                      most->second >= 2 ? absl::StrCat(most->second, " of them for: ")
+                                        : std::string("one for: "),
+                      CapClientText(most->first));
+    }
   }
   if (!failure.empty()) {
     EndAttemptLocked(std::move(round), std::move(participations), std::move(summary),

@@ -132,6 +132,9 @@ class Server {
   virtual Store& store() = 0;
   // Blocks until the run is over and no run is queued, then serves `grace` longer so that
   // clients hear DONE. With stay_up, until Shutdown.
+  // Why the server stopped by itself, or OK: FAILED_PRECONDITION when its SQLite file was
+  // removed or replaced while it ran (it stops rather than commit into a file nobody will see).
+  virtual absl::Status fatal_error() const = 0;
   virtual void WaitUntilFinished(absl::Duration grace) = 0;
   // Stops serving (in-flight calls are cancelled) and the engine's clock thread. Idempotent.
   virtual void Shutdown() = 0;
