@@ -24,11 +24,17 @@ namespace {
 // A server that is shutting down cancels the calls in flight (a long poll gets CANCELLED, not
 // UNAVAILABLE); unless this client is stopping itself (checked first), that is the server going
 // away, and the client waits for it like any other outage.
-// RESOURCE_EXHAUSTED: the server's per-client call quota or its full queue ("the server is
-// busy"); both pass once calls end.
+// RESOURCE_EXHAUSTED only when it is the server's per-client call quota or its full queue ("the
+// server is busy"), which pass once calls end; gRPC's own (a message past a size limit) does not.
 bool IsRetryable(const absl::Status& s) {
-  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s) ||
-         absl::IsResourceExhausted(s);
+  if (absl::IsResourceExhausted(s)) {
+    for (absl::string_view passing : {"(limits.max_streams_per_client)",
+                                      "(limits.max_uploads_per_client)", "the server is busy"}) {
+      if (absl::StrContains(s.message(), passing)) return true;
+    }
+    return false;
+  }
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsCancelled(s);
 }
 
 // A failed connection whose cause will not pass: this site does not trust the server's

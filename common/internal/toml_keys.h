@@ -259,8 +259,12 @@ KeySpec<Config> FloatKey(std::string table, std::string name, std::string doc, R
     using Float = std::remove_reference_t<decltype(field(config))>;
     // Checked again as the field's type holds it: a double past a float's range (1e39) or under
     // its least value (1e-127 > 0 becomes 0) would pass the check above and break it.
-    if (std::fabs(*x) > static_cast<double>(std::numeric_limits<Float>::max()) ||
-        (*x != 0 && static_cast<Float>(*x) == 0)) {
+    // Past this, a float rounds to infinity (FLT_MAX plus half its last step); the conversion is
+    // only made once the value is known to fit.
+    constexpr double kFloatOverflow = 0x1.ffffffp+127;
+    const bool overflows =
+        std::is_same_v<Float, float> ? std::fabs(*x) >= kFloatOverflow : false;
+    if (overflows || (*x != 0 && static_cast<Float>(*x) == 0)) {
       return ErrorAt(file, node.source(),
                      absl::StrCat("key '", full_key, "' is ", FormatFloat(*x),
                                   ", out of the range a ", sizeof(Float) * 8,

@@ -124,6 +124,11 @@ const std::vector<Key>& Keys() {
             "limits", "max_uploads_per_client",
             "Most uploads one client may have in progress at once; past it, RESOURCE_EXHAUSTED.",
             1, [](auto& c) -> auto& { return c.server.client_limits.max_uploads_per_client; }),
+        tk::IntKey<C, int32_t>(
+            "limits", "max_metadata_bytes",
+            "Most bytes of metadata (headers) one call may carry; gRPC refuses a call past it.",
+            1024, [](auto& c) -> auto& { return c.server.client_limits.max_metadata_bytes; },
+            1 << 20),
         tk::SecondsKey<C>(
             "limits", "stream_idle_timeout_s",
             "An upload or download that moves no data for this long is cut and audited "

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
@@ -285,6 +286,9 @@ class ServerImpl final : public Server {
     // Clients ping every 30 s to notice dead connections during long polls and transfers.
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 15000);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // What one call's headers may hold ([limits] max_metadata_bytes): gRPC refuses past it.
+    builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE,
+                               options_.client_limits.max_metadata_bytes);
     // Bounded buffering per stream: gRPC's default grows each stream's flow-control window with
     // its bandwidth-delay probe, and a server busy verifying and folding then holds many MiB of
     // every client's unread chunks (measured: 30-60 MiB more peak memory per uploading client).
@@ -524,9 +528,22 @@ class ServerImpl final : public Server {
   void CheckDataDirectory() {
     if (db_identity_.first == 0 && db_identity_.second == 0) return;
     struct stat st {};
-    const bool same = ::stat(store_->db_path().c_str(), &st) == 0 &&
-                      st.st_dev == db_identity_.first && st.st_ino == db_identity_.second;
-    if (same) return;
+    errno = 0;
+    const bool found = ::stat(store_->db_path().c_str(), &st) == 0;
+    // Gone (ENOENT, ENOTDIR) or another file: an error of another kind (EIO, ESTALE, EACCES on a
+    // network file system) says nothing about the file and is only logged.
+    const bool gone = found ? st.st_dev != db_identity_.first || st.st_ino != db_identity_.second
+                            : errno == ENOENT || errno == ENOTDIR;
+    if (!gone) {
+      if (!found) {
+        LogEvent(LogLevel::kWarn, "data_directory_unreadable",
+                 {{"path", store_->db_path()}, {"error", std::strerror(errno)}});
+      }
+      data_dir_gone_checks_ = 0;
+      return;
+    }
+    // Twice in a row (a second apart), so that a file being moved back is not taken for gone.
+    if (++data_dir_gone_checks_ < 2) return;
     const absl::Status fatal = absl::FailedPreconditionError(absl::StrCat(
         "the SQLite file ", store_->db_path(),
         " was removed or replaced while the server ran (its data directory deleted or moved?); "
@@ -537,7 +554,10 @@ class ServerImpl final : public Server {
       std::lock_guard<std::mutex> lock(fatal_mu_);
       fatal_ = fatal;
     }
-    stopping_ = true;
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      stopping_ = true;
+    }
     stop_cv_.notify_all();
   }
 
@@ -599,6 +619,7 @@ class ServerImpl final : public Server {
   std::atomic<bool> stopping_{false};
   std::once_flag shutdown_once_;
   std::pair<dev_t, ino_t> db_identity_{0, 0};  // of the SQLite file as opened
+  int data_dir_gone_checks_ = 0;               // the ticker's thread only
   mutable std::mutex fatal_mu_;
   absl::Status fatal_;  // guarded by fatal_mu_
 };

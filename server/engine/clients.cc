@@ -101,6 +101,14 @@ bool EngineImpl::Heartbeat(const std::string& client_id, int32_t round,
                            const std::string& task_id) {
   absl::MutexLock lock(&mu_);
   clients_[client_id].last_seen = clock_->Now();
+  if (current_ != nullptr && current_->picked_up.count(client_id) == 0) {
+    // Sampled in the open round but still at work on an older task (a round closed under it,
+    // an evaluation, an attempt the server restarted): not a site that never asks.
+    if (auto mine = current_->task_of.find(client_id);
+        mine != current_->task_of.end() && (round != current_->round || task_id != mine->second)) {
+      current_->busy_heard[client_id] = clock_->Now();
+    }
+  }
   if (eval_ != nullptr && eval_->round == round) {
     auto task = eval_->task_of.find(client_id);
     return task != eval_->task_of.end() && task->second == task_id &&
@@ -275,17 +283,22 @@ void EngineImpl::DropOfflineClientsLocked(absl::Time now) {
   RoundState& round = *current_;
   if (now <= round.no_silence_until && now >= round.checked_silence_at) return;
   absl::Time next = absl::InfiniteFuture();
-  const absl::Time pickup_by = round.started + options_.task_pickup_timeout;
   for (const std::string& id : round.sampled) {
     if (round.uploads.count(id) != 0) continue;  // reported, refused or uploading
     DropIfSilentLocked(id, now);
     if (round.uploads.count(id) == 0 && round.picked_up.count(id) == 0) {
+      absl::Time from = round.started;
+      if (auto busy = round.busy_heard.find(id); busy != round.busy_heard.end()) {
+        from = std::max(from, busy->second);
+      }
+      const absl::Time pickup_by = from + options_.task_pickup_timeout;
       if (now > pickup_by) {
-        DropFromRoundLocked(id, "client_no_pickup",
-                            absl::StrCat("did not ask for its task within ",
-                                         absl::FormatDuration(options_.task_pickup_timeout),
-                                         " of the round's start (task_pickup_timeout_s)"),
-                            now);
+        DropFromRoundLocked(
+            id, "client_no_pickup",
+            absl::StrCat("did not ask for its task within ",
+                         absl::FormatDuration(options_.task_pickup_timeout),
+                         " of the round's start, nor heartbeat another (task_pickup_timeout_s)"),
+            now);
       } else {
         next = std::min(next, pickup_by);
       }

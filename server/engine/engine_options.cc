@@ -189,6 +189,7 @@ std::string EngineOptions::ToJson() const {
       {"sample_fraction", sample_fraction},
       {"round_timeout_ms", absl::ToInt64Milliseconds(round_timeout)},
       {"client_timeout_ms", absl::ToInt64Milliseconds(client_timeout)},
+      {"task_pickup_timeout_ms", absl::ToInt64Milliseconds(task_pickup_timeout)},
       {"max_round_retries", max_round_retries},
       {"retry_backoff_ms", absl::ToInt64Milliseconds(retry_backoff)},
       {"wait_timeout_ms", absl::ToInt64Milliseconds(wait_timeout)},
@@ -267,6 +268,8 @@ absl::StatusOr<EngineOptions> EngineOptions::FromJson(std::string_view text) {
         absl::Milliseconds(j.value("round_timeout_ms", absl::ToInt64Milliseconds(o.round_timeout)));
     o.client_timeout = absl::Milliseconds(
         j.value("client_timeout_ms", absl::ToInt64Milliseconds(o.client_timeout)));
+    o.task_pickup_timeout = absl::Milliseconds(
+        j.value("task_pickup_timeout_ms", absl::ToInt64Milliseconds(o.task_pickup_timeout)));
     o.max_round_retries = j.value("max_round_retries", o.max_round_retries);
     o.retry_backoff =
         absl::Milliseconds(j.value("retry_backoff_ms", absl::ToInt64Milliseconds(o.retry_backoff)));

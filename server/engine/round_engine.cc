@@ -397,20 +397,32 @@ void EngineImpl::CloseRoundLocked(const std::string& why) {
     failure = absl::StrCat("only ", summary.num_accepted, " of ", round->sampled.size(),
                            " sampled clients delivered an accepted update (", why,
                            "); min_fit_clients is ", options_.min_fit_clients);
-    // Why the sites failed, so that the round's record says more than a count (a full disk
-    // refuses every update, each naming its own spill file): the most common reason, or the
-    // first when each is different.
-    std::map<std::string, int> reasons;
+    // Why the server refused or dropped sites, so that the round's record says more than a
+    // count (a full disk refuses every update, each naming its own spill file): the most common
+    // reason, the first in sampling order on a tie. A site's own decline text is left out: this
+    // reason reaches the run's record and every site's DONE message.
+    std::vector<std::pair<std::string, int>> reasons;  // in order of first appearance
     for (const aggregation::SiteFailure& f : failures) {
-      if (!f.reason.empty()) ++reasons[f.reason];
+      if (f.reason.empty() || f.kind == aggregation::SiteFailure::Kind::kDeclined) continue;
+      auto it = std::find_if(reasons.begin(), reasons.end(),
+                             [&](const auto& r) { return r.first == f.reason; });
+      if (it == reasons.end()) {
+        reasons.emplace_back(f.reason, 1);
+      } else {
+        ++it->second;
+      }
     }
     auto most = std::max_element(reasons.begin(), reasons.end(),
                                  [](const auto& a, const auto& b) { return a.second < b.second; });
     if (most != reasons.end()) {
+      std::string reason = CapClientText(most->first);
+      for (char& c : reason) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+      }
       absl::StrAppend(&failure, "; ",
                       most->second >= 2 ? absl::StrCat(most->second, " of them for: ")
                                         : std::string("one for: "),
-                      CapClientText(most->first));
+                      reason);
     }
   }
   if (!failure.empty()) {
@@ -568,6 +580,7 @@ absl::StatusOr<std::unique_ptr<RoundEngine>> RoundEngine::Create(EngineOptions o
   }
   for (auto [name, d] : {std::pair{"round_timeout", options.round_timeout},
                          std::pair{"client_timeout", options.client_timeout},
+                         std::pair{"task_pickup_timeout", options.task_pickup_timeout},
                          std::pair{"wait_timeout", options.wait_timeout},
                          std::pair{"eval_timeout", options.eval_timeout}}) {
     if (d <= absl::ZeroDuration()) {

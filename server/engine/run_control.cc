@@ -58,6 +58,7 @@ constexpr MutablePolicy kMutablePolicies[] = {
     {"sample_fraction", "sample_fraction"},
     {"round_timeout_ms", "round_timeout_s"},
     {"client_timeout_ms", "client_timeout_s"},
+    {"task_pickup_timeout_ms", "task_pickup_timeout_s"},
     {"max_round_retries", "max_round_retries"},
     {"retry_backoff_ms", "retry_backoff_s"},
     {"wait_timeout_ms", "wait_timeout_s"},
@@ -85,7 +86,8 @@ absl::Status CheckPolicies(const EngineOptions& o) {
       !(o.eval_fraction > 0 && o.eval_fraction <= 1)) {
     return absl::InvalidArgumentError("sample_fraction and eval_fraction must be in (0, 1]");
   }
-  for (absl::Duration d : {o.round_timeout, o.client_timeout, o.wait_timeout, o.eval_timeout}) {
+  for (absl::Duration d : {o.round_timeout, o.client_timeout, o.wait_timeout, o.eval_timeout,
+                           o.task_pickup_timeout}) {
     if (d <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError("timeouts must be positive");
     }
@@ -165,6 +167,7 @@ absl::StatusOr<std::vector<std::string>> EngineImpl::ChangePolicies(const Engine
     next.sample_fraction = wanted.sample_fraction;
     next.round_timeout = wanted.round_timeout;
     next.client_timeout = wanted.client_timeout;
+    next.task_pickup_timeout = wanted.task_pickup_timeout;
     next.max_round_retries = wanted.max_round_retries;
     next.retry_backoff = wanted.retry_backoff;
     next.wait_timeout = wanted.wait_timeout;

@@ -69,8 +69,11 @@ struct RoundState {
   absl::Time checked_silence_at = absl::InfinitePast();
   std::vector<std::string> sampled;
   std::map<std::string, std::string> task_of;  // client id -> task id
-  // The sampled clients that were handed their fit task (a poll answered FIT).
+  // The sampled clients that were handed their fit task (a poll answered FIT), and when the
+  // others last heartbeated an older task (still at work on it: they ask for this one once done,
+  // so the pickup timeout runs from then).
   std::set<std::string> picked_up;
+  std::map<std::string, absl::Time> busy_heard;
   // What the strategy's ConfigureFit added to the fit tasks: for every site, and per site.
   std::map<std::string, double> fit_config;
   std::map<std::string, std::map<std::string, double>> site_config;

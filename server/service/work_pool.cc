@@ -42,7 +42,9 @@ void WorkPool::Loop() {
     {
       absl::MutexLock lock(&mu_);
       mu_.Await(absl::Condition(this, &WorkPool::ReadyLocked));
-      std::deque<std::function<void()>>& from = continued_.empty() ? queue_ : continued_;
+      const bool new_turn = ++taken_ % kNewEvery == 0 && !queue_.empty();
+      std::deque<std::function<void()>>& from =
+          continued_.empty() || new_turn ? queue_ : continued_;
       if (from.empty()) return;  // stopping, and nothing left
       work = std::move(from.front());
       from.pop_front();

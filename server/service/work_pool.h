@@ -36,8 +36,9 @@ class WorkPool {
   bool Post(std::function<void()> work);
   // Queues `work` whatever the queue holds: for the next step of a call already taken (a stream's
   // next message, a parked poll's resume), which must run for the call to end. Each call has at
-  // most one such step queued, so these are bounded by the calls taken. They run before any new
-  // call waiting, so that a flood of new calls cannot stall the streams under way.
+  // most one such step queued, so these are bounded by the calls taken. They run before new calls
+  // (but for one new call in every kNewEvery taken), so that a flood of new calls cannot stall the
+  // streams under way, nor busy streams the new calls.
   void Continue(std::function<void()> work);
 
   int threads() const { return static_cast<int>(threads_.size()); }
@@ -50,7 +51,9 @@ class WorkPool {
     return stopping_ || !queue_.empty() || !continued_.empty();
   }
 
+  static constexpr int kNewEvery = 8;
   const size_t max_queued_;
+  int taken_ ABSL_GUARDED_BY(mu_) = 0;
   mutable absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);      // new calls (Post)
   std::deque<std::function<void()>> continued_ ABSL_GUARDED_BY(mu_);  // calls taken (Continue)

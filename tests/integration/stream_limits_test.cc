@@ -381,5 +381,29 @@ TEST(StreamLimitsTest, ParkedPollsAndIdleStreamsHoldNoServerThreads) {
             << "silent uploads\n";
 }
 
+// A call whose headers are past limits.max_metadata_bytes is refused by gRPC before the service
+// sees it; one under it is served.
+TEST(StreamLimitsTest, HeadersPastTheMetadataLimitAreRefused) {
+  TempDir dir;
+  server::ClientInputLimits limits;
+  limits.max_metadata_bytes = 4096;
+  std::unique_ptr<server::Server> server = WaitingServer(dir.path(), limits);
+  ASSERT_NE(server, nullptr);
+  ManyCalls calls(server->port());
+  for (const size_t bytes : {size_t{1000}, size_t{20000}}) {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("fl-client-name", "headers");
+    ctx.AddMetadata("x-padding", std::string(bytes, 'p'));
+    v1::JoinRequest req;
+    v1::JoinReply reply;
+    const grpc::Status s = calls.stub().Join(&ctx, req, &reply);
+    if (bytes == 1000) {
+      EXPECT_TRUE(s.ok()) << s.error_message();
+    } else {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace fl::testing

@@ -18,12 +18,6 @@ namespace {
 
 constexpr size_t kChunk = 16 * 1024;
 
-void Reset(int fd) {
-  linger l{1, 0};  // close with RST, not FIN
-  setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
-  shutdown(fd, SHUT_RDWR);
-}
-
 }  // namespace
 
 TcpProxy::TcpProxy(int target_port, LinkOptions link) : target_port_(target_port), link_(link) {
@@ -53,13 +47,20 @@ TcpProxy::~TcpProxy() {
     threads.swap(threads_);
   }
   for (std::thread& t : threads) t.join();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (int fd : fds_) close(fd);
 }
 
 void TcpProxy::CutAll() {
   std::lock_guard<std::mutex> lock(mu_);
-  for (int fd : fds_) Reset(fd);
+  for (const std::shared_ptr<Connection>& c : connections_) {
+    // Linger 0: the close that ends the connection sends an RST. SHUT_RD wakes both relays from
+    // their reads; the last one closes.
+    c->cut = true;
+    linger l{1, 0};
+    setsockopt(c->site, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    setsockopt(c->server, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+    shutdown(c->site, SHUT_RD);
+    shutdown(c->server, SHUT_RD);
+  }
 }
 
 void TcpProxy::Accept() {
@@ -67,8 +68,9 @@ void TcpProxy::Accept() {
   while (!stopping_) {
     const int site = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (site < 0) {
-      if (errno == EINTR) continue;
-      return;
+      if (stopping_) return;
+      absl::SleepFor(absl::Milliseconds(10));  // ECONNABORTED, EMFILE...: try again
+      continue;
     }
     const int server = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in addr{};
@@ -83,43 +85,54 @@ void TcpProxy::Accept() {
     int yes = 1;
     setsockopt(site, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     setsockopt(server, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+    auto c = std::make_shared<Connection>();
+    c->site = site;
+    c->server = server;
     std::lock_guard<std::mutex> lock(mu_);
-    fds_.push_back(site);
-    fds_.push_back(server);
-    threads_.emplace_back([this, site, server, s = seed++] { Relay(site, server, &bytes_up_, s); });
-    threads_.emplace_back(
-        [this, site, server, s = seed++] { Relay(server, site, &bytes_down_, s); });
+    connections_.push_back(c);
+    threads_.emplace_back([this, c, s = seed++] { Relay(c, /*up=*/true, s); });
+    threads_.emplace_back([this, c, s = seed++] { Relay(c, /*up=*/false, s); });
   }
 }
 
-void TcpProxy::Relay(int from, int to, std::atomic<int64_t>* counter, uint64_t seed) {
+void TcpProxy::Relay(const std::shared_ptr<Connection>& c, bool up, uint64_t seed) {
+  const int from = up ? c->site : c->server;
+  const int to = up ? c->server : c->site;
+  std::atomic<int64_t>* counter = up ? &bytes_up_ : &bytes_down_;
   std::mt19937_64 rng(seed);
   std::bernoulli_distribution stall(link_.stall_probability);
   char buf[kChunk];
-  const absl::Time start = absl::Now();
-  int64_t relayed = 0;
-  while (!stopping_) {
+  absl::Time next = absl::Now();  // when the link is free again
+  while (!stopping_ && !c->cut) {
     const ssize_t n = read(from, buf, sizeof(buf));
-    if (n <= 0) break;
-    for (ssize_t sent = 0; sent < n;) {
-      const ssize_t w = write(to, buf + sent, static_cast<size_t>(n - sent));
+    if (n <= 0 || c->cut) break;
+    if (link_.bytes_per_second > 0) {
+      // Paced block by block: a link idle for a while has no credit for a burst later.
+      next = std::max(next, absl::Now()) +
+             absl::Seconds(static_cast<double>(n) / static_cast<double>(link_.bytes_per_second));
+      absl::SleepFor(next - absl::Now());
+    }
+    if (link_.stall_probability > 0 && stall(rng)) absl::SleepFor(link_.stall);
+    bool failed = false;
+    for (ssize_t sent = 0; sent < n && !c->cut;) {
+      const ssize_t w = send(to, buf + sent, static_cast<size_t>(n - sent), MSG_NOSIGNAL);
       if (w <= 0) {
-        shutdown(from, SHUT_RDWR);
-        return;
+        failed = true;
+        break;
       }
       sent += w;
     }
-    relayed += n;
+    if (failed || c->cut) break;
     *counter += n;
-    if (link_.bytes_per_second > 0) {
-      // Hold the average rate: the bytes so far may not have gone faster than the link.
-      const absl::Time due =
-          start + absl::Seconds(static_cast<double>(relayed) / link_.bytes_per_second);
-      if (const absl::Time now = absl::Now(); due > now) absl::SleepFor(due - now);
-    }
-    if (link_.stall_probability > 0 && stall(rng)) absl::SleepFor(link_.stall);
   }
-  shutdown(to, SHUT_WR);  // pass the end of the stream on
+  // Pass the end of this direction on (nothing to do after a cut: the close resets).
+  if (!c->cut) shutdown(to, SHUT_WR);
+  if (c->relays.fetch_sub(1) == 1) {
+    std::lock_guard<std::mutex> lock(mu_);
+    close(c->site);
+    close(c->server);
+    std::erase(connections_, c);
+  }
 }
 
 }  // namespace fl::testing

@@ -31,15 +31,24 @@ class TcpProxy {
   ~TcpProxy();  // cuts everything and joins its threads
 
   int port() const { return port_; }
-  // Resets every connection open now (SO_LINGER 0); new ones are still accepted.
+  // Resets every connection open now (an RST to both ends, as a killed process or a dropped
+  // network gives); new ones are still accepted.
   void CutAll();
   // Bytes relayed from the site to the server, and back, since the start.
   int64_t bytes_up() const { return bytes_up_.load(); }
   int64_t bytes_down() const { return bytes_down_.load(); }
 
  private:
+  // One relayed connection: its two sockets, closed by the last of its two relay threads (so that
+  // no fd is closed while the other thread may still use it, nor reused under CutAll).
+  struct Connection {
+    int site = -1;
+    int server = -1;
+    std::atomic<int> relays{2};
+    std::atomic<bool> cut{false};
+  };
   void Accept();
-  void Relay(int from, int to, std::atomic<int64_t>* counter, uint64_t seed);
+  void Relay(const std::shared_ptr<Connection>& c, bool up, uint64_t seed);
 
   const int target_port_;
   const LinkOptions link_;
@@ -49,8 +58,8 @@ class TcpProxy {
   std::atomic<int64_t> bytes_up_{0};
   std::atomic<int64_t> bytes_down_{0};
   std::mutex mu_;
-  std::vector<int> fds_;              // guarded by mu_: every socket of every connection
-  std::vector<std::thread> threads_;  // guarded by mu_
+  std::vector<std::shared_ptr<Connection>> connections_;  // guarded by mu_: those open
+  std::vector<std::thread> threads_;                      // guarded by mu_
   std::thread acceptor_;
 };
 

@@ -529,3 +529,47 @@ TEST_F(EngineTest, FitTasksNameTheClientsLastCommittedAcceptedRound) {
 
 }  // namespace
 }  // namespace fl::server
+
+namespace fl::server {
+namespace {
+
+// A sampled site that never asks for its fit task (it only joins, or holds streams) is dropped
+// after task_pickup_timeout, and the round goes on with the others; a site still heartbeating an
+// older task is at work, not absent: its pickup time runs from its last such heartbeat.
+TEST_F(EngineTest, ASampledSiteThatNeverAsksForItsTaskIsDroppedButABusyOneIsNot) {
+  options_.task_pickup_timeout = absl::Seconds(30);
+  options_.client_timeout = absl::Minutes(10);
+  StartEngine();
+  JoinAll();
+  const Task a = engine_->Poll("client-a");
+  ASSERT_EQ(a.kind, Task::Kind::kFit);
+  ASSERT_TRUE(Submit("client-a", a, RandomModel(1), 10).ok());
+  // client-b works on a task of an earlier round (its heartbeats name it); client-c is silent
+  // about tasks but keeps joining, which keeps it online.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(absl::Seconds(10));
+    engine_->Heartbeat("client-b", a.round - 1, "r0.a0.stale");
+    ASSERT_TRUE(engine_->Join("client-c", "client-c").ok());
+    engine_->Tick();
+  }
+  // 40 s in: client-b, heard at work 0 s ago, is still owed its update: once free it asks,
+  // delivers, and the round commits with a and b, without waiting for client-c.
+  const Task b = engine_->Poll("client-b");
+  ASSERT_EQ(b.kind, Task::Kind::kFit);
+  ASSERT_TRUE(Submit("client-b", b, RandomModel(2), 10).ok());
+  engine_->Tick();
+  EXPECT_EQ(engine_->committed_round(), 1);
+  // client-c was dropped at 30 s, saying why.
+  absl::StatusOr<std::vector<ParticipationRecord>> parts = store_->Participations(1, a.round);
+  ASSERT_TRUE(parts.ok());
+  std::map<std::string, ParticipationRecord> by_client;
+  for (const ParticipationRecord& p : *parts) by_client[p.client_id] = p;
+  EXPECT_EQ(by_client["client-c"].status, ParticipationStatus::kDropped);
+  EXPECT_NE(by_client["client-c"].reason.find("did not ask for its task within 30s"),
+            std::string::npos)
+      << by_client["client-c"].reason;
+  EXPECT_EQ(by_client["client-b"].status, ParticipationStatus::kAccepted);
+}
+
+}  // namespace
+}  // namespace fl::server

@@ -33,15 +33,19 @@ struct ClientInputLimits {
   // An upload or download that moves no data for this long is cut (and one whose round closed,
   // at the next check), freeing what it holds; the cut is audited.
   absl::Duration stream_idle_timeout = absl::Seconds(30);
+  // Bytes of metadata (headers) one call may carry; gRPC refuses a call past it
+  // (RESOURCE_EXHAUSTED) before the service sees it. gRPC's own default is 8 KiB.
+  int32_t max_metadata_bytes = 8192;
 
   // INVALID_ARGUMENT naming a limit below 1.
   absl::Status Validate() const {
     if (max_name_bytes < 1 || max_capabilities < 1 || max_metrics < 1 || max_metric_key_bytes < 1 ||
-        max_text_bytes < 1 || max_streams_per_client < 1 || max_uploads_per_client < 1) {
+        max_text_bytes < 1 || max_streams_per_client < 1 || max_uploads_per_client < 1 ||
+        max_metadata_bytes < 1024) {
       return absl::InvalidArgumentError(
           "limits.max_name_bytes, max_capabilities, max_metrics, max_metric_key_bytes, "
           "max_text_bytes, max_streams_per_client and max_uploads_per_client must each be at "
-          "least 1");
+          "least 1, and max_metadata_bytes at least 1024");
     }
     if (stream_idle_timeout <= absl::ZeroDuration()) {
       return absl::InvalidArgumentError("limits.stream_idle_timeout_s must be positive");
