@@ -1,7 +1,7 @@
 // Thousands of sites on one server: N SDK clients over mutual TLS, spread over P client processes,
 // long-poll and heartbeat through R rounds with S sampled per round, while M more (in a process of
 // their own) misbehave: a third stall their upload halfway, a third join in a loop, a third hold
-// silent upload streams and parked polls up to their quota. The server is the real one
+// twelve silent upload streams at a time (past their quota), renewed every 5 s. The server is the real one
 // (fl::server::Server, in a process of its own with a sampler of its /proc/self/status).
 //
 //   load_bench [--clients 5000] [--processes 4] [--sampled 200] [--rounds 5] [--misbehaving 100]
@@ -141,7 +141,10 @@ std::unique_ptr<fl::v1::Federation::Stub> RawStub(const fl::ProvisionedFiles& pk
           req.set_run_id(run_id);
           req.set_wait_ms(5000);
           fl::v1::Task task;
-          if (!stub->PollTask(&ctx, req, &task).ok()) continue;
+          if (!stub->PollTask(&ctx, req, &task).ok()) {
+            absl::SleepFor(absl::Milliseconds(200));
+            continue;
+          }
           if (task.kind() == fl::v1::Task::DONE) break;
           if (task.kind() != fl::v1::Task::FIT || task.round() == last_round) continue;
           last_round = task.round();
@@ -173,8 +176,7 @@ std::unique_ptr<fl::v1::Federation::Stub> RawStub(const fl::ProvisionedFiles& pk
           (void)stub->Join(&ctx, req, &reply);
         }
       } else {
-        // Holds silent upload streams and long polls, up to its quota and past it, again and
-        // again as the server cuts them.
+        // Holds twelve silent upload streams (past its quota), renewed every 5 s.
         while (!stop) {
           grpc::CompletionQueue cq;
           std::vector<std::unique_ptr<grpc::ClientContext>> ctxs;
