@@ -12,8 +12,8 @@
 # arguments after the mode go to ctest (e.g. -R Engine).
 #
 # Environment: JOBS (default: the number of cores) for the build and the tests. The times of a
-# run are printed at the end; on this project's 2-core machine see docs/design-decisions.md
-# ("Sanitizers") for the figures and for what CI runs.
+# run are printed at the end. CI does not run it yet: which subset it will run is decided with the
+# first full run's times.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
