@@ -1,8 +1,8 @@
 // Thousands of sites on one server: N SDK clients over mutual TLS, spread over P client processes,
 // long-poll and heartbeat through R rounds with S sampled per round, while M more (in a process of
 // their own) misbehave: a third stall their upload halfway, a third join in a loop, a third hold
-// twelve silent upload streams at a time (past their quota), renewed every 5 s. The server is the real one
-// (fl::server::Server, in a process of its own with a sampler of its /proc/self/status).
+// twelve silent upload streams at a time (past their quota), renewed every 5 s. The server is the
+// real one (fl::server::Server, in a process of its own with a sampler of its /proc/self/status).
 //
 //   load_bench [--clients 5000] [--processes 4] [--sampled 200] [--rounds 5] [--misbehaving 100]
 //              [--idle-timeout-s 10] [--round-timeout-s 120] [--pickup-timeout-s 10]
@@ -57,11 +57,11 @@ struct Args {
   std::string work_dir = "/tmp/load_bench";
 };
 
-// A field of /proc/self/status as a number ("Threads", "VmHWM" in kB).
-int64_t StatusField(const char* name) {
+// /proc/self/status's thread count.
+int64_t ThreadCount() {
   std::ifstream in("/proc/self/status");
   std::string line;
-  const std::string prefix = std::string(name) + ":";
+  const std::string prefix = "Threads:";
   while (std::getline(in, line)) {
     if (line.rfind(prefix, 0) == 0) return std::atoll(line.c_str() + prefix.size());
   }
@@ -272,12 +272,12 @@ struct Figures {
       fl::server::Server::Start(so, fl::Model(BenchSpec()));
   Check(server.status(), "starting the server");
   Figures f;
-  f.threads_idle = StatusField("Threads");
+  f.threads_idle = ThreadCount();
   std::atomic<bool> sampling{true};
   std::atomic<int64_t> threads_max{f.threads_idle};
   std::thread sampler([&] {
     while (sampling) {
-      threads_max = std::max(threads_max.load(), StatusField("Threads"));
+      threads_max = std::max(threads_max.load(), ThreadCount());
       absl::SleepFor(absl::Milliseconds(100));
     }
   });
@@ -295,7 +295,7 @@ struct Figures {
   sampling = false;
   sampler.join();
   f.threads_max = threads_max;
-  f.peak_mib = static_cast<double>(StatusField("VmHWM")) / 1024;
+  f.peak_mib = fl::bench::ProcStatusMiB("VmHWM");
   fl::server::Store& store = (*server)->store();
   std::vector<double> durations;
   if (auto rounds = store.Rounds(1); rounds.ok()) {

@@ -382,10 +382,7 @@ class FederationService final : public CallbackBase {
     return grpc::Status::OK;
   }
 
-  static grpc::Status NoRun() {
-    return ToGrpcStatus(absl::FailedPreconditionError(
-        "no run is active on this server: it waits for the next one (fl run submit); join again"));
-  }
+  static grpc::Status NoRun() { return ToGrpcStatus(NoRunActive()); }
 
   ServiceCore core_;
 };

@@ -55,9 +55,7 @@ class ModelDownload final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     caller_ = *std::move(caller);
     RoundEngine* engine = caller_.engine.get();
     if (engine == nullptr) {
-      End(ToGrpcStatus(absl::FailedPreconditionError(
-          "no run is active on this server: it waits for the next one (fl run submit); join "
-          "again")));
+      End(ToGrpcStatus(NoRunActive()));
       return;
     }
     if (absl::Status s = CheckName(req.task_id(), "task_id", core_->options.limits); !s.ok()) {

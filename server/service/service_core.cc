@@ -22,6 +22,11 @@ absl::StatusOr<ServiceCore::Caller> ServiceCore::Enter(grpc::ServerContextBase* 
   return caller;
 }
 
+absl::Status NoRunActive() {
+  return absl::FailedPreconditionError(
+      "no run is active on this server: it waits for the next one (fl run submit); join again");
+}
+
 grpc::Status ServiceBusy() {
   return ToGrpcStatus(absl::ResourceExhaustedError(absl::StrCat(
       "the server is busy: ", ServiceCore::kMaxQueuedCalls,

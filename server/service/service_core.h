@@ -61,6 +61,8 @@ struct ServiceCore {
 
 // "The server is busy": a call refused because kMaxQueuedCalls wait for a service thread.
 grpc::Status ServiceBusy();
+// FAILED_PRECONDITION for a call that needs a run while the server has none (between runs).
+absl::Status NoRunActive();
 
 }  // namespace fl::server
 

@@ -42,9 +42,7 @@ class UpdateUpload final : public grpc::ServerReadReactor<fl::v1::UpdatePart> {
     }
     caller_ = *std::move(caller);
     if (caller_.engine == nullptr) {
-      End(absl::FailedPreconditionError(
-          "no run is active on this server: it waits for the next one (fl run submit); join "
-          "again"));
+      End(NoRunActive());
       return;
     }
     grpc::CallbackServerContext* ctx = ctx_;
