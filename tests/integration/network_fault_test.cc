@@ -2,11 +2,14 @@
 // the real server in process: a slow link that stalls now and then still delivers; a connection
 // reset in the middle of an upload (a site's process killed, its network dropped) costs that site
 // its update for the round, recorded with why, while the round commits with the others, and the
-// site is back in the next round.
+// site is back in the next round; a site's own `fl client` process SIGKILLed mid-download and
+// mid-upload costs only its own updates.
+#include <csignal>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "fl/client/builtin_models.h"
@@ -128,6 +131,118 @@ TEST(NetworkFaultTest, AConnectionResetMidUploadCostsThatUpdateOnlyAndTheSiteCom
     EXPECT_NE(p.status, server::ParticipationStatus::kAssigned) << p.reason;
   }
   EXPECT_TRUE(recorded) << "no record of the cut update";
+}
+
+// Waits up to `timeout` for `done`; true if it came.
+template <typename F>
+bool WaitFor(F done, absl::Duration timeout = absl::Seconds(60)) {
+  const absl::Time until = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() > until) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+// The real `fl client` of site 2 (FashionMlp on a shard of the Fashion-MNIST test set), through
+// the proxy on `port`, until the run ends.
+std::unique_ptr<ChildProcess> StartSiteProcess(const ProvisionedFiles& pki, const std::string& dir,
+                                               int port) {
+  const std::string toml = absl::StrCat(
+      "[server]\naddress = \"127.0.0.1:", port, "\"\nca = \"", pki.ca_cert, "\"\ncert = \"",
+      pki.client_certs[2], "\"\nkey = \"", pki.client_keys[2], "\"\n\n[data]\nformat = \"idx\"\n",
+      "images = \"", FL_FASHION_MNIST_DIR, "/t10k-images-idx3-ubyte.gz\"\nlabels = \"",
+      FL_FASHION_MNIST_DIR, "/t10k-labels-idx1-ubyte.gz\"\nnum_shards = 20\nshard = 2\n\n",
+      "[model]\nkind = \"mlp\"\nhidden = [32]\nclasses = 10\n\n[training]\nbackend = \"cpu\"\n",
+      "cpu_threads = 1\n\n[client]\nreconnect_timeout_s = 60\npoll_wait_s = 1\nheartbeat_s = 1\n",
+      "once = true\n");
+  const std::string path = dir + "/site-2.toml";
+  EXPECT_TRUE(WriteFileAtomic(path, toml).ok());
+  return std::make_unique<ChildProcess>(
+      std::vector<std::string>{FL_BINARY, "client", "--config", path}, dir + "/site-2.log");
+}
+
+// Site 2's own `fl client` process, on a 64 KB/s link, is SIGKILLed in the middle of its
+// download of round 1's model, started again, and SIGKILLed in the middle of its upload of round
+// 2. Each round goes on without it (the server drops the dead site once it has been silent for
+// client_timeout, or at once when its upload breaks off), commits with the two others, and
+// records why site 2's update is missing; started a third time, the site delivers round 3.
+TEST(NetworkFaultTest, ASiteProcessKilledMidDownloadAndMidUploadCostsOnlyItsOwnUpdates) {
+  TempDir dir;
+  ProvisionedFiles pki = MakePki(dir.path(), SiteNames(3));
+  server::ServerOptions o = MlpRunOptions(pki, dir.path(), 3, 3);
+  o.engine.min_fit_clients = 2;
+  o.engine.client_timeout = absl::Seconds(4);
+  absl::StatusOr<Model> initial = client::InitialBuiltinModel(FashionMlp(), 1);
+  ASSERT_TRUE(initial.ok()) << initial.status();
+  absl::StatusOr<std::unique_ptr<server::Server>> server =
+      server::Server::Start(o, *std::move(initial));
+  ASSERT_TRUE(server.ok()) << server.status();
+  TcpProxy proxy((*server)->port(), {.bytes_per_second = 64 * 1024});
+  std::vector<std::unique_ptr<ClientThread>> sites;
+  for (int i = 0; i < 2; ++i) {
+    client::ClientOptions co = TlsClientOptions(pki, i, (*server)->port());
+    co.heartbeat_interval = absl::Seconds(1);
+    sites.push_back(std::make_unique<ClientThread>(co, MlpTrainer(i)));
+  }
+  const std::string site_log = dir.path() + "/site-2.log";
+  auto committed = [&] {
+    int n = 0;
+    for (const server::RoundRecord& r : Rounds(**server, 1))
+      n += r.status == server::RoundStatus::kCommitted;
+    return n;
+  };
+
+  // Mid-download: half the model has come down (the TLS handshake and the polls are a few KB).
+  std::unique_ptr<ChildProcess> site = StartSiteProcess(pki, dir.path(), proxy.port());
+  ASSERT_TRUE(WaitFor([&] { return proxy.bytes_down() >= kModelBytes / 2; }))
+      << ReadFile(site_log).value_or("");
+  site->Kill(SIGKILL);
+  EXPECT_EQ(site->Wait(), 128 + SIGKILL);
+  EXPECT_LT(proxy.bytes_down(), kModelBytes) << "the download had ended before the kill";
+  ASSERT_TRUE(WaitFor([&] { return committed() >= 1; })) << "round 1 waited for the dead site";
+
+  // Mid-upload: the whole model came down again, then 40 KB of the update went up.
+  const int64_t down_before = proxy.bytes_down();
+  site = StartSiteProcess(pki, dir.path(), proxy.port());
+  ASSERT_TRUE(WaitFor([&] { return proxy.bytes_down() >= down_before + kModelBytes; }))
+      << ReadFile(site_log).value_or("");
+  const int64_t up_before = proxy.bytes_up();
+  ASSERT_TRUE(WaitFor([&] { return proxy.bytes_up() >= up_before + 40 * 1024; }))
+      << ReadFile(site_log).value_or("");
+  site->Kill(SIGKILL);
+  EXPECT_EQ(site->Wait(), 128 + SIGKILL);
+  EXPECT_LT(proxy.bytes_up(), up_before + kModelBytes) << "the upload had ended before the kill";
+  ASSERT_TRUE(WaitFor([&] { return committed() >= 2; })) << "round 2 waited for the dead site";
+
+  site = StartSiteProcess(pki, dir.path(), proxy.port());
+  EXPECT_EQ(site->Wait(), 0) << ReadFile(site_log).value_or("");
+  for (auto& s : sites) {
+    absl::Status st = s->Join();
+    EXPECT_TRUE(st.ok()) << st;
+  }
+  const std::vector<server::RoundRecord> rounds = Rounds(**server, 1);
+  ASSERT_EQ(rounds.size(), 3u);
+  const int expected_reported[] = {2, 2, 3};
+  for (size_t i = 0; i < rounds.size(); ++i) {
+    EXPECT_EQ(rounds[i].status, server::RoundStatus::kCommitted) << "round " << i + 1;
+    EXPECT_EQ(rounds[i].num_reported, expected_reported[i]) << "round " << i + 1;
+  }
+  const std::string site_id = *CertificateFingerprint(*ReadFile(pki.client_certs[2]));
+  for (int round = 1; round <= 2; ++round) {
+    absl::StatusOr<std::vector<server::ParticipationRecord>> parts =
+        (*server)->store().Participations(1, round);
+    ASSERT_TRUE(parts.ok()) << parts.status();
+    bool recorded = false;
+    for (const server::ParticipationRecord& p : *parts) {
+      if (p.client_id != site_id) continue;
+      EXPECT_NE(p.status, server::ParticipationStatus::kAccepted) << "round " << round;
+      EXPECT_NE(p.status, server::ParticipationStatus::kAssigned) << "round " << round;
+      EXPECT_FALSE(p.reason.empty()) << "round " << round;
+      recorded = true;
+    }
+    EXPECT_TRUE(recorded) << "round " << round << " has no record of site 2";
+  }
 }
 
 }  // namespace
