@@ -45,6 +45,13 @@ std::vector<std::unique_ptr<ClientThread>> StartSites(const ProvisionedFiles& pk
   return sites;
 }
 
+// The server of `o`, starting from the FashionMlp model of seed 1.
+absl::StatusOr<std::unique_ptr<server::Server>> StartMlpServer(const server::ServerOptions& o) {
+  absl::StatusOr<Model> initial = client::InitialBuiltinModel(FashionMlp(), 1);
+  if (!initial.ok()) return initial.status();
+  return server::Server::Start(o, *std::move(initial));
+}
+
 std::vector<server::RoundRecord> Rounds(server::Server& server, int64_t run) {
   absl::StatusOr<std::vector<server::RoundRecord>> rounds = server.store().Rounds(run);
   EXPECT_TRUE(rounds.ok()) << rounds.status();
@@ -58,10 +65,7 @@ TEST(NetworkFaultTest, ASiteOnASlowStallingLinkStillDeliversItsUpdates) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), SiteNames(3));
   server::ServerOptions o = MlpRunOptions(pki, dir.path(), 3, 2);
-  absl::StatusOr<Model> initial = client::InitialBuiltinModel(FashionMlp(), 1);
-  ASSERT_TRUE(initial.ok()) << initial.status();
-  absl::StatusOr<std::unique_ptr<server::Server>> server =
-      server::Server::Start(o, *std::move(initial));
+  absl::StatusOr<std::unique_ptr<server::Server>> server = StartMlpServer(o);
   ASSERT_TRUE(server.ok()) << server.status();
   TcpProxy proxy((*server)->port(), {.bytes_per_second = 64 * 1024, .stall_probability = 0.2});
   const absl::Time start = absl::Now();
@@ -89,10 +93,7 @@ TEST(NetworkFaultTest, AConnectionResetMidUploadCostsThatUpdateOnlyAndTheSiteCom
   ProvisionedFiles pki = MakePki(dir.path(), SiteNames(3));
   server::ServerOptions o = MlpRunOptions(pki, dir.path(), 3, 2);
   o.engine.min_fit_clients = 2;
-  absl::StatusOr<Model> initial = client::InitialBuiltinModel(FashionMlp(), 1);
-  ASSERT_TRUE(initial.ok()) << initial.status();
-  absl::StatusOr<std::unique_ptr<server::Server>> server =
-      server::Server::Start(o, *std::move(initial));
+  absl::StatusOr<std::unique_ptr<server::Server>> server = StartMlpServer(o);
   ASSERT_TRUE(server.ok()) << server.status();
   TcpProxy proxy((*server)->port(), {.bytes_per_second = 64 * 1024});
   std::vector<std::unique_ptr<ClientThread>> sites = StartSites(pki, (*server)->port(), proxy);
@@ -173,10 +174,7 @@ TEST(NetworkFaultTest, ASiteProcessKilledMidDownloadAndMidUploadCostsOnlyItsOwnU
   server::ServerOptions o = MlpRunOptions(pki, dir.path(), 3, 3);
   o.engine.min_fit_clients = 2;
   o.engine.client_timeout = absl::Seconds(4);
-  absl::StatusOr<Model> initial = client::InitialBuiltinModel(FashionMlp(), 1);
-  ASSERT_TRUE(initial.ok()) << initial.status();
-  absl::StatusOr<std::unique_ptr<server::Server>> server =
-      server::Server::Start(o, *std::move(initial));
+  absl::StatusOr<std::unique_ptr<server::Server>> server = StartMlpServer(o);
   ASSERT_TRUE(server.ok()) << server.status();
   TcpProxy proxy((*server)->port(), {.bytes_per_second = 64 * 1024});
   std::vector<std::unique_ptr<ClientThread>> sites;
