@@ -2,14 +2,9 @@
 // clients reconnect, the run resumes at the next uncommitted round, and every committed round is
 // intact at the end.
 #include <signal.h>
-#include <sqlite3.h>
-#include <sys/resource.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <filesystem>
 #include <map>
 #include <random>
 
@@ -19,6 +14,7 @@
 #include "fl/common/file_util.h"
 #include "fl/server/store.h"
 #include "gtest/gtest.h"
+#include "tests/integration/server_run_util.h"
 #include "tests/integration/test_federation.h"
 
 namespace fl::testing {
@@ -26,33 +22,6 @@ namespace {
 
 using server::RoundRecord;
 using server::RoundStatus;
-
-// `fl server` for these tests: 4 rounds of 3 sites; `extra` flags replace these or add to them.
-std::vector<std::string> RunCommand(const ProvisionedFiles& pki, const std::string& data_dir,
-                                    int port, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> flags = {
-      "--rounds", "4", "--min-clients", "3",  "--min-fit-clients", "3", "--round-timeout", "60",
-      "--grace",  "2", "--lr",          "0.1"};
-  flags.insert(flags.end(), extra.begin(), extra.end());
-  return ServerCommand(pki, data_dir, port, flags);
-}
-
-// Committed rounds of the (only) run in `data_dir`, by round number; read from another process's
-// point of view, while the server may be writing.
-std::map<int, RoundRecord> CommittedRounds(const std::string& data_dir, int* attempts = nullptr) {
-  std::map<int, RoundRecord> out;
-  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
-  if (!store.ok()) return out;
-  absl::StatusOr<std::vector<RoundRecord>> rounds = (*store)->Rounds(1);
-  if (!rounds.ok()) return out;
-  for (const RoundRecord& r : *rounds) {
-    if (r.status != RoundStatus::kCommitted) continue;
-    EXPECT_EQ(out.count(r.round), 0u) << "round " << r.round << " committed twice";
-    out[r.round] = r;
-  }
-  if (attempts != nullptr) *attempts = static_cast<int>(rounds->size());
-  return out;
-}
 
 TEST(RestartTest, SigkillMidRunThenRestartFinishesWithEveryCommittedRoundIntact) {
   TempDir dir;
@@ -223,20 +192,6 @@ TEST(CrashTest, SigkillAtEachPointOfARoundLosesNothingAndChangesNothing) {
 namespace fl::testing {
 namespace {
 
-std::vector<std::unique_ptr<ClientThread>> StartSlowClients(const ProvisionedFiles& pki, int port,
-                                                            absl::Duration delay) {
-  std::vector<std::unique_ptr<ClientThread>> clients;
-  for (int i = 0; i < 3; ++i) {
-    client::ClientOptions options = TlsClientOptions(pki, i, port);
-    options.reconnect_timeout = absl::Seconds(60);
-    clients.push_back(std::make_unique<ClientThread>(
-        options,
-        std::make_unique<SlowTrainer>(
-            client::MakeSoftmaxRegressionTrainer(FashionTrainSlice(i * 1000, 1000), {}), delay)));
-  }
-  return clients;
-}
-
 TEST(RestartTest, SigtermMidRoundRecordsItAbortedAndTheRestartRunsItAgain) {
   TempDir dir;
   ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
@@ -404,23 +359,6 @@ TEST(RestartTest, FLTrustTrainsOnTheServersRootDataset) {
 namespace fl::testing {
 namespace {
 
-// The SQLite file's own consistency check, from another process's connection.
-std::string IntegrityCheck(const std::string& data_dir) {
-  sqlite3* db = nullptr;
-  std::string result = "cannot open";
-  if (sqlite3_open_v2((data_dir + "/federation.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr) ==
-      SQLITE_OK) {
-    sqlite3_stmt* st = nullptr;
-    if (sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, nullptr) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW) {
-      result = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
-    }
-    sqlite3_finalize(st);
-  }
-  sqlite3_close(db);
-  return result;
-}
-
 // Twenty SIGKILLs at moments drawn from a seeded generator (0.15 to 0.9 s into each server
 // process's life, so inside joins, uploads, aggregation and commits alike), each followed by a
 // restart on the same data directory, then a last restart that runs to the end. Nothing committed
@@ -495,143 +433,6 @@ TEST(CrashTest, TwentySeededSigkillsAtRandomMomentsLoseNothingAndDoubleNothing) 
   EXPECT_EQ((*store)->GetRun(1)->status, server::RunStatus::kFinished);
   EXPECT_FALSE((*store)->GetRun(2).ok()) << "a restart started another run";
   std::cerr << kills << " kills; " << committed.size() << " rounds committed before the last\n";
-}
-
-}  // namespace
-}  // namespace fl::testing
-
-namespace fl::testing {
-namespace {
-
-// The disk fills mid-run: once round 1 is committed, the server's files are held to 600 KiB with
-// RLIMIT_FSIZE, which the SQLite file and its journal stay under but an update's spill file and a
-// checkpoint of this model (636 KB each) do not. Round 2 fails cleanly, its record saying why
-// (the sites' updates could not be staged: "File too large"), the committed round is untouched
-// and the SQLite file passes its check; once there is room again, a retry commits and the run
-// finishes, with no partial file left among the checkpoints.
-TEST(FaultTest, ADiskFullMidRoundFailsTheRoundCleanlyAndTheRetryCommits) {
-  TempDir dir;
-  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
-  const std::string data_dir = dir.path() + "/server";
-  const std::string log = dir.path() + "/server.log";
-  const int port = FreeLoopbackPort();
-  std::vector<std::string> command = RunCommand(
-      pki, data_dir, port, {"--rounds", "3", "--model", "mlp", "--max-round-retries", "10"});
-  // A full disk makes write() fail with EFBIG here; the signal that comes with it is ignored, as a
-  // full disk sends none.
-  command.insert(command.begin(), {"/bin/bash", "-c", "trap '' XFSZ; exec \"$@\"", "bash"});
-  auto server = std::make_unique<ChildProcess>(command, log);
-  std::vector<std::unique_ptr<ClientThread>> clients;
-  client::ModelArchitecture mlp;  // the server's --model mlp: 784 -> 200 -> 10
-  mlp.kind = client::ModelKind::kMlp;
-  mlp.num_features = 784;
-  mlp.num_classes = 10;
-  mlp.hidden = {200};
-  for (int i = 0; i < 3; ++i) {
-    client::ClientOptions options = TlsClientOptions(pki, i, port);
-    options.reconnect_timeout = absl::Seconds(60);
-    absl::StatusOr<std::unique_ptr<client::Trainer>> trainer =
-        client::MakeBuiltinTrainer(mlp, FashionTrainSlice(i * 1000, 1000), {});
-    ASSERT_TRUE(trainer.ok()) << trainer.status();
-    clients.push_back(std::make_unique<ClientThread>(
-        options, std::make_unique<SlowTrainer>(*std::move(trainer), absl::Milliseconds(300))));
-  }
-  std::map<int, RoundRecord> before;
-  for (int i = 0; i < 3000 && before.empty(); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-    before = CommittedRounds(data_dir);
-  }
-  ASSERT_EQ(before.size(), 1u) << *ReadFile(log);
-  // The soft limit only: lifting it again needs no privilege.
-  const rlimit full{600 * 1024, RLIM_INFINITY};
-  ASSERT_EQ(prlimit(server->pid(), RLIMIT_FSIZE, &full, nullptr), 0) << std::strerror(errno);
-
-  // Round 2's checkpoint cannot be written: the attempt fails, saying so.
-  std::string failure;
-  for (int i = 0; i < 1000 && failure.empty(); ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-    absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
-    if (!store.ok()) continue;
-    absl::StatusOr<std::vector<RoundRecord>> rounds = (*store)->Rounds(1);
-    if (!rounds.ok()) continue;
-    for (const RoundRecord& r : *rounds) {
-      if (r.round == 2 && r.status == RoundStatus::kFailed) failure = r.reason;
-    }
-  }
-  ASSERT_FALSE(failure.empty()) << "round 2 never failed\n" << *ReadFile(log);
-  EXPECT_NE(failure.find("for: cannot stage the update"), std::string::npos) << failure;
-  EXPECT_NE(failure.find("File too large"), std::string::npos) << failure;
-  EXPECT_EQ(IntegrityCheck(data_dir), "ok");
-  std::map<int, RoundRecord> during = CommittedRounds(data_dir);
-  ASSERT_EQ(during.size(), 1u);
-  EXPECT_EQ(during[1].checkpoint, before[1].checkpoint);
-
-  // Room again: a retry commits round 2, and the run ends.
-  const rlimit room{RLIM_INFINITY, RLIM_INFINITY};
-  ASSERT_EQ(prlimit(server->pid(), RLIMIT_FSIZE, &room, nullptr), 0) << std::strerror(errno);
-  for (auto& c : clients) {
-    absl::Status s = c->Join();
-    EXPECT_TRUE(s.ok()) << s;
-  }
-  EXPECT_EQ(server->Wait(), 0) << *ReadFile(log);
-  EXPECT_EQ(IntegrityCheck(data_dir), "ok");
-  std::map<int, RoundRecord> after = CommittedRounds(data_dir);
-  ASSERT_EQ(after.size(), 3u);
-  EXPECT_EQ(after[1].checkpoint, before[1].checkpoint);
-  absl::StatusOr<std::unique_ptr<server::Store>> store = server::Store::OpenReadOnly(data_dir);
-  ASSERT_TRUE(store.ok());
-  for (const auto& [round, record] : after) {
-    absl::StatusOr<Model> model = (*store)->ReadCheckpoint(record.checkpoint);
-    ASSERT_TRUE(model.ok()) << "round " << round << ": " << model.status();
-  }
-  // No half-written checkpoint is left beside the good ones.
-  for (const auto& entry : std::filesystem::directory_iterator(data_dir + "/checkpoints")) {
-    EXPECT_EQ(entry.path().extension(), ".ckpt") << entry.path();
-  }
-}
-
-}  // namespace
-}  // namespace fl::testing
-
-namespace fl::testing {
-namespace {
-
-// The data directory is moved away under a running server (an operator's mistake, a cleanup
-// script): the server notices within a second or two that its SQLite file is gone, stops rather
-// than go on committing into a file nobody will see, and exits non-zero naming the file and what to
-// do.
-TEST(FaultTest, TheDataDirectoryRemovedUnderARunningServerStopsItSayingSo) {
-  TempDir dir;
-  ProvisionedFiles pki = MakePki(dir.path(), {"site-0", "site-1", "site-2"});
-  const std::string data_dir = dir.path() + "/server";
-  const std::string log = dir.path() + "/server.log";
-  const int port = FreeLoopbackPort();
-  auto server =
-      std::make_unique<ChildProcess>(RunCommand(pki, data_dir, port, {"--rounds", "50"}), log);
-  std::vector<std::unique_ptr<ClientThread>> clients =
-      StartSlowClients(pki, port, absl::Milliseconds(200));
-  std::map<int, RoundRecord> before;
-  for (int i = 0; i < 3000 && before.empty(); ++i) {
-    absl::SleepFor(absl::Milliseconds(10));
-    before = CommittedRounds(data_dir);
-  }
-  ASSERT_FALSE(before.empty()) << *ReadFile(log);
-  // Moved away at once (a rename), as a cleanup script or a mistaken mv does; the server's files
-  // go with it.
-  std::filesystem::rename(data_dir, dir.path() + "/moved-away");
-  const absl::Time removed = absl::Now();
-  const int code = server->Wait();
-  EXPECT_LT(absl::Now() - removed, absl::Seconds(10));
-  EXPECT_NE(code, 0);
-  EXPECT_NE(code, 128 + SIGKILL);
-  const std::string text = *ReadFile(log);
-  EXPECT_NE(text.find("data_directory_gone"), std::string::npos) << text;
-  EXPECT_NE(text.find(absl::StrCat("the SQLite file ", data_dir,
-                                   "/federation.db was removed or "
-                                   "replaced while the server ran")),
-            std::string::npos)
-      << text;
-  for (auto& c : clients) c->Stop();
 }
 
 }  // namespace
