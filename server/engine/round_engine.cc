@@ -302,6 +302,16 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
                 {"error", begin_failure_},
                 {"retry_every", absl::FormatDuration(retry_in)}});
     }
+    // A store that stays unable to record (a disk that stays full) fails the run once it has
+    // kept the run from its rounds for wait_timeout, as sites that do not come do, rather than
+    // being retried for ever while the sites hear only that they wait.
+    if (round->started - waiting_since_ > options_.wait_timeout) {
+      FailRunLocked(absl::StrCat(
+          "the store could not record round ", round->round, " for longer than wait_timeout (",
+          absl::FormatDuration(options_.wait_timeout), "): ", s.message(),
+          "; make room in the data directory (the committed rounds and their "
+          "checkpoints are kept)"));
+    }
     return;
   }
   begin_failure_.clear();
