@@ -122,8 +122,8 @@ const std::vector<Key>& Keys() {
             1, [](auto& c) -> auto& { return c.server.client_limits.max_streams_per_client; }),
         tk::IntKey<C, int32_t>(
             "limits", "max_uploads_per_client",
-            "Most uploads one client may have in progress at once; past it, RESOURCE_EXHAUSTED.",
-            1, [](auto& c) -> auto& { return c.server.client_limits.max_uploads_per_client; }),
+            "Most uploads one client may have in progress at once; past it, RESOURCE_EXHAUSTED.", 1,
+            [](auto& c) -> auto& { return c.server.client_limits.max_uploads_per_client; }),
         tk::IntKey<C, int32_t>(
             "limits", "max_metadata_bytes",
             "Most bytes of metadata (headers) one call may carry; gRPC refuses a call past it.",
@@ -209,8 +209,7 @@ const std::vector<Key>& Keys() {
             "run", "task_pickup_timeout_s",
             "A client sampled in a round that has not asked for its task this long after the "
             "round opened is dropped from it (seconds).",
-            Range::kPositive,
-            [](auto& c) -> auto& { return c.server.engine.task_pickup_timeout; }),
+            Range::kPositive, [](auto& c) -> auto& { return c.server.engine.task_pickup_timeout; }),
         tk::IntKey<C, int32_t>(
             "run", "max_round_retries", "Failed attempts of a round retried before the run fails.",
             0, [](auto& c) -> auto& { return c.server.engine.max_round_retries; })
@@ -226,7 +225,8 @@ const std::vector<Key>& Keys() {
             .Flag("--seed"),
         tk::SecondsKey<C>(
             "run", "wait_timeout_s",
-            "Longest wait for min_clients to be online; then the run fails (seconds).",
+            "Longest wait for min_clients to be online, for a strategy that cannot configure a "
+            "round, or for a store that cannot record one; then the run fails (seconds).",
             Range::kPositive, [](auto& c) -> auto& { return c.server.engine.wait_timeout; }),
         tk::StringKey<C>(
             "run", "stop_metric",

@@ -506,6 +506,11 @@ class ServerImpl final : public Server {
           } else if (run->status == RunStatus::kFailed) {
             h.healthy = false;
             h.reason = absl::StrCat("run ", h.run_id, " failed: ", run->reason);
+          } else if (activity.phase == RunActivity::Phase::kFailed) {
+            // Failed, but the store could not record it (the store's failure may be the cause).
+            h.healthy = false;
+            h.reason = absl::StrCat("run ", h.run_id,
+                                    " failed (not recorded in the store): ", activity.failure);
           }
           return h;
         });

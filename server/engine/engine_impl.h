@@ -504,8 +504,10 @@ class EngineImpl final : public RoundEngine {
   // Why the strategy last could not configure a round (empty since it last could): each reason
   // is logged and audited once.
   std::string configure_failure_ ABSL_GUARDED_BY(mu_);
-  // The store's refusal of the last round that could not begin (logged once per cause).
+  // The store's refusal of the last round that could not begin (logged once per cause), and
+  // since when rounds have not been able to begin (InfinitePast: they can).
   std::string begin_failure_ ABSL_GUARDED_BY(mu_);
+  absl::Time begin_failing_since_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   // A federated evaluation in progress (between rounds), if any.
   struct EvalState {
     int32_t round = 0;

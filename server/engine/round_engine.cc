@@ -303,9 +303,11 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
                 {"retry_every", absl::FormatDuration(retry_in)}});
     }
     // A store that stays unable to record (a disk that stays full) fails the run once it has
-    // kept the run from its rounds for wait_timeout, as sites that do not come do, rather than
-    // being retried for ever while the sites hear only that they wait.
-    if (round->started - waiting_since_ > options_.wait_timeout) {
+    // kept the run from its rounds for wait_timeout, counted from its first refusal, as sites
+    // that do not come do, rather than being retried for ever while the sites hear only that
+    // they wait.
+    if (begin_failing_since_ == absl::InfinitePast()) begin_failing_since_ = round->started;
+    if (round->started - begin_failing_since_ > options_.wait_timeout) {
       FailRunLocked(absl::StrCat(
           "the store could not record round ", round->round, " for longer than wait_timeout (",
           absl::FormatDuration(options_.wait_timeout), "): ", s.message(),
@@ -315,6 +317,7 @@ void EngineImpl::StartRoundLocked(std::vector<const std::string*> by_name) {
     return;
   }
   begin_failure_.clear();
+  begin_failing_since_ = absl::InfinitePast();
   for (const std::string& id : round->sampled) {
     ParticipationRecord p;
     p.run_id = run_.run_id;
@@ -487,6 +490,7 @@ RunActivity EngineImpl::Activity() const {
   if (finished_) {
     a.phase = run_.status == RunStatus::kFailed ? RunActivity::Phase::kFailed
                                                 : RunActivity::Phase::kFinished;
+    if (a.phase == RunActivity::Phase::kFailed) a.failure = run_.reason;
   } else if (current_ != nullptr || commit_ != nullptr) {
     a.phase = RunActivity::Phase::kTraining;
   } else if (eval_ != nullptr) {

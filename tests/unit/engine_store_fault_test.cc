@@ -1,6 +1,6 @@
 // The round engine over a store that cannot write (a full disk), with a fake clock: the run is
 // not retried for ever but fails once the store has kept it from its rounds for wait_timeout,
-// saying what the store said and what to do.
+// counted from the store's first refusal, saying what the store said and what to do.
 #include <signal.h>
 #include <sys/resource.h>
 
@@ -37,8 +37,15 @@ TEST_F(EngineTest, AStoreThatStaysFullFailsTheRunAfterWaitTimeoutSayingWhy) {
   options_.wait_timeout = absl::Minutes(10);
   options_.retry_backoff = absl::Seconds(30);
   StartEngine();
+  // Two sites come at once and wait 9 minutes for the third, polling: the 10 minutes count from
+  // the store's first refusal, not from when the run began to wait for its sites.
   ASSERT_TRUE(engine_->Join(clients_[0], clients_[0]).ok());
   ASSERT_TRUE(engine_->Join(clients_[1], clients_[1]).ok());
+  for (int i = 0; i < 18; ++i) {
+    ASSERT_EQ(engine_->Poll(clients_[0]).kind, Task::Kind::kWait);
+    ASSERT_EQ(engine_->Poll(clients_[1]).kind, Task::Kind::kWait);
+    clock_.Advance(absl::Seconds(30));
+  }
   {
     FullDisk full;
     // The third site makes the round: its join is not stored (the engine goes on without it).
@@ -67,6 +74,14 @@ TEST_F(EngineTest, AStoreThatStaysFullFailsTheRunAfterWaitTimeoutSayingWhy) {
                                       "wait_timeout (10m)"));
   EXPECT_THAT(done.message, HasSubstr("make room in the data directory"));
   EXPECT_TRUE(engine_->finished());
+  // /healthz reads the failure from the engine: the store could not record it either, so the
+  // run is still running there, and a restart once there is room resumes it.
+  const RunActivity activity = engine_->Activity();
+  EXPECT_EQ(activity.phase, RunActivity::Phase::kFailed);
+  EXPECT_THAT(activity.failure, HasSubstr("the store could not record round 1"));
+  absl::StatusOr<RunRecord> run = store_->GetRun(1);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->status, RunStatus::kRunning);
 }
 
 }  // namespace

@@ -404,7 +404,8 @@ struct RunActivity {
   // The last progress: a round or evaluation opened or closed, an update accepted, a client
   // joined. A run that is neither finished nor failed and shows none for long has stalled.
   absl::Time last_progress;
-  int32_t needed = 0;  // min_clients
+  int32_t needed = 0;   // min_clients
+  std::string failure;  // kFailed: why (as the store records it, where it could)
 };
 
 // A run's state as /healthz, fl_run_state and `fl run status` name it: the engine's phase, or
