@@ -48,8 +48,12 @@ fi
 # Debian's Abseil, built with ThreadSanitizer into $1 (lib/ holds the .so files) unless there.
 build_tsan_abseil() {
   local out=$1
-  local version
-  version=$(dpkg-query -W -f '${Version}' libabsl-dev)
+  local version  # of the source package (a binNMU's binary version has a +bN the source lacks)
+  version=$(dpkg-query -W -f '${source:Version}' libabsl-dev 2> /dev/null) || version=""
+  if [[ -z $version ]]; then
+    echo "sanitizers.sh: libabsl-dev is not installed (scripts/install-deps.sh installs it)" >&2
+    return 1
+  fi
   if [[ -f $out/version && $(cat "$out/version") == "$version" ]]; then return 0; fi
   echo "sanitizers.sh: building Abseil $version with ThreadSanitizer into $out (once)"
   if ! grep -rqs '^Types:.*deb-src\|^deb-src' /etc/apt/sources.list /etc/apt/sources.list.d; then
@@ -58,12 +62,28 @@ build_tsan_abseil() {
         "apt-get update" >&2
       return 1
     fi
-    sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
-      > /etc/apt/sources.list.d/fl-debsrc.sources
-    apt-get update -qq
+    # The deb-src twin of the machine's Debian entries: deb822 (bookworm's debian.sources) or
+    # the classic one-line format.
+    if [[ -f /etc/apt/sources.list.d/debian.sources ]]; then
+      sed 's/^Types: deb$/Types: deb-src/' /etc/apt/sources.list.d/debian.sources \
+        > /etc/apt/sources.list.d/fl-debsrc.sources
+    elif [[ -f /etc/apt/sources.list ]]; then
+      sed -n 's/^deb /deb-src /p' /etc/apt/sources.list > /etc/apt/sources.list.d/fl-debsrc.list
+    fi
+    if ! grep -rqs '^Types: deb-src\|^deb-src' /etc/apt/sources.list.d; then
+      rm -f /etc/apt/sources.list.d/fl-debsrc.*
+      echo "sanitizers.sh: no Debian entry to make a deb-src entry of; add one and" \
+        "apt-get update" >&2
+      return 1
+    fi
+    apt-get update -qq || return 1
   fi
   rm -rf "$out" && mkdir -p "$out/src"
-  (cd "$out/src" && apt-get source -qq "abseil=$version" > /dev/null) || return 1
+  if ! (cd "$out/src" && apt-get source -qq "abseil=$version" > /dev/null); then
+    echo "sanitizers.sh: apt-get source abseil=$version failed: the mirror no longer has the" \
+      "installed version; upgrade libabsl-dev (apt-get install libabsl-dev) and run again" >&2
+    return 1
+  fi
   local src
   src=$(find "$out/src" -mindepth 1 -maxdepth 1 -type d -name 'abseil-*')
   cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
@@ -81,8 +101,9 @@ run_mode() {
     asan)
       dir=$root/build-asan
       flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
-      # allocator_may_return_null: a failed allocation returns null as it does without ASan, so
-      # the code's own out-of-memory errors are what the tests see.
+      # allocator_may_return_null: a failed malloc/aligned_alloc returns null as it does without
+      # ASan, so the code's own out-of-memory errors are what the tests see (a throwing
+      # operator new still ends in ASan's report rather than std::bad_alloc).
       export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:allocator_may_return_null=1"
       export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
       export LSAN_OPTIONS="suppressions=$root/bench/sanitizers/lsan.supp:print_suppressions=0:fast_unwind_on_malloc=0"
@@ -128,6 +149,7 @@ run_mode() {
 
 status=0
 for mode in "${modes[@]}"; do
-  run_mode "$mode" || status=1
+  # A subshell each: one mode's exported flags and options do not reach the next.
+  (run_mode "$mode") || status=1
 done
 exit $status
