@@ -20,7 +20,8 @@
 namespace fl::aggregation::internal {
 
 using Rows = std::vector<std::span<const float>>;
-// Called once a block [first, first + count) of every row has been read.
+// Called once a block [first, first + count) of every row has been read, by the worker thread
+// that read it: calls for different blocks may run at once.
 using ReleaseFn = std::function<void(int64_t first, int64_t count)>;
 
 // How many threads the kernels use: n > 0, or 0 for every core (the default). For benchmarks.
