@@ -359,10 +359,10 @@ TEST(RestartTest, FLTrustTrainsOnTheServersRootDataset) {
 namespace fl::testing {
 namespace {
 
-// Twenty SIGKILLs at moments drawn from a seeded generator (0.15 to 0.9 s into each server
-// process's life, so inside joins, uploads, aggregation and commits alike), each followed by a
-// restart on the same data directory, then a last restart that runs to the end. Nothing committed
-// is lost or changed by any kill, no round is committed twice, the SQLite file passes its
+// Twenty SIGKILLs at moments drawn from a seeded generator (0.15 to 0.9 s after each server
+// process starts serving, so inside joins, uploads, aggregation and commits alike), each followed
+// by a restart on the same data directory, then a last restart that runs to the end. Nothing
+// committed is lost or changed by any kill, no round is committed twice, the SQLite file passes its
 // integrity check after every kill, and every checkpoint reads back under its name.
 TEST(CrashTest, TwentySeededSigkillsAtRandomMomentsLoseNothingAndDoubleNothing) {
   TempDir dir;
@@ -388,7 +388,20 @@ TEST(CrashTest, TwentySeededSigkillsAtRandomMomentsLoseNothingAndDoubleNothing) 
   std::uniform_int_distribution<int> delay_ms(150, 900);
   std::map<int, RoundRecord> committed;
   int kills = 0;
+  // How many of the server processes so far have started serving (each logs it once).
+  auto serving = [&] {
+    const std::string text = ReadFile(log).value_or("");
+    int n = 0;
+    for (size_t at = text.find("server_listening"); at != std::string::npos;
+         at = text.find("server_listening", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
   for (; kills < 20; ++kills) {
+    // The moment counts from when this process serves, not from its start, so that a slow start
+    // (a sanitizer build, a busy machine) does not leave every kill before the first round.
+    for (int i = 0; i < 3000 && serving() <= kills; ++i) absl::SleepFor(absl::Milliseconds(10));
     absl::SleepFor(absl::Milliseconds(delay_ms(rng)));
     server->Kill(SIGKILL);
     const int code = server->Wait();
