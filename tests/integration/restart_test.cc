@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <random>
 
@@ -386,6 +387,10 @@ TEST(CrashTest, TwentySeededSigkillsAtRandomMomentsLoseNothingAndDoubleNothing) 
   }
   std::mt19937_64 rng(19);
   std::uniform_int_distribution<int> delay_ms(150, 900);
+  // bench/sanitizers.sh runs everything several times slower; its FL_TEST_SLOWDOWN stretches the
+  // moments by as much, so that rounds still commit between the kills.
+  const char* env = std::getenv("FL_TEST_SLOWDOWN");
+  const double slowdown = env != nullptr && std::atof(env) >= 1 ? std::atof(env) : 1.0;
   std::map<int, RoundRecord> committed;
   int kills = 0;
   // How many of the server processes so far have started serving (each logs it once).
@@ -402,7 +407,7 @@ TEST(CrashTest, TwentySeededSigkillsAtRandomMomentsLoseNothingAndDoubleNothing) 
     // The moment counts from when this process serves, not from its start, so that a slow start
     // (a sanitizer build, a busy machine) does not leave every kill before the first round.
     for (int i = 0; i < 3000 && serving() <= kills; ++i) absl::SleepFor(absl::Milliseconds(10));
-    absl::SleepFor(absl::Milliseconds(delay_ms(rng)));
+    absl::SleepFor(absl::Milliseconds(delay_ms(rng)) * slowdown);
     server->Kill(SIGKILL);
     const int code = server->Wait();
     if (code != 128 + SIGKILL) {
