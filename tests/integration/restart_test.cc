@@ -371,7 +371,7 @@ TEST(CrashTest, TwentySeededSigkillsAtRandomMomentsLoseNothingAndDoubleNothing) 
   const std::string data_dir = dir.path() + "/server";
   const std::string log = dir.path() + "/server.log";
   const int port = FreeLoopbackPort();
-  constexpr size_t kRounds = 100;
+  constexpr size_t kRounds = 150;
   const std::vector<std::string> command =
       RunCommand(pki, data_dir, port, {"--rounds", absl::StrCat(kRounds)});
   std::vector<std::unique_ptr<ClientThread>> clients;
