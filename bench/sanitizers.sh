@@ -28,12 +28,13 @@
 # would report every access they guard. The script therefore builds Debian's own Abseil source
 # package (the version installed, with Debian's patches: same SONAMEs, same inline namespace)
 # with -fsanitize=thread into build-tsan/absl once, and runs the tests with it first on
-# LD_LIBRARY_PATH, so the locks gRPC takes through Abseil are seen too. That needs a deb-src entry for Debian; as root
-# the script adds one (/etc/apt/sources.list.d/fl-debsrc.sources) when there is none.
+# LD_LIBRARY_PATH, so the locks gRPC takes through Abseil are seen too. That needs a deb-src
+# entry for Debian; as root the script adds one (/etc/apt/sources.list.d/fl-debsrc.*) when there
+# is none.
 #
 # Environment: JOBS (default: the number of cores) for the build and the tests. The times of a
 # run are printed at the end. CI runs neither full run (each is a whole build of its own and
-# about 11 minutes of tests on two cores): it runs the subset that reads outside input, the
+# 7 to 11 minutes of tests on two cores): it runs the subset that reads outside input, the
 # decoders' fuzz replays (Fuzz.*Replay), the decoders compiled with ASan+UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
