@@ -70,12 +70,6 @@ void ExpectCheckpointsWhole(const std::string& data_dir,
   }
 }
 
-}  // namespace
-}  // namespace fl::testing
-
-namespace fl::testing {
-namespace {
-
 // The disk fills mid-run: once round 1 is committed, the server's files are held to 600 KiB with
 // RLIMIT_FSIZE, which the SQLite file and its journal stay under but an update's spill file and a
 // checkpoint of this model (636 KB each) do not. Round 2 fails cleanly, its record saying why
@@ -201,12 +195,6 @@ TEST(FaultTest, ACheckpointDirectoryTurnedReadOnlyFailsTheRoundSayingSoAndTheRet
   EXPECT_EQ(after.at(1).checkpoint, before.at(1).checkpoint);
   ExpectCheckpointsWhole(data_dir, after);
 }
-
-}  // namespace
-}  // namespace fl::testing
-
-namespace fl::testing {
-namespace {
 
 // The data directory is moved away under a running server (an operator's mistake, a cleanup
 // script): the server notices within a second or two that its SQLite file is gone, stops rather
